@@ -1,0 +1,261 @@
+"""Per-family transformer shapes: a normalised ModelSpec built from a Hugging Face config dict,
+and exact parameter counts that equal `sum(p.numel() for p in model.parameters())` of the
+transformers implementation (checked by tests/test_presets.py on the meta device).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Family = Literal["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral"]
+SUPPORTED_FAMILIES: tuple[str, ...] = (
+    "llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral",
+)
+
+# transformers' own defaults for each config class (transformers 5.x `AutoConfig.for_model`),
+# so a partial config.json resolves exactly as `AutoConfig` would resolve it.
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                  tie_word_embeddings=False, attention_bias=False, mlp_bias=False, attention_dropout=0.0),
+    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
+                    max_position_embeddings=131072, tie_word_embeddings=False, attention_dropout=0.0),
+    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, hidden_act="silu", max_position_embeddings=32768,
+                  tie_word_embeddings=False, attention_dropout=0.0),
+    "qwen3": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, head_dim=128, hidden_act="silu", max_position_embeddings=32768,
+                  tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0),
+    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                 activation_function="gelu_new", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+                 tie_word_embeddings=True),
+    "gpt_neox": dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, hidden_act="gelu", attention_dropout=0.0, hidden_dropout=0.0,
+                     max_position_embeddings=2048, tie_word_embeddings=False, use_parallel_residual=True,
+                     attention_bias=True),
+    "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                 num_attention_heads=32, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+                 hidden_act="silu", max_position_embeddings=4096, tie_word_embeddings=False),
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                   hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192,
+                   tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0,
+                   final_logit_softcapping=30.0, attn_logit_softcapping=50.0, sliding_window=4096),
+    "mixtral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
+                    max_position_embeddings=131072, tie_word_embeddings=False, attention_dropout=0.0,
+                    num_experts_per_tok=2, num_local_experts=8),
+}
+
+# GPT-2 config keys use their own names; everything else uses the Llama names.
+_GPT2_KEYS = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+              "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
+              "activation_function": "hidden_act"}
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, normalised across families. Shapes only, no weights."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: Family
+    vocab_size: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1, description="MLP inner width (per expert for MoE)")
+    max_position_embeddings: int = Field(ge=1)
+    tie_word_embeddings: bool
+    hidden_act: str
+    qkv_bias: bool = False  # bias on q/k/v projections (qwen2, gpt2, gpt_neox)
+    o_bias: bool = False  # bias on the attention output projection
+    mlp_bias: bool = False
+    num_experts: int = Field(1, ge=1, description="MoE experts per layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1)
+    attention_dropout: float = Field(0.0, ge=0, lt=1)
+    hidden_dropout: float = Field(0.0, ge=0, lt=1, description="residual / MLP output dropout")
+    embedding_dropout: float = Field(0.0, ge=0, lt=1)
+    rotary_fraction: float = Field(1.0, ge=0, le=1, description="share of head_dim that gets RoPE")
+    parallel_residual: bool = False  # gpt_neox: attn and MLP read the same input
+    final_logit_softcapping: float | None = None  # gemma2: tanh(logits / c) * c
+    attn_logit_softcapping: float | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelSpec:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_heads} is not divisible by num_key_value_heads={self.num_kv_heads}"
+            )
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("num_experts_per_tok exceeds num_local_experts")
+        return self
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.family not in ("gpt2", "gpt_neox")
+
+    @property
+    def uses_layernorm(self) -> bool:
+        """LayerNorm (weight + bias) rather than RMSNorm (weight only)."""
+        return self.family in ("gpt2", "gpt_neox")
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    # ---- parameter counts -------------------------------------------------------------
+    def embedding_params(self) -> int:
+        """Token embedding V*H, plus GPT-2's learned positions P*H."""
+        n = self.vocab_size * self.hidden_size
+        if self.family == "gpt2":
+            n += self.max_position_embeddings * self.hidden_size
+        return n
+
+    def lm_head_params(self) -> int:
+        """Output projection V*H; zero when tied to the input embedding."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    def norm_params(self) -> int:
+        """One normalisation layer: H (RMSNorm) or 2H (LayerNorm weight + bias)."""
+        return 2 * self.hidden_size if self.uses_layernorm else self.hidden_size
+
+    def attention_params(self) -> int:
+        """q, k, v, o projections (+ biases where the family has them; qwen3's q/k norms)."""
+        h, q, kv = self.hidden_size, self.q_width, self.kv_width
+        n = h * (q + 2 * kv) + q * h
+        if self.qkv_bias:
+            n += q + 2 * kv
+        if self.o_bias:
+            n += h
+        if self.family == "qwen3":
+            n += 2 * self.head_dim
+        return n
+
+    def mlp_params_per_expert(self) -> int:
+        """Gated (gate, up, down = 3*H*I) or plain (up, down = 2*H*I) MLP, with biases if any."""
+        h, i = self.hidden_size, self.intermediate_size
+        if self.gated_mlp:
+            return 3 * h * i + (2 * i + h if self.mlp_bias else 0)
+        return 2 * h * i + (i + h if self.mlp_bias else 0)
+
+    def mlp_params(self) -> int:
+        """All experts plus the router (H*E) for MoE; one MLP for dense models."""
+        n = self.num_experts * self.mlp_params_per_expert()
+        if self.num_experts > 1:
+            n += self.hidden_size * self.num_experts
+        return n
+
+    def norms_per_layer(self) -> int:
+        return 4 if self.family == "gemma2" else 2
+
+    def layer_params(self) -> int:
+        return self.attention_params() + self.mlp_params() + self.norms_per_layer() * self.norm_params()
+
+    def total_params(self) -> int:
+        """Exact `sum(p.numel())` of the transformers CausalLM model (tied weights counted once)."""
+        return (
+            self.embedding_params()
+            + self.num_layers * self.layer_params()
+            + self.norm_params()  # final norm
+            + self.lm_head_params()
+        )
+
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE: only experts_per_token experts)."""
+        inactive = (self.num_experts - self.experts_per_token) * self.mlp_params_per_expert()
+        return self.total_params() - self.num_layers * inactive
+
+    def linear_shapes_per_layer(self) -> list[tuple[str, int, int, int]]:
+        """(name, in_features, out_features, count) of each layer's linear maps; used by LoRA."""
+        h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width
+        attn = [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1)]
+        if self.gated_mlp:
+            mlp = [("gate", h, i, self.num_experts), ("up", h, i, self.num_experts),
+                   ("down", i, h, self.num_experts)]
+        else:
+            mlp = [("up", h, i, 1), ("down", i, h, 1)]
+        return attn + mlp
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json dict, filling transformers' defaults."""
+    if not isinstance(config, dict):
+        raise ValueError("model config must be a JSON object (a config.json dict)")
+    family = config.get("model_type")
+    if family not in _HF_DEFAULTS:
+        raise ValueError(
+            f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}"
+        )
+    cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k == "n_inner"}}
+    if family == "gpt2":
+        cfg = {_GPT2_KEYS.get(k, k): v for k, v in cfg.items()}
+    try:
+        return _build_spec(family, cfg, name)
+    except (TypeError, KeyError, ZeroDivisionError) as exc:
+        raise ValueError(f"bad {family} config: {exc}") from None
+
+
+def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec:
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    head_dim = int(_first(cfg, "head_dim", default=hidden // heads))
+    inner = cfg.get("intermediate_size") or 4 * hidden
+    rope = cfg.get("rope_parameters") or {}
+    fields: dict[str, Any] = dict(
+        family=family,
+        name=name,
+        vocab_size=int(cfg["vocab_size"]),
+        hidden_size=hidden,
+        num_layers=int(cfg["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
+        head_dim=head_dim,
+        intermediate_size=int(inner),
+        max_position_embeddings=int(cfg["max_position_embeddings"]),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        hidden_act=str(_first(cfg, "hidden_activation", "hidden_act", default="silu")),
+        attention_dropout=float(_first(cfg, "attention_dropout", "attn_pdrop", default=0.0)),
+        hidden_dropout=float(_first(cfg, "hidden_dropout", "resid_pdrop", default=0.0)),
+        embedding_dropout=float(_first(cfg, "embd_pdrop", default=0.0)),
+    )
+    if family in ("llama",):
+        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
+                      mlp_bias=bool(cfg.get("mlp_bias")))
+    elif family == "qwen2":
+        fields.update(qkv_bias=True)
+    elif family == "qwen3":
+        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")))
+    elif family in ("gpt2", "gpt_neox"):
+        bias = family == "gpt2" or bool(cfg.get("attention_bias", True))
+        fields.update(qkv_bias=bias, o_bias=bias, mlp_bias=True,
+                      parallel_residual=family == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)))
+        if family == "gpt_neox":
+            fields["rotary_fraction"] = float(
+                _first(rope, "partial_rotary_factor", default=_first(cfg, "rotary_pct", default=0.25))
+            )
+    elif family == "gemma2":
+        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
+                      final_logit_softcapping=cfg.get("final_logit_softcapping"),
+                      attn_logit_softcapping=cfg.get("attn_logit_softcapping"))
+    elif family == "mixtral":
+        fields.update(num_experts=int(cfg["num_local_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]))
+    elif family == "phi3":
+        fields["rotary_fraction"] = float(_first(rope, "partial_rotary_factor", default=1.0))
+    return ModelSpec(**fields)

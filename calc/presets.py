@@ -1,0 +1,155 @@
+"""Model, GPU and cluster presets: one YAML file per item under presets/, id = file name.
+
+Every file is validated by pydantic when loaded; a bad file raises PresetError naming its path.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from calc.architectures import ModelSpec, spec_from_hf_config
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+class PresetError(ValueError):
+    """A preset file is missing, malformed or inconsistent."""
+
+
+class ModelPreset(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    source: str = Field(description="URL of the config.json the shapes come from")
+    published_params: int = Field(gt=0, description="parameter count published by the authors / HF")
+    params_source: str | None = Field(None, description="where published_params comes from, if not `source`")
+    config: dict[str, Any] = Field(description="Hugging Face config.json fields that define the shapes")
+    notes: str | None = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        return spec_from_hf_config(self.config, name=self.name)
+
+
+class GpuPreset(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    vendor: Literal["nvidia", "amd"]
+    memory_bytes: int = Field(gt=0, description="total device memory as nvidia-smi / rocm-smi reports it")
+    memory_label: str = Field(description="the marketing size, e.g. '80 GB' (a label, not a byte count)")
+    bf16: bool = Field(description="native bf16 tensor-core support")
+    bf16_tflops: float = Field(ge=0, description="dense bf16 tensor TFLOPS (0 when unsupported)")
+    fp16_tflops: float = Field(gt=0, description="dense fp16 tensor TFLOPS")
+    fp32_tflops: float = Field(gt=0, description="fp32 (non-tensor) TFLOPS")
+    memory_bandwidth_bytes_per_s: float = Field(gt=0)
+    pcie_gen: int = Field(ge=3, le=6)
+    nvlink_bandwidth_bytes_per_s: float = Field(ge=0, description="per-GPU bidirectional; 0 = none")
+    architecture: str
+    source: str = Field(description="URL of the datasheet")
+    notes: str | None = None
+
+    @property
+    def pcie_bandwidth_bytes_per_s(self) -> float:
+        """Per-direction x16 bandwidth: 16 GB/s for gen3, doubling per generation (PCI-SIG)."""
+        return 16e9 * 2 ** (self.pcie_gen - 3)
+
+
+class ClusterPreset(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    gpu: str
+    num_gpus: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    inter_node_bandwidth_bytes_per_s: float = Field(
+        0, ge=0, description="network bandwidth per GPU between nodes (0 for a single node)"
+    )
+    cpu_ram_bytes_per_node: int = Field(gt=0)
+    nvme_bandwidth_bytes_per_s: float = Field(3.5e9, gt=0)
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ClusterPreset:
+        if self.num_gpus % self.gpus_per_node:
+            raise ValueError("num_gpus must be a multiple of gpus_per_node")
+        return self
+
+
+def _load_dir(kind: str, cls: type[BaseModel]) -> dict[str, Any]:
+    items: dict[str, Any] = {}
+    for path in sorted((PRESETS_DIR / kind).glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text())
+            item = cls.model_validate(data)
+        except (yaml.YAMLError, ValidationError, ValueError) as exc:
+            raise PresetError(f"{path}: {exc}") from None
+        if item.id != path.stem:
+            raise PresetError(f"{path}: id {item.id!r} must equal the file name {path.stem!r}")
+        items[item.id] = item
+    return items
+
+
+@lru_cache(maxsize=1)
+def model_presets() -> dict[str, ModelPreset]:
+    items = _load_dir("models", ModelPreset)
+    for item in items.values():
+        try:
+            item.spec
+        except ValueError as exc:
+            raise PresetError(f"{PRESETS_DIR / 'models' / (item.id + '.yaml')}: {exc}") from None
+    return items
+
+
+@lru_cache(maxsize=1)
+def gpu_presets() -> dict[str, GpuPreset]:
+    return _load_dir("gpus", GpuPreset)
+
+
+@lru_cache(maxsize=1)
+def cluster_presets() -> dict[str, ClusterPreset]:
+    clusters = _load_dir("clusters", ClusterPreset)
+    gpus = gpu_presets()
+    for c in clusters.values():
+        if c.gpu not in gpus:
+            raise PresetError(f"{PRESETS_DIR / 'clusters' / (c.id + '.yaml')}: unknown gpu {c.gpu!r}")
+    return clusters
+
+
+@lru_cache(maxsize=256)
+def _spec_for_preset(preset_id: str) -> ModelSpec:
+    presets = model_presets()
+    if preset_id not in presets:
+        raise ValueError(f"unknown model preset {preset_id!r}; run `python -m calc presets` to list them")
+    return presets[preset_id].spec
+
+
+def resolve_model(model: str | dict[str, Any]) -> ModelSpec:
+    """A preset id or a config.json dict -> ModelSpec (ValueError with a clear message otherwise)."""
+    if isinstance(model, str):
+        return _spec_for_preset(model)
+    return spec_from_hf_config(model)
+
+
+def resolve_hardware(hw: Any) -> Any:
+    """Expand a cluster preset and check the GPU id; returns a HardwareConfig."""
+    update: dict[str, Any] = {}
+    if hw.cluster is not None:
+        clusters = cluster_presets()
+        if hw.cluster not in clusters:
+            raise ValueError(f"unknown cluster preset {hw.cluster!r}; known: {', '.join(sorted(clusters))}")
+        c = clusters[hw.cluster]
+        update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+                  "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node}
+    gpu = update.get("gpu", hw.gpu)
+    if gpu is not None and gpu not in gpu_presets():
+        raise ValueError(f"unknown GPU preset {gpu!r}; run `python -m calc presets` to list them")
+    return hw.model_copy(update=update) if update else hw

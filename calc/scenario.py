@@ -1,0 +1,192 @@
+"""The scenario contract: what the user asks about (model + hardware + training setup).
+
+The same JSON drives the CLI (`python -m calc estimate`), the app, the recommender, the
+DeepSpeed export and the measurement scripts, so every field is validated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from calc.architectures import ModelSpec
+
+
+class Precision(str, Enum):
+    """Where 16-bit numbers live during training."""
+
+    fp32 = "fp32"  # everything fp32
+    amp_bf16 = "amp-bf16"  # fp32 weights/grads/states, torch.autocast(bf16) compute (HF Trainer bf16=True)
+    amp_fp16 = "amp-fp16"  # same with fp16 autocast and a GradScaler
+    bf16_mixed = "bf16-mixed"  # bf16 weights+grads on GPU, fp32 master+states in the optimizer (DeepSpeed)
+    fp16_mixed = "fp16-mixed"  # same in fp16, with dynamic loss scaling
+    bf16 = "bf16"  # everything bf16, optimizer states included
+
+    @property
+    def is_amp(self) -> bool:
+        return self in (Precision.amp_bf16, Precision.amp_fp16)
+
+    @property
+    def is_mixed(self) -> bool:
+        return self in (Precision.bf16_mixed, Precision.fp16_mixed)
+
+    @property
+    def uses_fp16(self) -> bool:
+        return self in (Precision.amp_fp16, Precision.fp16_mixed)
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    adam = "adam"
+    sgd = "sgd"
+    sgd_momentum = "sgd-momentum"
+    adafactor = "adafactor"
+    adamw_8bit = "adamw-8bit"
+
+
+class OptimizerImpl(str, Enum):
+    foreach = "foreach"  # PyTorch's default on CUDA: whole-list kernels with list-sized temporaries
+    fused = "fused"  # one fused kernel per group, no temporaries
+    for_loop = "for-loop"  # one parameter at a time
+
+
+class Checkpointing(str, Enum):
+    none = "none"
+    full = "full"  # whole decoder layers, 1 of every `checkpoint_every`
+    selective = "selective"  # only the attention core is recomputed (Korthikanti et al. 2022)
+
+
+class Attention(str, Enum):
+    eager = "eager"  # materialises the B x heads x S x S scores and probabilities
+    sdpa = "sdpa"  # torch SDPA / FlashAttention: keeps only the output and the logsumexp
+
+
+class Offload(str, Enum):
+    none = "none"
+    cpu = "cpu"
+    nvme = "nvme"
+
+
+class Mode(str, Enum):
+    train = "train"
+    inference = "inference"
+
+
+class LoraConfig(BaseModel):
+    """LoRA / QLoRA adapters on a frozen base model (peft semantics)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
+    alpha: float = Field(32, gt=0, description="scaling numerator; scale = alpha / r")
+    targets: Literal["all-linear", "attention"] = Field(
+        "all-linear", description="which linear layers get adapters (lm_head never does)"
+    )
+    base_weights: Literal["bf16", "int8", "nf4"] = Field(
+        "bf16", description="storage of the frozen base weights (nf4 = QLoRA)"
+    )
+
+
+class TrainingConfig(BaseModel):
+    """How the step is run. Defaults are a plain single-GPU bf16 AdamW run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    micro_batch_size: int = Field(1, ge=1, le=65536, description="sequences per GPU per micro-step")
+    seq_len: int = Field(2048, ge=1, le=4_194_304, description="tokens per sequence")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
+    precision: Precision = Precision.amp_bf16
+    optimizer: Optimizer = Optimizer.adamw
+    optimizer_impl: OptimizerImpl = OptimizerImpl.foreach
+    activation_checkpointing: Checkpointing = Checkpointing.none
+    checkpoint_every: int = Field(1, ge=1, le=1024, description="with full: checkpoint 1 of every k layers")
+    attention: Attention = Attention.sdpa
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage; 0 = plain data parallel")
+    offload_optimizer: Offload = Offload.none
+    offload_params: Offload = Offload.none
+    tensor_parallel: int = Field(1, ge=1, le=1024)
+    pipeline_parallel: int = Field(1, ge=1, le=1024)
+    sequence_parallel: bool = False
+    lora: LoraConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingConfig:
+        if self.offload_params != Offload.none and self.zero_stage != 3:
+            raise ValueError("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)")
+        if self.offload_optimizer != Offload.none and self.zero_stage == 0:
+            raise ValueError("offload_optimizer needs zero_stage 1, 2 or 3 (DeepSpeed ZeRO-Offload)")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise ValueError("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)")
+        if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
+            raise ValueError("adamw-8bit (bitsandbytes) has no for-loop implementation; use foreach or fused")
+        if self.lora is not None and self.lora.base_weights != "bf16" and self.precision.is_mixed:
+            raise ValueError("quantized LoRA base weights (int8/nf4) are used with amp or bf16, not *-mixed")
+        return self
+
+
+class HardwareConfig(BaseModel):
+    """Which GPUs. `gpu` is a preset id; `cluster` is a cluster preset that fills gpu and count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str | None = Field(None, description="GPU preset id, e.g. a100-80gb")
+    num_gpus: int = Field(1, ge=1, le=65536, description="GPUs in the job")
+    gpus_per_node: int | None = Field(None, ge=1, le=64, description="default: min(num_gpus, 8)")
+    cluster: str | None = Field(None, description="cluster preset id, e.g. 8x-a100-80gb")
+    memory_bytes: int | None = Field(None, gt=0, description="custom GPU: usable device memory in bytes")
+    cpu_ram_bytes: int | None = Field(None, gt=0, description="host RAM per node, for offload checks")
+
+
+class Scenario(BaseModel):
+    """Model + hardware + training setup. `model` is a preset id or a Hugging Face config dict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | dict[str, Any]
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    mode: Mode = Mode.train
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+
+    @cached_property
+    def spec(self) -> ModelSpec:
+        """The resolved architecture (from the preset or the config dict)."""
+        from calc.presets import resolve_model
+
+        return resolve_model(self.model)
+
+    @model_validator(mode="after")
+    def _fits_model(self) -> Scenario:
+        spec = self.spec  # raises a ValueError naming the problem for unknown presets / bad configs
+        t = self.training
+        if spec.num_heads % t.tensor_parallel:
+            raise ValueError(
+                f"tensor_parallel={t.tensor_parallel} must divide the {spec.num_heads} attention heads"
+            )
+        if spec.num_layers < t.pipeline_parallel:
+            raise ValueError(
+                f"pipeline_parallel={t.pipeline_parallel} exceeds the {spec.num_layers} layers"
+            )
+        gpus = self.resolved_hardware().num_gpus
+        model_parallel = t.tensor_parallel * t.pipeline_parallel
+        if gpus % model_parallel:
+            raise ValueError(
+                f"num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = {model_parallel}"
+            )
+        if t.lora is not None and self.mode == Mode.train and t.lora.base_weights != "bf16":
+            if t.zero_stage == 3:
+                raise ValueError("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2")
+        return self
+
+    def resolved_hardware(self) -> HardwareConfig:
+        """Hardware with a cluster preset expanded into gpu / num_gpus / gpus_per_node."""
+        from calc.presets import resolve_hardware
+
+        return resolve_hardware(self.hardware)
+
+    @property
+    def data_parallel(self) -> int:
+        t = self.training
+        return self.resolved_hardware().num_gpus // (t.tensor_parallel * t.pipeline_parallel)

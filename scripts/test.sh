@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Install the dev requirements (torch CPU build pinned, a system Chromium for the browser test)
+# and run the whole test suite. This is the README's test command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q -r requirements-dev.txt
+if ! command -v chromium >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: could not install chromium; browser test will be skipped"
+fi
+python3 -m ruff check .
+python3 -m pytest -q "$@"
