@@ -1,0 +1,183 @@
+"""Presets: every file loads, every model's parameter count equals transformers' own count exactly
+(built on the meta device, no weights) and the published count within 0.5%, and a bad file fails
+loudly with its path."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+import calc.presets as presets
+from calc.presets import PresetError, cluster_presets, gpu_presets, model_presets
+
+MODEL_IDS = sorted(model_presets())
+MiB = 2**20
+GiB = 2**30
+
+
+def _clear_caches() -> None:
+    for fn in (presets.model_presets, presets.gpu_presets, presets.cluster_presets, presets._spec_for_preset):
+        fn.cache_clear()
+
+
+# ---- (a) everything loads ---------------------------------------------------------------
+def test_counts_and_required_ids():
+    models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
+    assert len(models) >= 30
+    assert len(gpus) >= 15
+    for required in ("gpt2", "llama-2-7b", "llama-3.1-8b", "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-7b",
+                     "gemma-2-9b", "phi-3-mini", "pythia-160m", "tinyllama-1.1b"):
+        assert required in models
+    for required in ("rtx-4090", "a100-80gb", "h100-sxm", "h200", "mi300x", "t4"):
+        assert required in gpus
+    for required in ("1x-rtx-4090", "8x-a100-80gb", "64x-a100-80gb"):
+        assert required in clusters
+
+
+def test_every_model_names_its_sources():
+    for p in model_presets().values():
+        assert p.source.startswith("https://huggingface.co/") and p.source.endswith("config.json"), p.id
+        assert p.params_source is None or p.params_source.startswith("https://"), p.id
+
+
+# ---- (b) our count == transformers' count, exactly ---------------------------------------
+@pytest.fixture(scope="module")
+def hf():
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    transformers.logging.set_verbosity_error()
+    return transformers, torch
+
+
+@pytest.mark.parametrize("preset_id", MODEL_IDS)
+def test_param_count_matches_transformers(hf, preset_id):
+    transformers, torch = hf
+    preset = model_presets()[preset_id]
+    cfg = dict(preset.config)
+    model_type = cfg.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(model_type, **cfg)
+        # token ids only matter for an embedding's padding_idx; keep them inside the vocabulary
+        if getattr(config, "pad_token_id", None) is not None and config.pad_token_id >= config.vocab_size:
+            config.pad_token_id = None
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    hf_count = sum(p.numel() for p in model.parameters())
+    assert hf_count == preset.spec.total_params(), (
+        f"{preset_id}: transformers {hf_count:,} vs ours {preset.spec.total_params():,}"
+    )
+
+
+# ---- (c) our count vs the published count ------------------------------------------------
+@pytest.mark.parametrize("preset_id", MODEL_IDS)
+def test_published_params_within_half_percent(preset_id):
+    preset = model_presets()[preset_id]
+    ours = preset.spec.total_params()
+    rel = abs(ours - preset.published_params) / preset.published_params
+    assert rel <= 0.005, f"{preset_id}: ours {ours:,} vs published {preset.published_params:,} ({rel:.3%})"
+
+
+# ---- (d) a bad preset fails loudly, naming its file ---------------------------------------
+GOOD_MODEL = """\
+id: {id}
+name: Tiny
+source: https://huggingface.co/x/y/blob/main/config.json
+published_params: 1000
+config:
+  model_type: llama
+  vocab_size: 100
+  hidden_size: 64
+  intermediate_size: 128
+  num_hidden_layers: 2
+  num_attention_heads: 4
+"""
+
+
+@pytest.fixture
+def presets_dir(tmp_path, monkeypatch):
+    for kind in ("models", "gpus", "clusters"):
+        (tmp_path / kind).mkdir()
+    monkeypatch.setattr(presets, "PRESETS_DIR", tmp_path)
+    _clear_caches()
+    yield tmp_path
+    _clear_caches()
+
+
+def _expect_error(loader, path):
+    with pytest.raises(PresetError) as exc:
+        loader()
+    assert str(path) in str(exc.value)
+    return str(exc.value)
+
+
+def test_good_tmp_preset_loads(presets_dir):
+    (presets_dir / "models" / "tiny.yaml").write_text(GOOD_MODEL.format(id="tiny"))
+    assert list(model_presets()) == ["tiny"]
+
+
+def test_malformed_yaml(presets_dir):
+    path = presets_dir / "models" / "broken.yaml"
+    path.write_text("id: broken\nname: [unclosed\n")
+    _expect_error(model_presets, path)
+
+
+def test_unknown_field(presets_dir):
+    path = presets_dir / "models" / "tiny.yaml"
+    path.write_text(GOOD_MODEL.format(id="tiny") + "flops_per_token: 12\n")
+    assert "flops_per_token" in _expect_error(model_presets, path)
+
+
+def test_id_must_equal_file_name(presets_dir):
+    path = presets_dir / "models" / "tiny.yaml"
+    path.write_text(GOOD_MODEL.format(id="other"))
+    _expect_error(model_presets, path)
+
+
+def test_unsupported_model_type(presets_dir):
+    path = presets_dir / "models" / "tiny.yaml"
+    path.write_text(GOOD_MODEL.format(id="tiny").replace("model_type: llama", "model_type: t5"))
+    assert "unsupported model_type" in _expect_error(model_presets, path)
+
+
+def test_cluster_with_unknown_gpu(presets_dir):
+    path = presets_dir / "clusters" / "2x-nothing.yaml"
+    path.write_text("id: 2x-nothing\nname: x\ngpu: nothing\nnum_gpus: 2\ngpus_per_node: 2\n"
+                    "cpu_ram_bytes_per_node: 1073741824\n")
+    _expect_error(cluster_presets, path)
+
+
+# ---- (e) GPU and cluster sanity ----------------------------------------------------------
+@pytest.mark.parametrize("gpu_id, mib", [("a100-80gb", 81920), ("rtx-4090", 24564), ("h100-sxm", 81559),
+                                         ("a100-40gb", 40960), ("h200", 143771), ("t4", 15360)])
+def test_memory_is_the_nvidia_smi_total(gpu_id, mib):
+    assert gpu_presets()[gpu_id].memory_bytes == mib * MiB
+
+
+def test_gpu_fields_are_consistent():
+    for g in gpu_presets().values():
+        assert g.memory_bytes % MiB == 0, g.id
+        # the marketing label is a GB (or, for some, roughly GiB) figure: the reported total sits between
+        # 0.95 x label x 1e9 and label x 2**30 -- catches a GB/GiB/MiB slip of any real size
+        label = float(re.match(r"^(\d+(?:\.\d+)?) GB$", g.memory_label).group(1))
+        assert 0.95 * label * 1e9 <= g.memory_bytes <= label * GiB, g.id
+        assert g.bf16 == (g.bf16_tflops > 0), g.id
+        assert g.fp32_tflops < g.fp16_tflops, g.id
+        assert g.source.startswith("https://"), g.id
+        assert g.notes, g.id
+
+
+def test_cluster_shapes():
+    clusters = cluster_presets()
+    for c in clusters.values():
+        assert c.cpu_ram_bytes_per_node % GiB == 0, c.id
+        multi_node = c.num_gpus > c.gpus_per_node
+        assert (c.inter_node_bandwidth_bytes_per_s > 0) == multi_node, c.id
+    assert clusters["1x-rtx-4090"].cpu_ram_bytes_per_node == 64 * GiB
+    assert clusters["8x-a100-80gb"].cpu_ram_bytes_per_node == 1024 * GiB
+    big = clusters["64x-a100-80gb"]
+    assert (big.num_gpus, big.gpus_per_node, big.inter_node_bandwidth_bytes_per_s) == (64, 8, 25e9)
+    assert clusters["64x-h100-sxm"].inter_node_bandwidth_bytes_per_s == 50e9
+    assert gpu_presets()[clusters["4x-rtx-4090"].gpu].nvlink_bandwidth_bytes_per_s == 0
