@@ -175,6 +175,36 @@ class ModelSpec(BaseModel):
         inactive = (self.num_experts - self.experts_per_token) * self.mlp_params_per_expert()
         return self.total_params() - self.num_layers * inactive
 
+    def param_shapes(self) -> list[tuple[tuple[int, ...], int]]:
+        """(shape, count) of every parameter tensor, as the transformers module registers them
+        (used for shape-dependent optimizer memory: Adafactor, for-loop temporaries, 8-bit)."""
+        h, i, q, kv, L = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width, self.num_layers
+        shapes: list[tuple[tuple[int, ...], int]] = [((self.vocab_size, h), 1)]
+        if self.family == "gpt2":
+            shapes.append(((self.max_position_embeddings, h), 1))
+        norm = [((h,), 2)] if self.uses_layernorm else [((h,), 1)]
+        if self.family in ("gpt2", "gpt_neox", "phi3"):
+            attn = [((q + 2 * kv, h), L), ((h, q), L)]
+        else:
+            attn = [((q, h), L), ((kv, h), 2 * L), ((h, q), L)]
+        if self.qkv_bias:
+            attn += [((q + 2 * kv,), L)] if self.family in ("gpt2", "gpt_neox") else [((q,), L), ((kv,), 2 * L)]
+        if self.o_bias:
+            attn.append(((h,), L))
+        if self.family == "qwen3":
+            attn.append(((self.head_dim,), 2 * L))
+        if self.num_experts > 1:
+            mlp = [((self.num_experts, 2 * i, h), L), ((self.num_experts, h, i), L), ((self.num_experts, h), L)]
+        elif self.family == "phi3":
+            mlp = [((2 * i, h), L), ((h, i), L)]
+        elif self.gated_mlp:
+            mlp = [((i, h), 2 * L), ((h, i), L)] + ([((i,), 2 * L), ((h,), L)] if self.mlp_bias else [])
+        else:
+            mlp = [((i, h), L), ((h, i), L), ((i,), L), ((h,), L)]
+        norms = [(shape, n * L * self.norms_per_layer()) for shape, n in norm] + norm
+        head = [((self.vocab_size, h), 1)] if not self.tie_word_embeddings else []
+        return shapes + attn + mlp + norms + head
+
     def linear_shapes_per_layer(self) -> list[tuple[str, int, int, int]]:
         """(name, in_features, out_features, count) of each layer's linear maps; used by LoRA."""
         h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width

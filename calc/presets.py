@@ -103,7 +103,7 @@ def model_presets() -> dict[str, ModelPreset]:
     items = _load_dir("models", ModelPreset)
     for item in items.values():
         try:
-            item.spec
+            _ = item.spec
         except ValueError as exc:
             raise PresetError(f"{PRESETS_DIR / 'models' / (item.id + '.yaml')}: {exc}") from None
     return items

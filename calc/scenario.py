@@ -175,8 +175,8 @@ class Scenario(BaseModel):
             raise ValueError(
                 f"num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = {model_parallel}"
             )
-        if t.lora is not None and self.mode == Mode.train and t.lora.base_weights != "bf16":
-            if t.zero_stage == 3:
+        quantized = t.lora is not None and t.lora.base_weights != "bf16"
+        if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise ValueError("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2")
         return self
 

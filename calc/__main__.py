@@ -1,0 +1,155 @@
+"""Command line: python -m calc {estimate,presets,recommend,export-deepspeed,validate} ...
+
+Bad input gives a one-line error on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from calc.units import fmt_gib
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def load_scenario(path: str) -> Any:
+    """Read and validate a scenario JSON file (or '-' for stdin)."""
+    from calc.scenario import Scenario
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{path}: {one_line(exc)}") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first validation problem as 'field.path: message'."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "scenario"
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {msg}{more}"
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from calc.engine import estimate
+
+    est = estimate(load_scenario(args.scenario))
+    if args.format == "json":
+        print(est.model_dump_json(indent=2, exclude={"timeline"} if not args.timeline else None))
+    else:
+        print(format_table(est))
+    return 0
+
+
+def format_table(est: Any) -> str:
+    b = est.breakdown
+    dt = est.device_total_bytes
+    rows = [
+        ("model", f"{est.model.name} ({est.model.total_params:,} params)"),
+        ("peak allocated", fmt_gib(est.peak_allocated_bytes)),
+        ("  peak at", f"{est.peak_event} ({est.peak_phase}, step {est.peak_step})"),
+        ("  parameters", fmt_gib(b.parameters)),
+        ("  gradients", fmt_gib(b.gradients)),
+        ("  optimizer states", fmt_gib(b.optimizer_states)),
+        ("  activations", fmt_gib(b.activations)),
+        ("  other (transients)", fmt_gib(b.other)),
+        ("device total (low/exp/high)", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
+    ]
+    if est.gpu_memory_bytes:
+        verdict = "fits" if est.fits else "does NOT fit"
+        rows.append(("GPU memory", f"{fmt_gib(est.gpu_memory_bytes)}: {verdict}, headroom {fmt_gib(est.headroom_bytes)}"))
+    if est.cpu_ram_bytes or est.nvme_bytes:
+        rows.append(("offload (per node)", f"CPU RAM {fmt_gib(est.cpu_ram_bytes)}, NVMe {fmt_gib(est.nvme_bytes)}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n(1 GiB = 2^30 bytes)"
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from calc.presets import cluster_presets, gpu_presets, model_presets
+
+    if args.kind in ("all", "models"):
+        print("# models (id, params, source)")
+        for p in model_presets().values():
+            print(f"{p.id:22s} {p.spec.total_params():>17,}  {p.name}")
+    if args.kind in ("all", "gpus"):
+        print("# gpus (id, memory, bf16 TFLOPS)")
+        for g in gpu_presets().values():
+            print(f"{g.id:22s} {fmt_gib(g.memory_bytes):>12s}  {g.bf16_tflops:7.1f}  {g.name}")
+    if args.kind in ("all", "clusters"):
+        print("# clusters (id, gpus)")
+        for c in cluster_presets().values():
+            print(f"{c.id:22s} {c.num_gpus:>4d} x {c.gpu}  {c.name}")
+    return 0
+
+
+def _lazy(module: str, func: str = "cli_main"):
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).__getattribute__(func)(args)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m calc", description="GPU memory calculator (vramcalc)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("estimate", help="per-GPU memory of one scenario")
+    p.add_argument("scenario", help="scenario JSON file ('-' for stdin)")
+    p.add_argument("--format", choices=["json", "table"], default="json")
+    p.add_argument("--timeline", action="store_true", help="include the step timeline in the JSON")
+    p.set_defaults(func=cmd_estimate)
+    p = sub.add_parser("presets", help="list model, GPU and cluster presets")
+    p.add_argument("kind", nargs="?", choices=["all", "models", "gpus", "clusters"], default="all")
+    p.set_defaults(func=cmd_presets)
+    p = sub.add_parser("recommend", help="ranked configurations that fit")
+    p.add_argument("scenario")
+    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--format", choices=["json", "table"], default="table")
+    p.set_defaults(func=_lazy("calc.recommend"))
+    p = sub.add_parser("export-deepspeed", help="DeepSpeed config for a scenario")
+    p.add_argument("scenario")
+    p.add_argument("-o", "--output")
+    p.set_defaults(func=_lazy("calc.export.deepspeed"))
+    p = sub.add_parser("validate", help="predicted vs measured peaks for a data set")
+    p.add_argument("data", nargs="*", help="JSON-lines measurement files (default: data/*.jsonl)")
+    p.add_argument("--max-median", type=float, default=None, help="fail if median |error| %% exceeds this")
+    p.add_argument("--max-worst", type=float, default=None, help="fail if worst |error| %% exceeds this")
+    p.set_defaults(func=_lazy("calc.validate"))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, ValidationError) as exc:
+        msg = one_line(exc) if isinstance(exc, ValidationError) else str(exc)
+        print(f"error: {msg.splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,408 @@
+"""The estimate: per-GPU memory through the first training steps, from a Scenario.
+
+Model states come from calc.precision and calc.parallel; activations and transients come from
+replaying the transformers ops of one decoder layer, the embedding and the LM head + loss in the
+autograd simulator (calc.graph, calc.layers). Layers are identical, so the step's timeline is
+composed from the three block profiles:
+
+  forward layer i : base + embedding saved + sum_{j<i} saved_j + layer forward peak
+  loss backward   : base + all saved + head backward peak (logits' fp32 grads)
+  backward layer i: base + sum_{j<i} saved_j + grads of layers > i + layer backward peak
+  optimizer step  : weights + grads + states (+ master) + optimizer temporaries
+
+where base = weights (+ states and master weights from step 2 on, since torch.optim creates them
+lazily in step 1) + input ids. The peak is the largest of these moments over three steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from calc import parallel, precision
+from calc.architectures import ModelSpec
+from calc.graph import BlockProfile
+from calc.layers import Ctx, decoder_layer, embedding_block, head_block
+from calc.overhead import cublas_workspace_bytes, device_overhead
+from calc.presets import gpu_presets
+from calc.result import (
+    Breakdown,
+    Component,
+    DeviceTotal,
+    Estimate,
+    ModelSummary,
+    Timeline,
+)
+from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
+
+Target = Literal["cuda", "cpu"]
+_LORA_ATTENTION = frozenset({"q", "k", "v", "o", "qkv"})
+_LORA_ALL = _LORA_ATTENTION | {"gate", "up", "down"}
+_QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
+
+
+# ---- model states ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class States:
+    """Model-state bytes on one GPU (after sharding)."""
+
+    weights: int
+    grads: int
+    optimizer: int  # states (+ fp32 master weights for *-mixed)
+    master: int
+    opt_temp: int  # optimizer.step() temporaries
+    grad_fp32_step: int  # fp32 copies of grads alive during the step (*-mixed)
+    zero_buffers: int  # ZeRO-2 bucket / ZeRO-3 gathered weights
+    trainable: int  # trainable params on this GPU before ZeRO sharding
+    params_local: int  # params on this GPU before ZeRO sharding
+    offloaded_cpu: int
+    offloaded_nvme: int
+    components: list[Component] = field(default_factory=list)
+
+
+def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
+    """LoRA A (r x in) and B (out x r) for each targeted projection of each layer (peft)."""
+    shapes: list[tuple[tuple[int, ...], int]] = []
+    for name, fin, fout, count in _lora_linears(spec, tp):
+        if name in targets:
+            shapes += [((rank, fin), count * layers), ((fout, rank), count * layers)]
+    return shapes
+
+
+def _lora_linears(spec: ModelSpec, tp: int) -> list[tuple[str, int, int, int]]:
+    h, q, kv, i = spec.hidden_size, spec.q_width // tp, spec.kv_width // tp, spec.intermediate_size // tp
+    if spec.family in ("gpt2", "gpt_neox"):
+        return [("qkv", h, 3 * q, 1), ("o", q, h, 1), ("up", h, i, 1), ("down", i, h, 1)]
+    return [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1),
+            ("gate", h, i, spec.num_experts), ("up", h, i, spec.num_experts), ("down", i, h, spec.num_experts)]
+
+
+def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> int:
+    """Parameters on one GPU: layer weights / tp (norms replicated), the vocab-parallel embedding
+    on the first pipeline stage and the final norm + lm_head on the last."""
+    norms = spec.norms_per_layer() * spec.norm_params()
+    n = layers * ((spec.layer_params() - norms) // tp + norms)
+    if first:
+        n += spec.embedding_params() // tp
+    if last:
+        n += spec.norm_params() + spec.lm_head_params() // tp
+        if spec.tie_word_embeddings and not first:
+            n += spec.vocab_size * spec.hidden_size // tp
+    return n
+
+
+def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
+    """Weights, gradients, optimizer states and their sharding for one GPU."""
+    spec, t = sc.spec, sc.training
+    p = t.precision
+    dp = sc.data_parallel
+    tp = t.tensor_parallel
+    n_local = local_params(spec, tp, layers, first, last)
+    shard = parallel.zero_sharding(t.zero_stage, dp)
+    comps: list[Component] = []
+    if t.lora is not None:
+        targets = _LORA_ALL if t.lora.targets == "all-linear" else _LORA_ATTENTION
+        shapes = lora_shapes(spec, t.lora.rank, targets, layers, tp)
+        trainable = sum(_numel(s) * c for s, c in shapes)
+        base_b = _QUANT_BYTES[t.lora.base_weights]
+        base_w = round(n_local * base_b) if t.lora.base_weights != "bf16" else n_local * precision.weight_bytes_per_param(
+            Precision.bf16 if p.is_amp else p)
+        weights = round(base_w * shard.weights) + 4 * trainable
+        grad_b, state_p = 4, Precision.fp32
+        w_formula = f"{n_local:,} base params x {base_b:g} B ({t.lora.base_weights}) + {trainable:,} LoRA params x 4 B"
+    else:
+        shapes = [(s, c) for s, c in _local_shapes(spec, tp, layers, first, last)]
+        trainable = n_local
+        wb = precision.weight_bytes_per_param(p)
+        weights = round(n_local * wb * shard.weights)
+        grad_b, state_p = precision.grad_bytes_per_param(p), p
+        w_formula = f"{n_local:,} params x {wb} B" + (f" / {dp} (ZeRO-3)" if shard.weights < 1 else "")
+    grads = round(trainable * grad_b * shard.gradients)
+    states = round(precision.optimizer_state_bytes(t.optimizer, state_p, shapes) * shard.optimizer)
+    master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
+    temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
+    grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
+    zero_buf = parallel.stage2_bucket_bytes(grad_b, t.zero_stage, dp)
+    layer_p = (spec.layer_params()) // tp
+    edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
+    zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp)
+    cpu = nvme = 0
+    off_opt = states + master + grad32
+    if t.offload_optimizer != Offload.none:
+        if t.offload_optimizer == Offload.cpu:
+            cpu += off_opt
+        else:
+            nvme += off_opt
+            cpu += grad32  # fp32 grads are staged in pinned host memory
+        states, master, temp, grad32 = 0, 0, 0, 0
+    if t.offload_params != Offload.none:
+        if t.offload_params == Offload.cpu:
+            cpu += weights
+        else:
+            nvme += weights
+        weights = 0
+    comps.append(Component(key="weights", category="parameters", label="Model weights", bytes=weights,
+                           formula=w_formula, source="parameter count x bytes per weight (calc.precision)"))
+    return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps)
+
+
+def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
+    """Parameter shapes on this GPU (layer counts scaled to this stage; TP splits the first dim)."""
+    out = []
+    per_layer = spec.num_layers
+    for shape, count in spec.param_shapes():
+        if count >= per_layer and count % per_layer == 0:
+            count = count // per_layer * layers
+            if len(shape) >= 2 and tp > 1:
+                shape = (max(1, shape[0] // tp),) + shape[1:]
+        elif shape[0] == spec.vocab_size:
+            shape = (max(1, shape[0] // tp),) + shape[1:]
+        out.append((shape, count))
+    return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# ---- activations -------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _profiles(ctx: Ctx, eager: bool) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
+    return decoder_layer(ctx, eager).profile(), embedding_block(ctx).profile(), head_block(ctx).profile()
+
+
+@lru_cache(maxsize=4096)
+def _attention_saved(ctx: Ctx, eager: bool) -> int:
+    """Bytes the attention sub-block saves (what selective checkpointing drops), from a graph of
+    the layer without its MLP half."""
+    from calc.graph import Graph
+    from calc.layers import llama_attention, rms_norm
+
+    g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size)
+    y, _ = rms_norm(g, 0, ctx.r, ctx)
+    before = g.profile().saved
+    llama_attention(g, y, ctx, eager)
+    return g.profile().saved - before
+
+
+def _ctx(sc: Scenario, target: Target) -> Ctx:
+    t = sc.training
+    p = t.precision
+    lora = t.lora
+    base_p = p
+    if lora is not None and p == Precision.fp32:
+        base_p = Precision.fp32
+    targets = frozenset()
+    if lora is not None:
+        targets = _LORA_ALL if lora.targets == "all-linear" else _LORA_ATTENTION
+    return Ctx(
+        spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len,
+        w=precision.weight_bytes_per_param(base_p) if lora is None else (4 if p == Precision.fp32 else 2),
+        a=precision.activation_bytes(p), r=precision.residual_bytes(p) if lora is None else (4 if p.is_amp or p == Precision.fp32 else 2),
+        amp=p.is_amp and lora is None, cuda=target == "cuda", tp=t.tensor_parallel, sp=t.sequence_parallel,
+        lora_rank=lora.rank if lora else 0, lora_targets=targets, frozen_base=lora is not None,
+    )
+
+
+def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
+    """(saved, forward-only) model-level tensors: RoPE cos/sin (B x S x rotary_dim each, residual
+    dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S in the model
+    dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
+    s = ctx.spec
+    rope = 0
+    if s.family != "gpt2":
+        rot = int(s.head_dim * s.rotary_fraction)
+        rope = 2 * ctx.batch * ctx.seq * rot * ctx.r
+    mask = ctx.batch * ctx.seq * ctx.seq * (4 if ctx.r == 4 else ctx.a) if eager else 0
+    return rope, mask
+
+
+# ---- timeline ----------------------------------------------------------------------------
+
+class _Timeline:
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {k: [] for k in
+                                      ("events", "phases", "parameters", "gradients", "optimizer_states",
+                                       "activations", "other")}
+
+    def add(self, event: str, phase: str, params: int, grads: int, opt: int, acts: int, other: int) -> None:
+        c = self.cols
+        c["events"].append(event)
+        c["phases"].append(phase)
+        c["parameters"].append(params)
+        c["gradients"].append(grads)
+        c["optimizer_states"].append(opt)
+        c["activations"].append(acts)
+        c["other"].append(max(0, other))
+
+    def build(self) -> Timeline:
+        c = self.cols
+        totals = [c["parameters"][i] + c["gradients"][i] + c["optimizer_states"][i] + c["activations"][i]
+                  + c["other"][i] for i in range(len(c["events"]))]
+        peak = max(range(len(totals)), key=totals.__getitem__)
+        return Timeline(peak_index=peak, **c)
+
+
+def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
+                    ws: int) -> _Timeline:
+    t = sc.training
+    eager = t.attention == Attention.eager
+    layer, emb, head = _profiles(ctx, eager)
+    rope, mask = model_level_bytes(ctx, eager)
+    inputs = 8 * ctx.tokens
+    ckpt = t.activation_checkpointing
+    every = t.checkpoint_every if ckpt == Checkpointing.full else 0
+    in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
+    sel_drop = _attention_saved(ctx, eager) if ckpt == Checkpointing.selective and sc.spec.family not in (
+        "gpt2", "gpt_neox") else 0
+    h_bytes = ctx.r * ctx.tokens * sc.spec.hidden_size
+
+    def saved(i: int) -> int:
+        if every and i % every == 0:
+            return h_bytes  # the checkpoint keeps only the layer input
+        return layer.saved - sel_drop + (h_bytes if sel_drop and not layer.input_saved else 0)
+
+    tl = _Timeline()
+    w = st.weights
+    opt = st.optimizer
+    ga_grads = st.grads if t.gradient_accumulation_steps > 1 else 0
+    other0 = inputs + ws + st.zero_buffers
+    layer_grad = layer.param_grad_bytes if st.grads else 0
+    scale_g = st.grads / max(1, (layers * layer.param_grad_bytes + head.param_grad_bytes + emb.param_grad_bytes)) \
+        if st.grads else 0.0
+
+    # forward
+    acts = (in_flight - 1) * (sum(saved(i) for i in range(layers)) + (emb.saved if first else 0))
+    acts += rope
+    if first:
+        tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved, other0 + mask + emb.fwd_peak - emb.saved)
+        acts += emb.saved
+    cur = acts
+    for i in range(layers):
+        s_i = saved(i)
+        peak = layer.fwd_peak_nosave if (every and i % every == 0) else layer.fwd_peak
+        tl.add(f"forward layer {i}", "forward", w, ga_grads, opt, cur + s_i, other0 + mask + peak - s_i)
+        cur += s_i
+    if last:
+        tl.add("lm_head + loss", "loss", w, ga_grads, opt, cur + head.saved, other0 + head.fwd_peak - head.saved)
+        g_head = round(head.param_grad_bytes * scale_g)
+        tl.add("loss backward", "backward", w, ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
+               cur + head.bwd_peak_saved, other0 + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
+        grads = g_head
+    else:
+        grads = 0
+        tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + h_bytes)
+    # backward
+    for i in reversed(range(layers)):
+        s_i = saved(i)
+        cur -= s_i
+        g_i = round(layer_grad * scale_g)
+        if every and i % every == 0:
+            recompute = layer.fwd_peak + h_bytes
+            bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
+            local = max(recompute, bwd)
+            alive = layer.saved if recompute >= bwd else layer.bwd_peak_saved
+            pg = 0 if recompute >= bwd else layer.bwd_peak_pgrad
+            tl.add(f"backward layer {i} (recomputed)", "backward", w, max(ga_grads, grads + round(pg * scale_g)),
+                   opt, cur + alive, other0 + local - alive - pg)
+        else:
+            tl.add(f"backward layer {i}", "backward", w,
+                   max(ga_grads, grads + round(layer.bwd_peak_pgrad * scale_g)), opt,
+                   cur + layer.bwd_peak_saved, other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+        grads += g_i
+    if first:
+        cur -= emb.saved
+        g_e = round(emb.param_grad_bytes * scale_g)
+        tl.add("embedding backward", "backward", w, max(ga_grads, grads + g_e), opt, cur,
+               other0 + emb.bwd_peak - emb.bwd_peak_pgrad)
+    # optimizer
+    tl.add("optimizer step", "optimizer", w, st.grads, opt, 0,
+           inputs + st.zero_buffers + st.opt_temp + st.grad_fp32_step)
+    return tl
+
+
+def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:
+    """no_grad forward with use_cache=True: weights + the KV cache growing layer by layer + one
+    layer's transients; at the end the logits (B x S x V in compute dtype) are returned."""
+    t = sc.training
+    eager = t.attention == Attention.eager
+    layer, emb, head = _profiles(ctx, eager)
+    rope, mask = model_level_bytes(ctx, eager)
+    s = ctx.spec
+    kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * (ctx.e + ctx.a)
+    tl = _Timeline()
+    base = 8 * ctx.tokens + rope + mask + ws
+    h_bytes = ctx.r * ctx.tokens * s.hidden_size
+    tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
+    for i in range(layers):
+        tl.add(f"layer {i}", "inference", st.weights, 0, 0, (i + 1) * kv_layer, base + layer.fwd_peak_nosave)
+    logits = ctx.a * ctx.tokens * s.vocab_size // ctx.tp
+    tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
+           base - mask + h_bytes * 3 + logits)
+    return tl
+
+
+# ---- entry point -------------------------------------------------------------------------
+
+def estimate(sc: Scenario, target: Target = "cuda") -> Estimate:
+    """Predict per-GPU memory for `sc`. target="cpu" predicts a CPU run of the same workload
+    (dropout noise tensors instead of masks, no CUDA workspaces): used only for validation."""
+    t, spec = sc.training, sc.spec
+    hw = sc.resolved_hardware()
+    gpu = gpu_presets().get(hw.gpu) if hw.gpu else None
+    pp = t.pipeline_parallel
+    layers = parallel.layers_on_stage(spec.num_layers, pp)
+    training = sc.mode == Mode.train
+    ws = cublas_workspace_bytes(gpu.architecture if gpu else "hopper", training) if target == "cuda" else 0
+    ctx = _ctx(sc, target)
+    stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
+    best: tuple[int, Timeline, States] | None = None
+    for first, last in stages:
+        st = model_states(sc, layers, first, last)
+        tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
+              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws)).build()
+        peak = tl.total(tl.peak_index)
+        if best is None or peak > best[0]:
+            best = (peak, tl, st)
+    assert best is not None
+    peak, tl, st = best
+    return _result(sc, spec, hw, gpu, peak, tl, st, layers, ws, training)
+
+
+def _inference_states(st: States) -> States:
+    return States(st.weights, 0, 0, 0, 0, 0, 0, 0, st.params_local, 0, 0, st.components)
+
+
+def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, training) -> Estimate:
+    i = tl.peak_index
+    bd = Breakdown(parameters=tl.parameters[i], gradients=tl.gradients[i], optimizer_states=tl.optimizer_states[i],
+                   activations=tl.activations[i], other=tl.other[i])
+    ov = device_overhead(peak, hw.num_gpus)
+    dt = DeviceTotal(
+        low=peak + ov.context["low"] + ov.nccl["low"] + ov.reserve["low"],
+        expected=peak + ov.context["expected"] + ov.nccl["expected"] + ov.reserve["expected"],
+        high=peak + ov.context["high"] + ov.nccl["high"] + ov.reserve["high"],
+        cuda_context_bytes=ov.context["expected"], workspace_bytes=ov.nccl["expected"],
+        reserve_low_bytes=ov.reserve["low"], reserve_expected_bytes=ov.reserve["expected"],
+        reserve_high_bytes=ov.reserve["high"],
+    )
+    mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
+    phase = tl.phases[i]
+    step = 1 if (phase == "optimizer" or st.optimizer == 0 or not training) else 2
+    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    return Estimate(
+        model=ModelSummary(name=spec.name or spec.family, family=spec.family, total_params=spec.total_params(),
+                           trainable_params=st.trainable if training else 0, params_on_this_gpu=st.params_local,
+                           num_layers=spec.num_layers, layers_on_this_gpu=layers),
+        peak_allocated_bytes=peak, peak_phase=phase, peak_event=tl.events[i], peak_step=step,
+        breakdown=bd, components=st.components, timeline=tl, device_total_bytes=dt,
+        gpu_memory_bytes=mem, fits=None if mem is None else dt.expected <= mem,
+        headroom_bytes=None if mem is None else mem - dt.expected,
+        cpu_ram_bytes=st.offloaded_cpu * per_node, nvme_bytes=st.offloaded_nvme * per_node,
+    )

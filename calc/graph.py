@@ -1,0 +1,159 @@
+"""A tiny autograd simulator: replay one block's forward and backward and track live bytes.
+
+A block (one decoder layer, or the embedding / LM-head-and-loss ends of the model) is written as
+the list of ops that the transformers implementation runs, each with the tensor it creates, the
+tensors it reads and the tensors its autograd node saves for backward. The simulator then applies
+PyTorch's own lifetime rules:
+
+- forward: a tensor is freed after its last reader unless an autograd node saved it (or it is the
+  block's output); a node's saved tensors live until that node's backward has run
+  (`torch.autograd` releases SavedVariables when the node is executed with retain_graph=False);
+- backward runs the nodes in reverse creation order (the engine's sequence-number priority);
+  each node creates a gradient for every input that requires one, accumulating into an existing
+  gradient buffer (the new gradient is briefly alive next to it), and the gradient of its output
+  is freed once the producing node has run;
+- parameter gradients (`pgrad`) are created when their node runs and stay alive.
+
+The result is a BlockProfile: bytes saved for backward, and the peaks above the surrounding live
+memory reached inside the block during forward and during backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OUT = -1  # placeholder in `saves` for the op's own output
+
+
+@dataclass
+class Op:
+    out: int  # tensor id created by this op (or an alias id), -2 when it creates nothing
+    ins: tuple[int, ...]
+    saves: tuple[int, ...]
+    grad_ins: tuple[int, ...]
+    pgrad: int = 0  # parameter-gradient bytes produced by this node's backward
+    ws_fwd: int = 0  # scratch bytes alive only while the forward op runs
+    ws_bwd: int = 0  # scratch bytes alive only while the backward node runs
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """What one block costs, in bytes, relative to what is live around it."""
+
+    saved: int  # activations kept for backward after the block's forward (input included if saved)
+    fwd_peak: int  # max live bytes of the block during forward, its input and output included
+    bwd_peak: int  # max of (block saved still alive + grads in flight + new param grads) in backward
+    out_bytes: int  # the block's output (the next block's input)
+    in_grad_bytes: int  # gradient w.r.t. the block input left at the end of backward
+    param_grad_bytes: int  # parameter gradients created by this block's backward
+    input_saved: bool  # whether `saved` includes the block input
+    fwd_peak_nosave: int  # forward peak when nothing is saved (no_grad / checkpointed forward)
+    bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
+    bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
+
+
+@dataclass
+class Graph:
+    """Builder for one block. Tensor 0 is the block input."""
+
+    input_bytes: int
+    input_requires_grad: bool = True
+    sizes: list[int] = field(default_factory=list)
+    needs_grad: list[bool] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    output: int = 0
+
+    def __post_init__(self) -> None:
+        self.sizes.append(self.input_bytes)
+        self.needs_grad.append(self.input_requires_grad)
+
+    def op(self, out_bytes: int, ins: tuple[int, ...] = (), saves: tuple[int, ...] = (),
+           grad: bool = True, pgrad: int = 0, ws_fwd: int = 0, ws_bwd: int = 0, name: str = "",
+           grad_ins: tuple[int, ...] | None = None) -> int:
+        """Add an op creating a new tensor of `out_bytes`; returns its id."""
+        tid = len(self.sizes)
+        self.sizes.append(out_bytes)
+        self.needs_grad.append(grad)
+        saves = tuple(tid if s == OUT else s for s in saves)
+        if grad_ins is None:
+            grad_ins = tuple(i for i in ins if self.needs_grad[i])
+        self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name))
+        self.output = tid
+        return tid
+
+    def param_op(self, pgrad: int, name: str = "") -> None:
+        """A node with no activation output that only produces a parameter gradient (e.g. AccumulateGrad)."""
+        self.ops.append(Op(-2, (), (), (), pgrad, 0, 0, name))
+
+    # ---- simulation ------------------------------------------------------------------
+    def profile(self) -> BlockProfile:
+        savers: dict[int, int] = {}
+        last_read: dict[int, int] = {}
+        for k, op in enumerate(self.ops):
+            for s in op.saves:
+                savers[s] = savers.get(s, 0) + 1
+            for i in op.ins:
+                last_read[i] = k
+        fwd_peak = self._forward(savers, last_read)
+        fwd_peak_nosave = self._forward({}, last_read)
+        saved_ids = {t for t in savers}
+        saved_bytes = sum(self.sizes[t] for t in saved_ids)
+        (bwd_peak, bwd_saved, bwd_pgrad), in_grad, pgrads = self._backward(savers, saved_ids)
+        return BlockProfile(
+            saved=saved_bytes,
+            fwd_peak=fwd_peak,
+            bwd_peak=bwd_peak,
+            out_bytes=self.sizes[self.output] if self.output not in saved_ids else 0,
+            in_grad_bytes=in_grad,
+            param_grad_bytes=pgrads,
+            input_saved=0 in saved_ids,
+            fwd_peak_nosave=fwd_peak_nosave,
+            bwd_peak_saved=bwd_saved,
+            bwd_peak_pgrad=bwd_pgrad,
+        )
+
+    def _forward(self, savers: dict[int, int], last_read: dict[int, int]) -> int:
+        """Peak live bytes of the block during forward, its input included."""
+        live_bytes = self.sizes[0]
+        peak = live_bytes
+        for k, op in enumerate(self.ops):
+            if op.out >= 0:
+                live_bytes += self.sizes[op.out]
+            peak = max(peak, live_bytes + op.ws_fwd)
+            for i in set(op.ins):
+                if last_read.get(i) == k and i not in savers and i != self.output:
+                    live_bytes -= self.sizes[i]
+        return peak
+
+    def _backward(self, savers: dict[int, int], saved_ids: set[int]) -> tuple[tuple[int, int, int], int, int]:
+        remaining = dict(savers)
+        live_saved = sum(self.sizes[t] for t in saved_ids)
+        grads: dict[int, int] = {self.output: self.sizes[self.output]}  # grad of the block output
+        grad_bytes = self.sizes[self.output]
+        pgrads = 0
+        peak = (live_saved + grad_bytes, live_saved, 0)
+        for op in reversed(self.ops):
+            if op.out >= 0 and op.out not in grads and op.pgrad == 0:
+                continue  # no gradient reaches this node (non-differentiable branch)
+            new = 0
+            transient = 0
+            for i in op.grad_ins:
+                if i in grads:
+                    transient += self.sizes[i]
+                else:
+                    grads[i] = self.sizes[i]
+                    new += self.sizes[i]
+            pgrads += op.pgrad
+            now = live_saved + grad_bytes + new + transient + pgrads + op.ws_bwd
+            if now > peak[0]:
+                peak = (now, live_saved, pgrads)
+            grad_bytes += new
+            if op.out >= 0 and op.out in grads and op.out != 0:
+                grad_bytes -= grads.pop(op.out)
+            for s in op.saves:
+                remaining[s] -= 1
+                if remaining[s] == 0:
+                    live_saved -= self.sizes[s]
+        in_grad = grads.get(0, 0)
+        return peak, in_grad, pgrads

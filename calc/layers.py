@@ -1,0 +1,431 @@
+"""The ops each transformers block runs, written for the autograd simulator (calc.graph).
+
+Each builder mirrors the transformers 5.x source of its family op by op (file and class named in
+the docstring) and states which tensors each autograd node saves. Sizes are bytes for the tokens
+this GPU processes (micro-batch x sequence, divided by tensor parallelism where the op is split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from calc.architectures import ModelSpec
+from calc.graph import OUT, Graph
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Shapes and dtypes of one block as it runs on one GPU."""
+
+    spec: ModelSpec
+    batch: int
+    seq: int
+    w: int  # bytes per stored weight element (4 fp32/amp, 2 for 16-bit weights)
+    a: int  # bytes per activation element produced by matmuls (compute dtype)
+    r: int  # bytes per residual-stream element (embedding output dtype: 4 under amp)
+    amp: bool  # torch.autocast: casts matmul inputs and (cached) weights to 16-bit
+    cuda: bool  # CUDA kernels (dropout masks are 1-byte bools) vs CPU (dtype-sized noise)
+    tp: int = 1  # tensor-parallel degree: heads and MLP width are split
+    sp: bool = False  # sequence parallel: norms/dropout/residual on S/tp tokens
+    lora_rank: int = 0  # LoRA adapters on the listed projections
+    lora_targets: frozenset[str] = frozenset()
+    frozen_base: bool = False  # LoRA: base weights take no gradient
+    selective: bool = False  # attention block is recomputed in backward (selective checkpointing)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    @property
+    def e(self) -> int:
+        """RoPE output dtype: q/k (compute dtype) times cos/sin (residual dtype) promote."""
+        return max(self.a, self.r)
+
+
+# ---- generic pieces ---------------------------------------------------------------------
+
+def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
+    """nn.functional.dropout in training. CUDA: fused native_dropout keeps a 1-byte bool mask;
+    CPU: ATen's `_dropout` multiplies by a dtype-sized noise tensor, which the mul saves
+    (aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable)."""
+    if p <= 0:
+        return x
+    if c.cuda:
+        return g.op(nbytes, ins=(x,), saves=(g.op(elems, grad=False, name="dropout mask"),), name="dropout")
+    noise = g.op(nbytes, grad=False, name="dropout noise")
+    return g.op(nbytes, ins=(x, noise), saves=(noise,), grad_ins=(x,), name="dropout")
+
+
+def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
+           tokens: int | None = None, x_bytes: int | None = None) -> int:
+    """nn.Linear: saves its input (and weight). Under autocast the input is cast to 16-bit per
+    call (not cached) and the fp32 weight is cast once per forward (autocast's weight cache), and
+    that 16-bit copy is saved for backward; its gradient is converted back to an fp32 .grad.
+    With LoRA on this projection, peft adds dropout(identity) -> A (r x in) -> B (out x r) and
+    keeps A's input and the r-wide intermediate (peft/tuners/lora/layer.py, Linear.forward)."""
+    t = c.tokens if tokens is None else tokens
+    n_w = in_f * out_f + (out_f if bias else 0)
+    lora = c.lora_rank and name in c.lora_targets
+    base_pgrad = 0 if c.frozen_base else n_w * c.w
+    if c.amp:
+        xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input")
+        w16 = g.op(2 * n_w, grad=not c.frozen_base, pgrad=4 * n_w if not c.frozen_base else 0,
+                   name=f"{name} autocast weight copy")
+        y = g.op(2 * t * out_f, ins=(xin, w16), saves=(xin, w16), name=name,
+                 grad_ins=(xin, w16) if not c.frozen_base else (xin,))
+    else:
+        xin = x
+        y = g.op(c.a * t * out_f, ins=(x,), saves=(x,), pgrad=base_pgrad, name=name)
+    if lora:
+        # peft casts the input to the adapter dtype (fp32: autocast_adapter_dtype) before A
+        r = c.lora_rank
+        xa = xin if c.a == 4 else g.op(4 * t * in_f, ins=(xin,), name=f"{name} lora input fp32")
+        la = g.op(4 * t * r, ins=(xa,), saves=(xa,), pgrad=4 * r * in_f, name=f"{name} lora A")
+        lb = g.op(4 * t * out_f, ins=(la,), saves=(la,), pgrad=4 * r * out_f, name=f"{name} lora B")
+        ls = g.op(4 * t * out_f, ins=(lb,), name=f"{name} lora scale")
+        y = g.op(4 * t * out_f, ins=(y, ls), name=f"{name} + lora")
+        if c.a != 4:
+            y = g.op(c.a * t * out_f, ins=(y,), name=f"{name} lora cast back")
+    return y
+
+
+def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None) -> tuple[int, int]:
+    """LlamaRMSNorm: h = x.to(fp32); h * rsqrt(mean(h^2) + eps); weight * h.to(input dtype).
+    Saves the fp32 input (the input itself when already fp32), the rsqrt and the normalised
+    tensor; the weight-gradient reduction needs one full-size product in backward.
+    Gemma2RMSNorm instead multiplies by (1 + weight) in fp32 and casts the result back.
+    Returns (output id, output bytes per element)."""
+    t = c.tokens if tokens is None else tokens
+    n = t * c.spec.hidden_size
+    h = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm to fp32")
+    sq = g.op(4 * n, ins=(h,), saves=(h,), name="norm pow")
+    var = g.op(4 * t, ins=(sq,), name="norm mean")
+    ve = g.op(4 * t, ins=(var,), name="norm +eps")
+    rs = g.op(4 * t, ins=(ve,), saves=(OUT,), name="norm rsqrt")
+    n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs), name="norm scale")
+    if gemma:
+        y32 = g.op(4 * n, ins=(n32,), saves=(n32,), pgrad=c.w * c.spec.hidden_size, ws_bwd=4 * n, name="norm weight")
+        if x_bytes == 4:
+            return y32, 4
+        return g.op(x_bytes * n, ins=(y32,), name="norm cast back"), x_bytes
+    normed = n32 if x_bytes == 4 else g.op(x_bytes * n, ins=(n32,), name="norm cast back")
+    wb = max(c.w, x_bytes)
+    y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.hidden_size, ws_bwd=wb * n,
+             name="norm weight")
+    return y, wb
+
+
+def layer_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None = None) -> tuple[int, int]:
+    """nn.LayerNorm (native_layer_norm): saves input, mean and rstd (fp32, one per token)."""
+    t = c.tokens if tokens is None else tokens
+    n = t * c.spec.hidden_size
+    stats = g.op(8 * t, grad=False, name="layernorm mean+rstd")
+    y = g.op(x_bytes * n, ins=(x,), saves=(x, stats), pgrad=2 * c.w * c.spec.hidden_size, name="layernorm")
+    return y, x_bytes
+
+
+def activation(g: Graph, x: int, elems: int, nbytes: int, act: str, c: Ctx) -> int:
+    """The MLP non-linearity. silu / gelu (erf) / gelu_pytorch_tanh are single ATen ops that
+    save their input. HF's `gelu_new` (NewGELUActivation) is written out in Python:
+    0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), and autograd keeps x, x^3's input,
+    the tanh output and the (1 + tanh) factor (transformers/activations.py)."""
+    if act in ("gelu_new", "gelu_fast"):
+        p3 = g.op(nbytes, ins=(x,), saves=(x,), name="x^3")
+        m1 = g.op(nbytes, ins=(p3,), name="0.044715 x^3")
+        s1 = g.op(nbytes, ins=(x, m1), name="x + ...")
+        m2 = g.op(nbytes, ins=(s1,), name="* sqrt(2/pi)")
+        th = g.op(nbytes, ins=(m2,), saves=(OUT,), name="tanh")
+        one = g.op(nbytes, ins=(th,), name="1 + tanh")
+        hx = g.op(nbytes, ins=(x,), name="0.5 x")
+        return g.op(nbytes, ins=(hx, one), saves=(hx, one), name="gelu_new")
+    return g.op(nbytes, ins=(x,), saves=(x,), name=act)
+
+
+# ---- attention ---------------------------------------------------------------------------
+
+def rope(g: Graph, x: int, width: int, c: Ctx) -> int:
+    """apply_rotary_pos_emb: x*cos + rotate_half(x)*sin. cos/sin are model-level tensors, so the
+    muls save nothing block-local; rotate_half makes a neg and a cat copy. Partial rotary
+    (gpt_neox, phi3 with partial factor) slices, rotates and concatenates the pass-through part."""
+    t, a, e = c.tokens, c.a, c.e
+    rot = int(width * c.spec.rotary_fraction) // 2 * 2 if c.spec.rotary_fraction < 1 else width
+    xc = g.op(e * t * rot, ins=(x,), name="rope x*cos")
+    neg = g.op(a * t * rot // 2, ins=(x,), name="rope neg")
+    cat = g.op(a * t * rot, ins=(neg, x), name="rope cat")
+    xs = g.op(e * t * rot, ins=(cat,), name="rope *sin")
+    out = g.op(e * t * rot, ins=(xc, xs), name="rope add")
+    if rot < width:
+        out = g.op(e * t * width, ins=(out, x), name="rope cat pass-through")
+    return out
+
+
+def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eager: bool,
+                   groups: int, mask: bool) -> int:
+    """Scaled dot-product attention over q (B, nh, S, hd) and k, v (B, nkv, S, hd).
+
+    sdpa: torch SDPA (flash / memory-efficient); the node saves q, k, v, the output and the
+    per-row logsumexp (fp32, B x nh x S). HF passes enable_gqa=True when there is no mask
+    (transformers/integrations/sdpa_attention.py, use_gqa_in_sdpa), else repeat_kv copies k, v.
+    The output is laid out (B, S, nh, hd), so the reshape before o_proj is free. Backward keeps
+    an fp32 dq accumulator and the softmax row sums on CUDA (flash-attention 2).
+    eager: matmul(q, k^T) * scale (+ mask) -> softmax(fp32) -> .to(dtype) -> dropout -> @ v,
+    keeping the fp32 probabilities and their 16-bit copy: B x nh x S x S each
+    (modeling_llama.eager_attention_forward)."""
+    s = c.spec
+    nh = s.num_heads // c.tp
+    t, a, bsz, seq = c.tokens, c.a, c.batch, c.seq
+    qw = nh * s.head_dim
+    if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
+        q = g.op(2 * t * qw, ins=(q,), name="autocast q")
+        k = g.op(2 * t * (qw // groups), ins=(k,), name="autocast k")
+    if not eager:
+        if groups > 1 and mask:
+            k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
+            v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
+        lse = g.op(4 * bsz * nh * seq, grad=False, name="logsumexp")
+        ws = 4 * t * qw + 4 * bsz * nh * seq if c.cuda else 0
+        return g.op(a * t * qw, ins=(q, k, v), saves=(q, k, v, OUT, lse), ws_bwd=ws, name="sdpa")
+    if groups > 1:
+        k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
+        v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
+    ss = bsz * nh * seq * seq
+    scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
+    scaled = g.op(a * ss, ins=(scores,), name="* scaling")
+    if s.attn_logit_softcapping:
+        d = g.op(a * ss, ins=(scaled,), name="/ softcap")
+        th = g.op(a * ss, ins=(d,), saves=(OUT,), name="tanh")
+        scaled = g.op(a * ss, ins=(th,), name="* softcap")
+    mb = 4 if c.r == 4 else a  # the float mask is built in the model dtype
+    masked = g.op(max(a, mb) * ss, ins=(scaled,), name="+ mask")
+    src = masked
+    if max(a, mb) != 4:
+        src = g.op(4 * ss, ins=(masked,), name="softmax input to fp32")
+    p32 = g.op(4 * ss, ins=(src,), saves=(OUT,), name="softmax fp32")
+    probs = p32
+    if a != 4:  # .to(query.dtype), or autocast's cast of fp32 probs for the matmul under amp
+        probs = g.op(a * ss, ins=(p32,), name="probs to 16-bit")
+    probs = dropout(g, probs, ss, a * ss, s.attention_dropout, c)
+    o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    return g.op(a * t * qw, ins=(o,), name="transpose contiguous")
+
+
+def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """LlamaAttention (also Mistral, Qwen2/3, Mixtral, Gemma2): q/k/v projections, RoPE, core
+    attention, o_proj. Qwen3 adds per-head RMSNorm on q and k before RoPE."""
+    s = c.spec
+    qw = s.q_width // c.tp
+    kvw = s.kv_width // c.tp
+    h = s.hidden_size
+    q = linear(g, y, h, qw, c, bias=s.qkv_bias, name="q")
+    k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
+    v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
+    if s.family == "qwen3":
+        q = _head_norm(g, q, qw, c)
+        k = _head_norm(g, k, kvw, c)
+    qe = rope(g, q, qw, c)
+    ke = rope(g, k, kvw, c)
+    groups = s.num_heads // s.num_kv_heads
+    o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c))
+    return linear(g, o, qw, h, c, bias=s.o_bias, name="o")
+
+
+def _head_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
+    """Qwen3's q_norm / k_norm: an RMSNorm over head_dim, same saved set as rms_norm."""
+    t = c.tokens
+    n = t * width
+    h = x if c.a == 4 else g.op(4 * n, ins=(x,))
+    sq = g.op(4 * n, ins=(h,), saves=(h,))
+    rs = g.op(4 * t * width // c.spec.head_dim, ins=(sq,), saves=(OUT,))
+    n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs))
+    normed = n32 if c.a == 4 else g.op(c.a * n, ins=(n32,))
+    return g.op(max(c.a, c.w) * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.head_dim)
+
+
+def _sdpa_needs_mask(c: Ctx) -> bool:
+    """SDPA runs with is_causal and no mask unless a sliding window is shorter than the sequence."""
+    return False
+
+
+# ---- MLPs --------------------------------------------------------------------------------
+
+def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None) -> int:
+    """LlamaMLP: down(act(gate(x)) * up(x)); keeps gate, up, act(gate) and the product."""
+    s = c.spec
+    t = c.tokens if tokens is None else tokens
+    i = s.intermediate_size // c.tp
+    h = s.hidden_size
+    gate = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", tokens=t)
+    up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
+    act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
+    prod = g.op(c.a * t * i, ins=(act, up), saves=(act, up), name="act * up")
+    return linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t)
+
+
+def plain_mlp(g: Graph, y: int, c: Ctx) -> int:
+    """GPT-2 / GPT-NeoX MLP: fc_out(act(fc_in(x)))."""
+    s = c.spec
+    t = c.tokens
+    i = s.intermediate_size // c.tp
+    h = s.hidden_size
+    up = linear(g, y, h, i, c, bias=True, name="up")
+    act = activation(g, up, t * i, c.a * t * i, s.hidden_act, c)
+    return linear(g, act, i, h, c, bias=True, name="down")
+
+
+def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
+    """MixtralSparseMoeBlock: router (H x E) + softmax/top-k; every routed (token, expert) pair
+    gathers its hidden state, runs gate_up / act / down on the expert's slice of the 3-D weight,
+    is scaled by its routing weight and index_add-ed into a zero buffer. Activations are those
+    of a gated MLP over tokens x top_k rows. Each expert's weight slice (`gate_up_proj[e]`)
+    backpropagates through SelectBackward, which materialises a zero tensor the size of the whole
+    3-D parameter before accumulating it (modeling_mixtral.MixtralExperts.forward)."""
+    s = c.spec
+    t = c.tokens
+    rows = t * s.experts_per_token
+    h, i, e = s.hidden_size, s.intermediate_size // c.tp, s.num_experts
+    logits = linear(g, y, h, e, c, name="router")
+    probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
+    topw = g.op(4 * t * s.experts_per_token, ins=(probs,), saves=(OUT,), name="router top-k")
+    norm_w = g.op(c.a * t * s.experts_per_token, ins=(topw,), name="router renorm")
+    gathered = g.op(c.a * rows * h, ins=(y,), name="gather tokens")
+    wb = c.w if not c.amp else 2
+    gate_up_w = 2 * i * h * wb
+    gu = g.op(c.a * rows * 2 * i, ins=(gathered,), saves=(gathered,), ws_bwd=e * gate_up_w,
+              pgrad=0, name="experts gate_up")
+    gate_v = gu  # chunk: views of the gate_up output
+    act = activation(g, gate_v, rows * i, c.a * rows * i, s.hidden_act, c)
+    prod = g.op(c.a * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
+    down = g.op(c.a * rows * h, ins=(prod,), saves=(prod,), ws_bwd=e * i * h * wb, name="experts down")
+    scaled = g.op(c.a * rows * h, ins=(down, norm_w), saves=(down, norm_w), name="* routing weight")
+    out = g.op(c.r * t * h, ins=(scaled,), name="index_add")
+    g.param_op((3 * i * h * e) * (4 if c.amp else c.w) if not c.frozen_base else 0, name="experts .grad")
+    return out
+
+
+# ---- whole blocks ------------------------------------------------------------------------
+
+def decoder_layer(c: Ctx, eager: bool) -> Graph:
+    """One decoder layer of the family, input = the residual stream."""
+    fam = c.spec.family
+    if fam == "gpt2":
+        return _gpt2_layer(c, eager)
+    if fam == "gpt_neox":
+        return _neox_layer(c, eager)
+    g = Graph(input_bytes=c.r * c.tokens * c.spec.hidden_size)
+    gemma = fam == "gemma2"
+    y, _ = rms_norm(g, 0, c.r, c, gemma=gemma)
+    att = llama_attention(g, y, c, eager)
+    if gemma:
+        att, _ = rms_norm(g, att, c.a, c, gemma=True)
+    att = dropout(g, att, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
+                  c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
+    mid = g.op(c.r * c.tokens * c.spec.hidden_size, ins=(0, att), name="residual add")
+    y2, _ = rms_norm(g, mid, c.r, c, gemma=gemma)
+    m = moe_mlp(g, y2, c) if fam == "mixtral" else gated_mlp(g, y2, c)
+    if gemma:
+        m, _ = rms_norm(g, m, c.a, c, gemma=True)
+    m = dropout(g, m, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
+                c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
+    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m), name="residual add")
+    return g
+
+
+def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
+    """GPT2Block: ln_1 -> c_attn (Conv1D, fused qkv) -> split -> attention -> c_proj -> dropout
+    -> residual; ln_2 -> c_fc -> gelu_new -> c_proj -> dropout -> residual (modeling_gpt2)."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    hh = h // c.tp
+    g = Graph(input_bytes=c.r * t * h)
+    y, _ = layer_norm(g, 0, c.r, c)
+    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
+    # split + view + transpose are views of the fused qkv output
+    o = attention_core(g, qkv, qkv, qkv, c, c.a, eager, 1, mask=eager)
+    o = linear(g, o, hh, h, c, bias=True, name="o")
+    o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
+    mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
+    y2, _ = layer_norm(g, mid, c.r, c)
+    m = plain_mlp(g, y2, c)
+    m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
+    g.op(c.r * t * h, ins=(mid, m), name="residual add")
+    return g
+
+
+def _neox_layer(c: Ctx, eager: bool) -> Graph:
+    """GPTNeoXLayer with parallel residual: x + attn(ln1(x)) + mlp(ln2(x)); fused qkv, partial
+    RoPE on the first rotary_fraction of each head (modeling_gpt_neox)."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    hh = h // c.tp
+    g = Graph(input_bytes=c.r * t * h)
+    y, _ = layer_norm(g, 0, c.r, c)
+    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
+    qe = rope(g, qkv, hh, c)
+    ke = rope(g, qkv, hh, c)
+    o = attention_core(g, qe, ke, qkv, c, c.e, eager, 1, mask=eager)
+    o = linear(g, o, hh, h, c, bias=True, name="o")
+    o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
+    if s.parallel_residual:
+        y2, _ = layer_norm(g, 0, c.r, c)
+        m = plain_mlp(g, y2, c)
+        m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
+        s1 = g.op(c.r * t * h, ins=(m, o), name="mlp + attn")
+        g.op(c.r * t * h, ins=(s1, 0), name="residual add")
+        return g
+    mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
+    y2, _ = layer_norm(g, mid, c.r, c)
+    m = plain_mlp(g, y2, c)
+    g.op(c.r * t * h, ins=(mid, m), name="residual add")
+    return g
+
+
+def embedding_block(c: Ctx) -> Graph:
+    """Token embedding (+ GPT-2's learned positions, + Gemma's sqrt(H) scaling, + embedding
+    dropout). nn.Embedding saves only the indices (the persistent input_ids); its backward
+    (embedding_dense_backward) materialises a dense V x H gradient in the weight's dtype, which a
+    tied lm_head has already created: AccumulateGrad then adds a second V x H briefly."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    g = Graph(input_bytes=0, input_requires_grad=False)
+    emb_grad = 0 if c.frozen_base else s.vocab_size * h * (4 if c.amp else c.w)
+    x = g.op(c.r * t * h, pgrad=0 if s.tie_word_embeddings else emb_grad,
+             ws_bwd=emb_grad if s.tie_word_embeddings else 0, name="embed_tokens")
+    if s.family == "gpt2":
+        pos = g.op(c.r * t * h, pgrad=s.max_position_embeddings * h * c.w, name="wpe")
+        x = g.op(c.r * t * h, ins=(x, pos), name="tok + pos")
+    if s.family == "gemma2":
+        x = g.op(c.r * t * h, ins=(x,), name="* sqrt(hidden)")
+    return _finish(g, dropout(g, x, t * h, c.r * t * h, s.embedding_dropout, c))
+
+
+def head_block(c: Ctx) -> Graph:
+    """Final norm, lm_head and the loss inside `ForCausalLM.forward(labels=...)`:
+    logits (B, S, V/tp) in compute dtype, `logits.float()` (a new fp32 copy unless already fp32),
+    cross_entropy = log_softmax (saves its fp32 output) + nll_loss (saves the shifted int64
+    targets). Backward: nll creates a dense fp32 grad, log_softmax_backward another while its
+    saved output is still alive (3 x 4 x B x S x V at once), then the copy back to 16-bit and
+    the lm_head matmuls (transformers/loss/loss_utils.py ForCausalLMLoss)."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    v = s.vocab_size // c.tp
+    g = Graph(input_bytes=c.r * t * h)
+    if s.uses_layernorm:
+        y, _ = layer_norm(g, 0, c.r, c)
+    else:
+        y, _ = rms_norm(g, 0, c.r, c, gemma=s.family == "gemma2")
+    logits = linear(g, y, h, v, c, name="lm_head")
+    lb = c.a
+    if s.final_logit_softcapping:
+        d = g.op(lb * t * v, ins=(logits,), name="/ softcap")
+        th = g.op(lb * t * v, ins=(d,), saves=(OUT,), name="tanh")
+        logits = g.op(lb * t * v, ins=(th,), name="* softcap")
+    f32 = logits if lb == 4 else g.op(4 * t * v, ins=(logits,), name="logits.float()")
+    pad = g.op(8 * c.batch * (c.seq + 1), grad=False, name="labels pad")
+    tgt = g.op(8 * t, ins=(pad,), grad=False, name="shift labels")
+    lsm = g.op(4 * t * v, ins=(f32,), saves=(OUT,), name="log_softmax")
+    return _finish(g, g.op(4, ins=(lsm, tgt), saves=(tgt,), grad_ins=(lsm,), name="nll_loss"))
+
+
+def _finish(g: Graph, out: int) -> Graph:
+    g.output = out
+    return g
