@@ -207,18 +207,19 @@ def _ctx(sc: Scenario, target: Target) -> Ctx:
         a=precision.activation_bytes(p), r=precision.residual_bytes(p) if lora is None else (4 if p.is_amp or p == Precision.fp32 else 2),
         amp=p.is_amp and lora is None, cuda=target == "cuda", tp=t.tensor_parallel, sp=t.sequence_parallel,
         lora_rank=lora.rank if lora else 0, lora_targets=targets, frozen_base=lora is not None,
+        use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
     )
 
 
 def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
-    """(saved, forward-only) model-level tensors: RoPE cos/sin (B x S x rotary_dim each, residual
-    dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S in the model
+    """(saved, forward-only) model-level tensors: RoPE cos/sin (1 x S x rotary_dim each, from the
+    (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S in the model
     dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
     s = ctx.spec
     rope = 0
     if s.family != "gpt2":
         rot = int(s.head_dim * s.rotary_fraction)
-        rope = 2 * ctx.batch * ctx.seq * rot * ctx.r
+        rope = 2 * ctx.seq * rot * ctx.r
     mask = ctx.batch * ctx.seq * ctx.seq * (4 if ctx.r == 4 else ctx.a) if eager else 0
     return rope, mask
 
@@ -322,7 +323,9 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding backward", "backward", w, max(ga_grads, grads + g_e), opt, cur,
                other0 + emb.bwd_peak - emb.bwd_peak_pgrad)
     # optimizer
-    tl.add("optimizer step", "optimizer", w, st.grads, opt, 0,
+    # *-mixed: each 16-bit grad is converted into an fp32 master grad and freed before the step
+    step_grads = 0 if t.precision.is_mixed and t.offload_optimizer == Offload.none else st.grads
+    tl.add("optimizer step", "optimizer", w, step_grads, opt, 0,
            inputs + st.zero_buffers + st.opt_temp + st.grad_fp32_step)
     return tl
 

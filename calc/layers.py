@@ -31,6 +31,7 @@ class Ctx:
     lora_targets: frozenset[str] = frozenset()
     frozen_base: bool = False  # LoRA: base weights take no gradient
     selective: bool = False  # attention block is recomputed in backward (selective checkpointing)
+    use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
 
     @property
     def tokens(self) -> int:
@@ -160,13 +161,15 @@ def rope(g: Graph, x: int, width: int, c: Ctx) -> int:
 
 
 def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eager: bool,
-                   groups: int, mask: bool) -> int:
+                   groups: int, mask: bool, q_bshd: bool = True) -> int:
     """Scaled dot-product attention over q (B, nh, S, hd) and k, v (B, nkv, S, hd).
 
     sdpa: torch SDPA (flash / memory-efficient); the node saves q, k, v, the output and the
     per-row logsumexp (fp32, B x nh x S). HF passes enable_gqa=True when there is no mask
     (transformers/integrations/sdpa_attention.py, use_gqa_in_sdpa), else repeat_kv copies k, v.
-    The output is laid out (B, S, nh, hd), so the reshape before o_proj is free. Backward keeps
+    On CUDA the output is laid out (B, S, nh, hd), so the reshape before o_proj is free; the CPU
+    kernel follows the query's layout, which is (B, nh, S, hd) after a fused-qkv slice or a
+    partial-RoPE cat (q_bshd=False), and then `.contiguous()` copies it. Backward keeps
     an fp32 dq accumulator and the softmax row sums on CUDA (flash-attention 2).
     eager: matmul(q, k^T) * scale (+ mask) -> softmax(fp32) -> .to(dtype) -> dropout -> @ v,
     keeping the fp32 probabilities and their 16-bit copy: B x nh x S x S each
@@ -184,7 +187,10 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
             v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
         lse = g.op(4 * bsz * nh * seq, grad=False, name="logsumexp")
         ws = 4 * t * qw + 4 * bsz * nh * seq if c.cuda else 0
-        return g.op(a * t * qw, ins=(q, k, v), saves=(q, k, v, OUT, lse), ws_bwd=ws, name="sdpa")
+        out = g.op(a * t * qw, ins=(q, k, v), saves=(q, k, v, OUT, lse), ws_bwd=ws, name="sdpa")
+        if not c.cuda and not q_bshd:
+            out = g.op(a * t * qw, ins=(out,), name="attn output contiguous")
+        return out
     if groups > 1:
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
@@ -216,17 +222,32 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     qw = s.q_width // c.tp
     kvw = s.kv_width // c.tp
     h = s.hidden_size
-    q = linear(g, y, h, qw, c, bias=s.qkv_bias, name="q")
-    k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
-    v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
+    if s.family == "phi3":  # one fused qkv_proj; q, k, v are views of its output
+        q = k = v = linear(g, y, h, qw + 2 * kvw, c, name="qkv")
+    else:
+        q = linear(g, y, h, qw, c, bias=s.qkv_bias, name="q")
+        k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
+        v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
     if s.family == "qwen3":
         q = _head_norm(g, q, qw, c)
         k = _head_norm(g, k, kvw, c)
     qe = rope(g, q, qw, c)
     ke = rope(g, k, kvw, c)
+    ke, v = kv_cache(g, ke, v, c.e * c.tokens * kvw, c.a * c.tokens * kvw, c)
     groups = s.num_heads // s.num_kv_heads
-    o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c))
+    o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c),
+                       q_bshd=s.family != "phi3")
     return linear(g, o, qw, h, c, bias=s.o_bias, name="o")
+
+
+def kv_cache(g: Graph, k: int, v: int, k_bytes: int, v_bytes: int, c: Ctx) -> tuple[int, int]:
+    """With use_cache (config default, also in training without gradient checkpointing) the
+    attention calls DynamicCache.update, whose first `torch.cat([empty, k])` makes fresh copies of
+    k and v; attention then reads (and saves) the copies (transformers/cache_utils.py,
+    DynamicLayer.update)."""
+    if not c.use_cache:
+        return k, v
+    return g.op(k_bytes, ins=(k,), name="cache k copy"), g.op(v_bytes, ins=(v,), name="cache v copy")
 
 
 def _head_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
@@ -254,8 +275,11 @@ def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None) -> int:
     t = c.tokens if tokens is None else tokens
     i = s.intermediate_size // c.tp
     h = s.hidden_size
-    gate = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", tokens=t)
-    up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
+    if s.family == "phi3":  # Phi3MLP: fused gate_up_proj, chunked into two views
+        gate = up = linear(g, y, h, 2 * i, c, name="gate_up", tokens=t)
+    else:
+        gate = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", tokens=t)
+        up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
     act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
     prod = g.op(c.a * t * i, ins=(act, up), saves=(act, up), name="act * up")
     return linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t)
@@ -339,8 +363,9 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     g = Graph(input_bytes=c.r * t * h)
     y, _ = layer_norm(g, 0, c.r, c)
     qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
-    # split + view + transpose are views of the fused qkv output
-    o = attention_core(g, qkv, qkv, qkv, c, c.a, eager, 1, mask=eager)
+    # split + view + transpose are views of the fused qkv output; k and v go through the cache
+    k, v = kv_cache(g, qkv, qkv, c.a * t * hh, c.a * t * hh, c)
+    o = attention_core(g, qkv, k, v, c, c.a, eager, 1, mask=eager)
     o = linear(g, o, hh, h, c, bias=True, name="o")
     o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
     mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
@@ -362,7 +387,8 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
     qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
     qe = rope(g, qkv, hh, c)
     ke = rope(g, qkv, hh, c)
-    o = attention_core(g, qe, ke, qkv, c, c.e, eager, 1, mask=eager)
+    ke, v = kv_cache(g, ke, qkv, c.e * t * hh, c.a * t * hh, c)
+    o = attention_core(g, qe, ke, v, c, c.e, eager, 1, mask=eager, q_bshd=False)
     o = linear(g, o, hh, h, c, bias=True, name="o")
     o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
     if s.parallel_residual:
@@ -423,7 +449,8 @@ def head_block(c: Ctx) -> Graph:
     pad = g.op(8 * c.batch * (c.seq + 1), grad=False, name="labels pad")
     tgt = g.op(8 * t, ins=(pad,), grad=False, name="shift labels")
     lsm = g.op(4 * t * v, ins=(f32,), saves=(OUT,), name="log_softmax")
-    return _finish(g, g.op(4, ins=(lsm, tgt), saves=(tgt,), grad_ins=(lsm,), name="nll_loss"))
+    # the model keeps `logits` (for its output) until forward returns
+    return _finish(g, g.op(4, ins=(lsm, tgt, logits), saves=(tgt,), grad_ins=(lsm,), name="nll_loss"))
 
 
 def _finish(g: Graph, out: int) -> Graph:

@@ -82,8 +82,9 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
     temporaries the size of the largest single param.
     fused: one kernel per group, no temporaries. SGD: in-place (foreach clones grads into the
     momentum buffers on step 1, which are the states themselves).
-    Adafactor foreach: row/col means and a param-sized variance estimate and update per tensor
-    list; modelled as two param-sized lists (torch/optim/_adafactor.py, _multi_tensor_adafactor).
+    Adafactor foreach: the row_var x col_var outer products (`var_estimates`, then rsqrt'd and
+    multiplied in place into the update) form one param-sized list; row/col norms are small
+    (torch/optim/_adafactor.py, _multi_tensor_adafactor). For-loop: the same per tensor.
     AdamW-8bit: blockwise kernels update in place.
     """
     sb = state_dtype_bytes(p)
@@ -96,7 +97,7 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
             return 2 * sb * largest
         return 0
     if opt == Optimizer.adafactor:
-        return 2 * sb * (n if impl == OptimizerImpl.foreach else largest)
+        return sb * (n if impl == OptimizerImpl.foreach else largest)
     return 0
 
 
