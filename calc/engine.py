@@ -211,6 +211,12 @@ def _ctx(sc: Scenario, target: Target) -> Ctx:
     )
 
 
+def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
+    """16-bit copies of one layer's matmul weights and biases (everything but the norms)."""
+    norms = spec.norms_per_layer() * spec.norm_params()
+    return 2 * (spec.layer_params() - norms) // ctx.tp
+
+
 def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     """(saved, forward-only) model-level tensors: RoPE cos/sin (1 x S x rotary_dim each, from the
     (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S in the model
@@ -285,13 +291,20 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved, other0 + mask + emb.fwd_peak - emb.saved)
         acts += emb.saved
     cur = acts
+    # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
+    # checkpointed layer nothing else holds them, so they pile up until the loss is computed
+    cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
+    amp_cache = 0
     for i in range(layers):
         s_i = saved(i)
-        peak = layer.fwd_peak_nosave if (every and i % every == 0) else layer.fwd_peak
-        tl.add(f"forward layer {i}", "forward", w, ga_grads, opt, cur + s_i, other0 + mask + peak - s_i)
+        checkpointed = bool(every and i % every == 0)
+        peak = layer.fwd_peak_nosave if checkpointed else layer.fwd_peak
+        amp_cache += cache_per_layer if checkpointed else 0
+        tl.add(f"forward layer {i}", "forward", w, ga_grads, opt, cur + s_i, other0 + mask + amp_cache + peak - s_i)
         cur += s_i
     if last:
-        tl.add("lm_head + loss", "loss", w, ga_grads, opt, cur + head.saved, other0 + head.fwd_peak - head.saved)
+        tl.add("lm_head + loss", "loss", w, ga_grads, opt, cur + head.saved,
+               other0 + amp_cache + head.fwd_peak - head.saved)
         g_head = round(head.param_grad_bytes * scale_g)
         tl.add("loss backward", "backward", w, ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
                cur + head.bwd_peak_saved, other0 + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)

@@ -117,10 +117,11 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
 
 
 def layer_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None = None) -> tuple[int, int]:
-    """nn.LayerNorm (native_layer_norm): saves input, mean and rstd (fp32, one per token)."""
+    """nn.LayerNorm (native_layer_norm): saves input, mean and rstd (one each per token: fp32
+    on CUDA, the input dtype on CPU)."""
     t = c.tokens if tokens is None else tokens
     n = t * c.spec.hidden_size
-    stats = g.op(8 * t, grad=False, name="layernorm mean+rstd")
+    stats = g.op(2 * t * (4 if c.cuda else x_bytes), grad=False, name="layernorm mean+rstd")
     y = g.op(x_bytes * n, ins=(x,), saves=(x, stats), pgrad=2 * c.w * c.spec.hidden_size, name="layernorm")
     return y, x_bytes
 
@@ -178,6 +179,10 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     nh = s.num_heads // c.tp
     t, a, bsz, seq = c.tokens, c.a, c.batch, c.seq
     qw = nh * s.head_dim
+    # CPU SDPA has no fused kernel with dropout: it falls back to the math path, an eager
+    # attention whose softmax runs in the input dtype (aten/src/ATen/native/transformers/attention.cpp)
+    math_fallback = not eager and not c.cuda and s.attention_dropout > 0
+    eager = eager or math_fallback
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
         k = g.op(2 * t * (qw // groups), ins=(k,), name="autocast k")
@@ -195,6 +200,8 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
     ss = bsz * nh * seq * seq
+    if q_bshd or s.family == "gpt2" or math_fallback:  # bmm gets a (saved) contiguous copy of q
+        q = g.op(a * t * qw, ins=(q,), name="q contiguous for bmm")
     scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
     scaled = g.op(a * ss, ins=(scores,), name="* scaling")
     if s.attn_logit_softcapping:
@@ -202,13 +209,16 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         th = g.op(a * ss, ins=(d,), saves=(OUT,), name="tanh")
         scaled = g.op(a * ss, ins=(th,), name="* softcap")
     mb = 4 if c.r == 4 else a  # the float mask is built in the model dtype
-    masked = g.op(max(a, mb) * ss, ins=(scaled,), name="+ mask")
-    src = masked
-    if max(a, mb) != 4:
-        src = g.op(4 * ss, ins=(masked,), name="softmax input to fp32")
-    p32 = g.op(4 * ss, ins=(src,), saves=(OUT,), name="softmax fp32")
+    mbytes = max(a, mb)
+    masked = g.op(mbytes * ss, ins=(scaled,), name="+ mask")
+    if s.family == "gpt2" or math_fallback:  # GPT-2's eager softmax runs in the scores' dtype
+        sb, src = mbytes, masked
+    else:  # softmax(..., dtype=torch.float32) converts its input first
+        sb = 4
+        src = masked if mbytes == 4 else g.op(4 * ss, ins=(masked,), name="softmax input to fp32")
+    p32 = g.op(sb * ss, ins=(src,), saves=(OUT,), name="softmax")
     probs = p32
-    if a != 4:  # .to(query.dtype), or autocast's cast of fp32 probs for the matmul under amp
+    if a != sb:  # .to(query.dtype), or autocast's cast of fp32 probs for the matmul under amp
         probs = g.op(a * ss, ins=(p32,), name="probs to 16-bit")
     probs = dropout(g, probs, ss, a * ss, s.attention_dropout, c)
     o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
