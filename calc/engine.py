@@ -233,27 +233,20 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
 # ---- timeline ----------------------------------------------------------------------------
 
 class _Timeline:
+    """Rows of (event, phase, parameters, gradients, optimizer_states, activations, other)."""
+
     def __init__(self) -> None:
-        self.cols: dict[str, list] = {k: [] for k in
-                                      ("events", "phases", "parameters", "gradients", "optimizer_states",
-                                       "activations", "other")}
+        self.rows: list[tuple] = []
 
     def add(self, event: str, phase: str, params: int, grads: int, opt: int, acts: int, other: int) -> None:
-        c = self.cols
-        c["events"].append(event)
-        c["phases"].append(phase)
-        c["parameters"].append(params)
-        c["gradients"].append(grads)
-        c["optimizer_states"].append(opt)
-        c["activations"].append(acts)
-        c["other"].append(max(0, other))
+        self.rows.append((event, phase, params, grads, opt, acts, other if other > 0 else 0))
 
     def build(self) -> Timeline:
-        c = self.cols
-        totals = [c["parameters"][i] + c["gradients"][i] + c["optimizer_states"][i] + c["activations"][i]
-                  + c["other"][i] for i in range(len(c["events"]))]
+        totals = [r[2] + r[3] + r[4] + r[5] + r[6] for r in self.rows]
         peak = max(range(len(totals)), key=totals.__getitem__)
-        return Timeline(peak_index=peak, **c)
+        ev, ph, p, g, o, a, x = (list(c) for c in zip(*self.rows))
+        return Timeline.model_construct(events=ev, phases=ph, parameters=p, gradients=g, optimizer_states=o,
+                                        activations=a, other=x, peak_index=peak)
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
@@ -275,6 +268,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             return h_bytes  # the checkpoint keeps only the layer input
         return layer.saved - sel_drop + (h_bytes if sel_drop and not layer.input_saved else 0)
 
+    saved_by_layer = [saved(i) for i in range(layers)]
     tl = _Timeline()
     w = st.weights
     opt = st.optimizer
@@ -285,7 +279,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         if st.grads else 0.0
 
     # forward
-    acts = (in_flight - 1) * (sum(saved(i) for i in range(layers)) + (emb.saved if first else 0))
+    acts = (in_flight - 1) * (sum(saved_by_layer) + (emb.saved if first else 0))
     acts += rope
     if first:
         tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved, other0 + mask + emb.fwd_peak - emb.saved)
@@ -296,7 +290,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
     amp_cache = 0
     for i in range(layers):
-        s_i = saved(i)
+        s_i = saved_by_layer[i]
         checkpointed = bool(every and i % every == 0)
         peak = layer.fwd_peak_nosave if checkpointed else layer.fwd_peak
         amp_cache += cache_per_layer if checkpointed else 0
@@ -314,7 +308,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + h_bytes)
     # backward
     for i in reversed(range(layers)):
-        s_i = saved(i)
+        s_i = saved_by_layer[i]
         cur -= s_i
         g_i = round(layer_grad * scale_g)
         if every and i % every == 0:

@@ -59,6 +59,7 @@ class Graph:
 
     input_bytes: int
     input_requires_grad: bool = True
+    round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
     sizes: list[int] = field(default_factory=list)
     needs_grad: list[bool] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
@@ -73,7 +74,8 @@ class Graph:
            grad_ins: tuple[int, ...] | None = None) -> int:
         """Add an op creating a new tensor of `out_bytes`; returns its id."""
         tid = len(self.sizes)
-        self.sizes.append(out_bytes)
+        r = self.round_to
+        self.sizes.append(-(-out_bytes // r) * r)
         self.needs_grad.append(grad)
         saves = tuple(tid if s == OUT else s for s in saves)
         if grad_ins is None:

@@ -345,7 +345,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
         return _gpt2_layer(c, eager)
     if fam == "gpt_neox":
         return _neox_layer(c, eager)
-    g = Graph(input_bytes=c.r * c.tokens * c.spec.hidden_size)
+    g = Graph(input_bytes=c.r * c.tokens * c.spec.hidden_size, round_to=512 if c.cuda else 1)
     gemma = fam == "gemma2"
     y, _ = rms_norm(g, 0, c.r, c, gemma=gemma)
     att = llama_attention(g, y, c, eager)
@@ -370,7 +370,7 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     s = c.spec
     t, h = c.tokens, s.hidden_size
     hh = h // c.tp
-    g = Graph(input_bytes=c.r * t * h)
+    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
     qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
     # split + view + transpose are views of the fused qkv output; k and v go through the cache
@@ -392,7 +392,7 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
     s = c.spec
     t, h = c.tokens, s.hidden_size
     hh = h // c.tp
-    g = Graph(input_bytes=c.r * t * h)
+    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
     qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
     qe = rope(g, qkv, hh, c)
@@ -422,7 +422,7 @@ def embedding_block(c: Ctx) -> Graph:
     tied lm_head has already created: AccumulateGrad then adds a second V x H briefly."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
-    g = Graph(input_bytes=0, input_requires_grad=False)
+    g = Graph(input_bytes=0, input_requires_grad=False, round_to=512 if c.cuda else 1)
     emb_grad = 0 if c.frozen_base else s.vocab_size * h * (4 if c.amp else c.w)
     x = g.op(c.r * t * h, pgrad=0 if s.tie_word_embeddings else emb_grad,
              ws_bwd=emb_grad if s.tie_word_embeddings else 0, name="embed_tokens")
@@ -444,7 +444,7 @@ def head_block(c: Ctx) -> Graph:
     s = c.spec
     t, h = c.tokens, s.hidden_size
     v = s.vocab_size // c.tp
-    g = Graph(input_bytes=c.r * t * h)
+    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
     if s.uses_layernorm:
         y, _ = layer_norm(g, 0, c.r, c)
     else:

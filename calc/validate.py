@@ -1,0 +1,164 @@
+"""Predicted vs measured: the accuracy report behind `python -m calc validate` and the app's
+Validation page. Records are measure.record.MeasurementRecord (JSON lines under data/).
+
+Each record is predicted with the kernels it ran on: cuda records against the CUDA model,
+cpu and fake (FakeTensorMode on the CPU) records against the CPU kernels' variant of the same
+model (calc.engine.estimate target="cpu": dropout noise tensors, CPU SDPA layouts, no cuBLAS
+workspace inside the peak).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from calc.engine import estimate
+from calc.scenario import Mode
+from measure.record import MeasurementRecord, load_records
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+class Case(BaseModel):
+    """One record compared with its prediction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    device: str
+    engine: str
+    family: str
+    precision: str
+    checkpointing: str
+    attention: str
+    optimizer: str
+    mode: str
+    sharding: str
+    measured_bytes: int
+    predicted_bytes: int
+    error_pct: float
+    measured_phase: str
+    predicted_phase: str
+    component_errors_pct: dict[str, float]
+
+
+class GroupStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group: str
+    value: str
+    count: int
+    median_abs_error_pct: float
+    worst_abs_error_pct: float
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cases: list[Case]
+    median_abs_error_pct: float
+    worst_abs_error_pct: float
+    groups: list[GroupStats]
+
+
+GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "sharding", "device")
+
+
+def default_data_files() -> list[Path]:
+    return sorted(DATA_DIR.glob("*.jsonl"))
+
+
+def load_all(paths: Iterable[str | Path] | None = None) -> list[MeasurementRecord]:
+    records: list[MeasurementRecord] = []
+    for p in (paths or default_data_files()):
+        records.extend(load_records(p))
+    return records
+
+
+def compare(rec: MeasurementRecord, index: int = 0) -> Case:
+    """Predict one record's scenario and compare peak and, where measured, the model states."""
+    sc = rec.scenario
+    target = "cuda" if rec.device == "cuda" else "cpu"
+    est = estimate(sc, target=target)
+    meas = rec.peak_allocated_bytes
+    pred = est.peak_allocated_bytes
+    comp: dict[str, float] = {}
+    cats = rec.categories_at_peak_bytes
+    if cats is not None and sc.mode == Mode.train and est.peak_phase == "optimizer" == rec.peak_phase:
+        for key, m, p in (("parameters", cats.parameters, est.breakdown.parameters),
+                          ("gradients", cats.gradients, est.breakdown.gradients)):
+            if m:
+                comp[key] = round(100.0 * (p - m) / m, 3)
+    t = sc.training
+    sharding = "none" if rec.sharding is None else f"zero{rec.sharding.zero_stage}x{rec.sharding.world_size}"
+    return Case(
+        name=rec.name or f"record {index}", device=rec.device, engine=rec.engine, family=sc.spec.family,
+        precision=t.precision.value, checkpointing=_ckpt_label(t), attention=t.attention.value,
+        optimizer=t.optimizer.value, mode=sc.mode.value, sharding=sharding,
+        measured_bytes=meas, predicted_bytes=pred, error_pct=round(100.0 * (pred - meas) / meas, 4),
+        measured_phase=rec.peak_phase, predicted_phase="forward" if est.peak_phase in ("loss", "inference")
+        else est.peak_phase, component_errors_pct=comp,
+    )
+
+
+def _ckpt_label(t) -> str:
+    c = t.activation_checkpointing.value
+    return f"full/{t.checkpoint_every}" if c == "full" and t.checkpoint_every > 1 else c
+
+
+def report(records: list[MeasurementRecord]) -> Report:
+    cases = [compare(r, i) for i, r in enumerate(records)]
+    errs = [abs(c.error_pct) for c in cases]
+    groups = []
+    for key in GROUP_KEYS:
+        values: dict[str, list[float]] = {}
+        for c in cases:
+            values.setdefault(str(getattr(c, key)), []).append(abs(c.error_pct))
+        for v, e in sorted(values.items()):
+            groups.append(GroupStats(group=key, value=v, count=len(e), median_abs_error_pct=statistics.median(e),
+                                     worst_abs_error_pct=max(e)))
+    return Report(cases=cases, median_abs_error_pct=statistics.median(errs) if errs else 0.0,
+                  worst_abs_error_pct=max(errs, default=0.0), groups=groups)
+
+
+def format_report(rep: Report) -> str:
+    gib = 2**30
+    lines = [f"{'case':40s} {'device':6s} {'measured GiB':>13s} {'predicted GiB':>14s} {'error %':>8s}"]
+    for c in rep.cases:
+        lines.append(f"{c.name[:40]:40s} {c.device:6s} {c.measured_bytes / gib:13.4f} "
+                     f"{c.predicted_bytes / gib:14.4f} {c.error_pct:+8.2f}")
+    lines.append("")
+    lines.append(f"{'group':14s} {'value':16s} {'n':>4s} {'median |err| %':>15s} {'worst |err| %':>14s}")
+    for g in rep.groups:
+        lines.append(f"{g.group:14s} {g.value[:16]:16s} {g.count:4d} {g.median_abs_error_pct:15.2f} "
+                     f"{g.worst_abs_error_pct:14.2f}")
+    lines.append("")
+    lines.append(f"all: {len(rep.cases)} cases, median |error| {rep.median_abs_error_pct:.2f} %, "
+                 f"worst {rep.worst_abs_error_pct:.2f} % (GiB = 2^30 bytes)")
+    return "\n".join(lines)
+
+
+def cli_main(args) -> int:
+    from calc.__main__ import UserError
+    from measure.record import RecordError
+
+    try:
+        records = load_all(args.data or None)
+    except (RecordError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    if not records:
+        raise UserError("no measurement records found")
+    rep = report(records)
+    print(format_report(rep))
+    failed = []
+    if args.max_median is not None and rep.median_abs_error_pct > args.max_median:
+        failed.append(f"median {rep.median_abs_error_pct:.2f} % > {args.max_median} %")
+    if args.max_worst is not None and rep.worst_abs_error_pct > args.max_worst:
+        failed.append(f"worst {rep.worst_abs_error_pct:.2f} % > {args.max_worst} %")
+    if failed:
+        print("FAIL: " + "; ".join(failed))
+        return 1
+    return 0
