@@ -244,7 +244,7 @@ class _Timeline:
     def build(self) -> Timeline:
         totals = [r[2] + r[3] + r[4] + r[5] + r[6] for r in self.rows]
         peak = max(range(len(totals)), key=totals.__getitem__)
-        ev, ph, p, g, o, a, x = (list(c) for c in zip(*self.rows))
+        ev, ph, p, g, o, a, x = (list(c) for c in zip(*self.rows, strict=True))
         return Timeline.model_construct(events=ev, phases=ph, parameters=p, gradients=g, optimizer_states=o,
                                         activations=a, other=x, peak_index=peak)
 
