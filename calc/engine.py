@@ -289,12 +289,18 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
     amp_cache = 0
+    rows = tl.rows
+    fwd_other = other0 + mask
+    names = _layer_names(layers)
     for i in range(layers):
         s_i = saved_by_layer[i]
-        checkpointed = bool(every and i % every == 0)
-        peak = layer.fwd_peak_nosave if checkpointed else layer.fwd_peak
-        amp_cache += cache_per_layer if checkpointed else 0
-        tl.add(f"forward layer {i}", "forward", w, ga_grads, opt, cur + s_i, other0 + mask + amp_cache + peak - s_i)
+        if every and i % every == 0:
+            amp_cache += cache_per_layer
+            peak = layer.fwd_peak_nosave
+        else:
+            peak = layer.fwd_peak
+        o = fwd_other + amp_cache + peak - s_i
+        rows.append((names[0][i], "forward", w, ga_grads, opt, cur + s_i, o if o > 0 else 0))
         cur += s_i
     if last:
         tl.add("lm_head + loss", "loss", w, ga_grads, opt, cur + head.saved,
@@ -307,22 +313,23 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         grads = 0
         tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + h_bytes)
     # backward
+    g_i = round(layer_grad * scale_g)
+    plain = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
+             other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+    recompute = layer.fwd_peak + h_bytes
+    bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
+    if recompute >= bwd:
+        again = (0, layer.saved, other0 + recompute - layer.saved)
+    else:
+        again = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
+                 other0 + bwd - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
     for i in reversed(range(layers)):
-        s_i = saved_by_layer[i]
-        cur -= s_i
-        g_i = round(layer_grad * scale_g)
-        if every and i % every == 0:
-            recompute = layer.fwd_peak + h_bytes
-            bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
-            local = max(recompute, bwd)
-            alive = layer.saved if recompute >= bwd else layer.bwd_peak_saved
-            pg = 0 if recompute >= bwd else layer.bwd_peak_pgrad
-            tl.add(f"backward layer {i} (recomputed)", "backward", w, max(ga_grads, grads + round(pg * scale_g)),
-                   opt, cur + alive, other0 + local - alive - pg)
-        else:
-            tl.add(f"backward layer {i}", "backward", w,
-                   max(ga_grads, grads + round(layer.bwd_peak_pgrad * scale_g)), opt,
-                   cur + layer.bwd_peak_saved, other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+        cur -= saved_by_layer[i]
+        ckpt_i = every and i % every == 0
+        pg, alive, o = again if ckpt_i else plain
+        g_now = grads + pg
+        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w,
+                     g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
         grads += g_i
     if first:
         cur -= emb.saved
@@ -335,6 +342,12 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     tl.add("optimizer step", "optimizer", w, step_grads, opt, 0,
            inputs + st.zero_buffers + st.opt_temp + st.grad_fp32_step)
     return tl
+
+
+@lru_cache(maxsize=64)
+def _layer_names(layers: int) -> tuple[list[str], list[str], list[str]]:
+    return ([f"forward layer {i}" for i in range(layers)], [f"backward layer {i}" for i in range(layers)],
+            [f"backward layer {i} (recomputed)" for i in range(layers)])
 
 
 def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:

@@ -1,0 +1,59 @@
+"""Benchmark: estimates per second for an 80-layer model with the full timeline.
+
+    python -m calc.bench [--seconds 3]
+
+Prints numbers; it is not a timed test. The engine caches block profiles per shape, so the
+first estimate of a shape costs more ("cold") than a repeated one ("warm"); a sweep that varies
+batch, sequence and precision sees mostly cold estimates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+from calc.engine import _attention_saved, _profiles, estimate
+from calc.scenario import Scenario
+
+
+def _scenario(batch: int = 1, seq: int = 4096, precision: str = "bf16-mixed", ckpt: str = "full") -> Scenario:
+    return Scenario.model_validate({
+        "model": "llama-2-70b", "hardware": {"gpu": "a100-80gb", "num_gpus": 64},
+        "training": {"micro_batch_size": batch, "seq_len": seq, "precision": precision, "zero_stage": 3,
+                     "activation_checkpointing": ckpt}})
+
+
+def _rate(fn, seconds: float) -> tuple[int, float]:
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return n, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    sc = _scenario()
+    est = estimate(sc)
+    print(f"model: {est.model.name}, {est.model.num_layers} layers, timeline of {len(est.timeline.events)} events")
+    n, dt = _rate(lambda: estimate(sc), args.seconds)
+    print(f"warm (same scenario):  {n / dt:8.0f} estimates/s  ({dt / n * 1e6:6.1f} us each)")
+    variants = [_scenario(b, s, p, c) for b, s, p, c in itertools.product(
+        [1, 2, 4, 8], [1024, 2048, 4096, 8192], ["bf16-mixed", "bf16", "amp-bf16"], ["none", "full"])]
+
+    def cold() -> None:
+        _profiles.cache_clear()
+        _attention_saved.cache_clear()
+        for v in variants:
+            estimate(v)
+
+    n, dt = _rate(cold, args.seconds)
+    per = dt / (n * len(variants))
+    print(f"cold (new shapes):     {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
+
+
+if __name__ == "__main__":
+    main()

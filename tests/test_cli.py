@@ -1,0 +1,67 @@
+"""The command line: JSON contract, table output, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calc.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, data) -> str:
+    p = tmp_path / "s.json"
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(p)
+
+
+def test_estimate_json_contract(tmp_path, capsys):
+    path = write(tmp_path, {"model": "llama-2-7b", "hardware": {"gpu": "a100-80gb", "num_gpus": 8},
+                            "training": {"precision": "bf16-mixed", "zero_stage": 3}})
+    assert main(["estimate", path]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["peak_allocated_bytes"] > 0
+    assert set(out["breakdown"]) == {"parameters", "gradients", "optimizer_states", "activations", "other"}
+    assert sum(out["breakdown"].values()) == out["peak_allocated_bytes"]
+    dt = out["device_total_bytes"]
+    assert dt["low"] <= dt["expected"] <= dt["high"]
+    assert out["peak_phase"] in ("forward", "loss", "backward", "optimizer")
+
+
+def test_estimate_table_shows_gib(tmp_path, capsys):
+    path = write(tmp_path, {"model": "gpt2", "hardware": {"cluster": "1x-rtx-4090"}})
+    assert main(["estimate", path, "--format", "table"]) == 0
+    out = capsys.readouterr().out
+    assert "GiB" in out and "fits" in out
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not valid JSON"),
+    ({"model": "no-such-model"}, "unknown model preset"),
+    ({"model": "gpt2", "training": {"micro_batch_size": 0}}, "training.micro_batch_size"),
+    ({"model": "gpt2", "training": {"zero_stage": 0, "offload_optimizer": "cpu"}}, "zero_stage"),
+    ({"model": {"model_type": "t5"}}, "supported"),
+])
+def test_bad_input_one_line_exit_2(tmp_path, content, needle):
+    path = write(tmp_path, content)
+    r = subprocess.run([sys.executable, "-m", "calc", "estimate", path], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_missing_file_exit_2(capsys):
+    assert main(["estimate", "/nonexistent/s.json"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_presets_lists_models_and_gpus(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "llama-2-7b" in out and "a100-80gb" in out and "8x-a100-80gb" in out
