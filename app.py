@@ -1,0 +1,109 @@
+"""vramcalc: the Calculator page (home). Run with `streamlit run app.py`.
+
+Pages are thin: the sidebar returns a validated Scenario (ui.widgets), calc/ does the work,
+ui.charts draws it. Other pages live in pages/ (Streamlit's auto-discovery).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from calc.result import CATEGORIES, CATEGORY_LABELS
+from ui import charts, compute, fmt
+from ui.widgets import hardware_name, page_setup, scenario_or_stop
+
+page_setup("Calculator", ":material/calculate:")
+st.title("GPU memory calculator")
+st.caption("How much GPU memory one training step (or an inference forward) takes per GPU, where every "
+           "byte goes, and what fits. All sizes in GiB (1 GiB = 2^30 bytes); hover a bar for exact bytes.")
+
+sc = scenario_or_stop()
+if sc is None:
+    st.stop()
+try:
+    est = compute.run(sc)
+except ValueError as exc:
+    st.error(f"The engine cannot estimate this scenario: {exc}", icon=":material/error:")
+    st.stop()
+
+dt = est.device_total_bytes
+what = f"**{est.model.name}**, {sc.mode.value} on **{hardware_name(sc)}**"
+if est.fits is None:
+    st.info(f"{what}: no GPU memory size chosen; showing the per-GPU need.", icon=":material/info:")
+elif est.fits:
+    st.success(f"{what}: **fits with {fmt.gib(est.headroom_bytes)} headroom** per GPU "
+               f"(device total {fmt.gib(dt.expected)} expected of {fmt.gib(est.gpu_memory_bytes)}).",
+               icon=":material/check_circle:")
+else:
+    st.error(f"{what}: **does not fit: short by {fmt.gib(-est.headroom_bytes)}** per GPU "
+             f"(device total {fmt.gib(dt.expected)} expected vs {fmt.gib(est.gpu_memory_bytes)}).",
+             icon=":material/cancel:")
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Peak allocated (GiB)", fmt.gib(est.peak_allocated_bytes),
+          help=f"torch.cuda.max_memory_allocated() over the first steps: {fmt.bytes_exact(est.peak_allocated_bytes)}")
+c2.metric("Device total, expected (GiB)", fmt.gib(dt.expected),
+          help=f"What nvidia-smi would show: peak + CUDA context + NCCL buffers + allocator reserve. "
+               f"Range {fmt.gib(dt.low)} to {fmt.gib(dt.high)}; expected {fmt.bytes_exact(dt.expected)}.")
+c3.metric("GPU memory (GiB)", fmt.gib(est.gpu_memory_bytes), help=fmt.bytes_exact(est.gpu_memory_bytes))
+c4.metric("Headroom (GiB)", fmt.gib(est.headroom_bytes),
+          help="GPU memory minus the expected device total; negative means it does not fit.")
+st.markdown(f"The peak falls at **{est.peak_event}** ({est.peak_phase}, step {est.peak_step}). "
+            f"Device total range: {fmt.gib(dt.low)} (low) to {fmt.gib(dt.high)} (high).")
+
+st.subheader("Where the memory goes (per GPU, at the peak)")
+st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
+
+st.subheader("Memory across one step")
+st.plotly_chart(charts.timeline_area(est), key="calc_timeline")
+
+left, right = st.columns([3, 2])
+with left:
+    st.subheader("Components")
+    rows = [{"Component": CATEGORY_LABELS[c], "GiB": getattr(est.breakdown, c) / fmt.GiB,
+             "bytes": f"{getattr(est.breakdown, c):,}"} for c in CATEGORIES]
+    rows += [{"Component": label, "GiB": n / fmt.GiB, "bytes": f"{n:,}"} for label, n in (
+        ("CUDA context (outside the allocator)", dt.cuda_context_bytes),
+        ("NCCL communicator buffers", dt.workspace_bytes),
+        ("Caching-allocator reserve (expected)", dt.reserve_expected_bytes))]
+    rows.append({"Component": "Device total (expected)", "GiB": dt.expected / fmt.GiB, "bytes": f"{dt.expected:,}"})
+    st.dataframe(rows, hide_index=True, key="calc_components",
+                 column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f")})
+    for comp in est.components:
+        with st.expander(f"{comp.label}: {fmt.gib(comp.bytes)}"):
+            st.markdown(f"**Formula:** `{comp.formula}`  \n**Source:** {comp.source}  \n"
+                        f"**Bytes:** {fmt.bytes_exact(comp.bytes)} ({comp.category})")
+with right:
+    st.subheader("What fits")
+    key = sc.model_dump_json()
+    mbs = compute.largest_fitting(key, "micro_batch_size")
+    seq = compute.largest_fitting(key, "seq_len")
+    if mbs is None:
+        st.info("Choose a GPU to see the largest micro-batch and sequence that fit.")
+    else:
+        st.metric("Largest micro-batch that fits", f"{mbs:,}" if mbs else "none",
+                  help=f"At sequence length {sc.training.seq_len:,}, everything else unchanged.")
+        st.metric("Longest sequence that fits (tokens)", f"{seq:,}" if seq else "none",
+                  help=f"At micro-batch {sc.training.micro_batch_size:,}. "
+                       f"The model was trained with up to {sc.spec.max_position_embeddings:,} positions.")
+    hw = sc.resolved_hardware()
+    if est.cpu_ram_bytes or est.nvme_bytes:
+        st.subheader("Offload")
+        st.metric("CPU RAM needed per node (GiB)", fmt.gib(est.cpu_ram_bytes), help=fmt.bytes_exact(est.cpu_ram_bytes))
+        st.metric("NVMe space needed per node (GiB)", fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
+        if hw.cpu_ram_bytes:
+            ok = est.cpu_ram_bytes <= hw.cpu_ram_bytes
+            (st.success if ok else st.error)(
+                f"Host RAM per node: {fmt.gib(hw.cpu_ram_bytes)}; offload needs {fmt.gib(est.cpu_ram_bytes)} "
+                f"({'fits' if ok else 'does not fit'}).")
+    st.subheader("Model")
+    m = est.model
+    st.markdown(f"- {m.total_params:,} parameters, {m.trainable_params:,} trainable\n"
+                f"- {m.params_on_this_gpu:,} parameters on this GPU (before ZeRO sharding)\n"
+                f"- {m.layers_on_this_gpu} of {m.num_layers} layers on this GPU")
+
+for note in est.notes:
+    st.caption(note)
+with st.expander("Scenario JSON (for `python -m calc estimate`)"):
+    st.code(sc.model_dump_json(indent=2, exclude_defaults=True), language="json")
+    st.caption("The page URL holds this scenario too: copy it to share.")

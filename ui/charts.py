@@ -1,0 +1,223 @@
+"""Plotly figure builders. Axes are in GiB (2**30 bytes), labelled; hovering shows exact bytes.
+They draw what calc/ returned and compute nothing but unit conversion."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from calc.result import CATEGORIES, Estimate
+from calc.units import GiB
+
+COLORS: dict[str, str] = {
+    "parameters": "#4C78A8",
+    "gradients": "#F58518",
+    "optimizer_states": "#54A24B",
+    "activations": "#E45756",
+    "other": "#B279A2",
+    "cuda_context": "#8C8C8C",
+    "workspaces": "#B0B0B0",
+    "reserve": "#D4D4D4",
+}
+SHORT_LABELS: dict[str, str] = {
+    "parameters": "Parameters",
+    "gradients": "Gradients",
+    "optimizer_states": "Optimizer states",
+    "activations": "Activations",
+    "other": "Transients",
+    "cuda_context": "CUDA context",
+    "workspaces": "NCCL buffers",
+    "reserve": "Allocator reserve",
+}
+PHASE_COLORS = {"forward": "rgba(76,120,168,0.06)", "loss": "rgba(228,87,86,0.08)",
+                "backward": "rgba(245,133,24,0.06)", "optimizer": "rgba(84,162,75,0.08)",
+                "inference": "rgba(76,120,168,0.04)"}
+HOVER = "<b>%{fullData.name}</b><br>%{x:,.2f} GiB<br>%{customdata} bytes<extra></extra>"
+HOVER_V = "<b>%{fullData.name}</b><br>%{y:,.2f} GiB<br>%{customdata} bytes<extra></extra>"
+
+
+def _gib(n: int | float) -> float:
+    return n / GiB
+
+
+def segments(est: Estimate) -> list[tuple[str, int]]:
+    """(key, bytes) of the device total (expected): the five categories at the peak, then the
+    CUDA context, NCCL buffers and caching-allocator reserve. They sum to device_total.expected."""
+    b, dt = est.breakdown, est.device_total_bytes
+    out = [(c, getattr(b, c)) for c in CATEGORIES]
+    out += [("cuda_context", dt.cuda_context_bytes), ("workspaces", dt.workspace_bytes),
+            ("reserve", dt.reserve_expected_bytes)]
+    return out
+
+
+def _layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:
+    fig.update_layout(height=height, margin=dict(l=10, r=10, t=40, b=10), barmode="stack",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, traceorder="normal"),
+                      hoverlabel=dict(align="left"), **kw)
+    return fig
+
+
+def breakdown_bar(est: Estimate, label: str = "per GPU") -> go.Figure:
+    """One horizontal stacked bar of the device total with the GPU's capacity line and the
+    low-high range of the device total."""
+    fig = go.Figure()
+    for key, n in segments(est):
+        fig.add_bar(x=[_gib(n)], y=[label], orientation="h", name=SHORT_LABELS[key], marker_color=COLORS[key],
+                    customdata=[f"{n:,}"], hovertemplate=HOVER)
+    dt = est.device_total_bytes
+    fig.add_scatter(x=[_gib(dt.expected)], y=[label], mode="markers", name="Device total (low-high)",
+                    marker=dict(color="black", symbol="line-ns-open", size=18),
+                    error_x=dict(type="data", symmetric=False, array=[_gib(dt.high - dt.expected)],
+                                 arrayminus=[_gib(dt.expected - dt.low)], color="black", thickness=1.5),
+                    customdata=[[f"{dt.low:,}", f"{dt.expected:,}", f"{dt.high:,}"]],
+                    hovertemplate="<b>Device total</b> (what nvidia-smi would show)<br>"
+                                  "low %{customdata[0]} bytes<br>expected %{customdata[1]} bytes<br>"
+                                  "high %{customdata[2]} bytes<extra></extra>")
+    if est.gpu_memory_bytes:
+        fig.add_vline(x=_gib(est.gpu_memory_bytes), line=dict(color="black", dash="dash", width=2),
+                      annotation_text=f"GPU memory {_gib(est.gpu_memory_bytes):,.2f} GiB",
+                      annotation_position="bottom right", annotation_bgcolor="rgba(255,255,255,0.8)")
+    _layout(fig, 260, xaxis_title="GiB per GPU (2^30 bytes)", yaxis=dict(showticklabels=False))
+    return fig
+
+
+def timeline_area(est: Estimate) -> go.Figure:
+    """Live bytes per category across the step (stacked areas), the peak marked, phases shaded."""
+    tl = est.timeline
+    x = list(range(len(tl.events)))
+    fig = go.Figure()
+    for c in CATEGORIES:
+        ys = getattr(tl, c)
+        fig.add_scatter(x=x, y=[_gib(v) for v in ys], mode="lines", stackgroup="mem", name=SHORT_LABELS[c],
+                        line=dict(width=0.5, color=COLORS[c]), fillcolor=COLORS[c],
+                        customdata=[[e, f"{v:,}"] for e, v in zip(tl.events, ys, strict=True)],
+                        hovertemplate="<b>%{fullData.name}</b> at %{customdata[0]}<br>%{y:,.2f} GiB<br>"
+                                      "%{customdata[1]} bytes<extra></extra>")
+    start = 0
+    for i in range(1, len(x) + 1):
+        if i == len(x) or tl.phases[i] != tl.phases[start]:
+            fig.add_vrect(x0=start - 0.5, x1=i - 0.5, fillcolor=PHASE_COLORS.get(tl.phases[start], "rgba(0,0,0,0)"),
+                          line_width=0, layer="below")
+            start = i
+    p = tl.peak_index
+    peak = tl.total(p)
+    fig.add_vline(x=p, line=dict(color="black", width=1.5))
+    fig.add_scatter(x=[p], y=[_gib(peak)], mode="markers", name="Peak", marker=dict(color="black", size=9),
+                    customdata=[[tl.events[p], f"{peak:,}"]],
+                    hovertemplate="<b>Peak</b> at %{customdata[0]}<br>%{y:,.2f} GiB<br>%{customdata[1]} bytes"
+                                  "<extra></extra>")
+    fig.add_annotation(x=p, y=_gib(peak), text=f"<b>peak {_gib(peak):,.2f} GiB</b><br>{tl.events[p]}",
+                       showarrow=True, arrowhead=0, ax=-70 if p > len(x) / 2 else 70, ay=-10,
+                       xanchor="right" if p > len(x) / 2 else "left", bgcolor="rgba(255,255,255,0.85)")
+    if est.gpu_memory_bytes:
+        fig.add_hline(y=_gib(est.gpu_memory_bytes), line=dict(color="black", dash="dash", width=1),
+                      annotation_text="GPU memory", annotation_position="bottom left")
+    _layout(fig, 400, yaxis_title="allocated GiB (2^30 bytes)", xaxis_title="events of the step (shaded by phase)",
+            hovermode="closest")
+    starts = [i for i in x if i == 0 or tl.phases[i] != tl.phases[i - 1]]
+    ends = starts[1:] + [len(x)]
+    # one tick where each phase starts; phases too short to label (loss, optimizer) keep only the shading
+    ticks = [a for a, b in zip(starts, ends, strict=True) if b - a >= max(2, len(x) // 12) or len(starts) == 1]
+    fig.update_xaxes(tickvals=ticks, ticktext=[tl.phases[i] for i in ticks], tickangle=0, ticklabelposition="outside right")
+    return fig
+
+
+def compare_bars(items: Sequence[tuple[str, Estimate]]) -> go.Figure:
+    """One stacked bar per scenario on one GiB scale, with each GPU's capacity as a marker."""
+    names = [n for n, _ in items]
+    fig = go.Figure()
+    keys = [k for k, _ in segments(items[0][1])]
+    for k in keys:
+        vals = [dict(segments(e))[k] for _, e in items]
+        fig.add_bar(x=names, y=[_gib(v) for v in vals], name=SHORT_LABELS[k], marker_color=COLORS[k],
+                    customdata=[f"{v:,}" for v in vals], hovertemplate=HOVER_V)
+    caps = [(n, e.gpu_memory_bytes) for n, e in items if e.gpu_memory_bytes]
+    if caps:
+        fig.add_scatter(x=[n for n, _ in caps], y=[_gib(c) for _, c in caps], mode="markers", name="GPU memory",
+                        marker=dict(symbol="line-ew-open", size=24, color="black", line=dict(width=3)),
+                        customdata=[f"{c:,}" for _, c in caps], hovertemplate=HOVER_V)
+        for i, (_, e) in enumerate(items):  # the capacity line across the whole bar
+            if e.gpu_memory_bytes:
+                fig.add_shape(type="line", xref="x", yref="y", x0=i - 0.42, x1=i + 0.42,
+                              y0=_gib(e.gpu_memory_bytes), y1=_gib(e.gpu_memory_bytes),
+                              line=dict(color="black", width=3, dash="dash"))
+    for n, e in items:
+        if e.fits is None:
+            continue
+        text = "fits" if e.fits else "does not fit"
+        top = max(e.device_total_bytes.expected, e.gpu_memory_bytes or 0)
+        fig.add_annotation(x=n, y=_gib(top), text=f"<b>{text}</b>", showarrow=False, yshift=14,
+                           font=dict(color="#2E7D32" if e.fits else "#C62828"))
+    _layout(fig, 460, yaxis_title="GiB per GPU (2^30 bytes)")
+    return fig
+
+
+# ---- reading figures back (tests, benchmarks) ----------------------------------------------
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict) and "bdata" in v and "dtype" in v:
+        arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        if "shape" in v:
+            shape = [int(s) for s in str(v["shape"]).split(",")]
+            arr = arr.reshape(shape)
+        return arr.tolist()
+    if isinstance(v, dict):
+        return {k: _decode(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
+def figure_from_json(spec: str | dict[str, Any]) -> dict[str, Any]:
+    """A Plotly figure's JSON with Plotly 7's base64 `bdata` arrays decoded into lists."""
+    data = json.loads(spec) if isinstance(spec, str) else spec
+    return _decode(data)
+
+
+# ---- Validation ------------------------------------------------------------------------------
+
+def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = ()) -> go.Figure:
+    """Predicted vs measured peak (GiB) per case, coloured by model family, with y = x.
+    `cases` are calc.validate.Case; `highlight` are drawn as large stars (a user's upload)."""
+    fig = go.Figure()
+    families = sorted({c.family for c in cases})
+    for fam in families:
+        sel = [c for c in cases if c.family == fam]
+        fig.add_scatter(
+            x=[_gib(c.measured_bytes) for c in sel], y=[_gib(c.predicted_bytes) for c in sel], mode="markers",
+            name=fam, marker=dict(size=9, opacity=0.8),
+            customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct, c.device]
+                        for c in sel],
+            hovertemplate="<b>%{customdata[0]}</b> (%{customdata[4]})<br>measured %{customdata[1]} bytes<br>"
+                          "predicted %{customdata[2]} bytes<br>error %{customdata[3]:+.2f} %<extra></extra>")
+    for c in highlight:
+        fig.add_scatter(x=[_gib(c.measured_bytes)], y=[_gib(c.predicted_bytes)], mode="markers", name="your record",
+                        marker=dict(size=18, symbol="star", color="#E45756", line=dict(color="black", width=1)),
+                        customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct]],
+                        hovertemplate="<b>%{customdata[0]}</b><br>measured %{customdata[1]} bytes<br>predicted "
+                                      "%{customdata[2]} bytes<br>error %{customdata[3]:+.2f} %<extra></extra>")
+    allc = list(cases) + list(highlight)
+    if allc:
+        top = max(max(_gib(c.measured_bytes), _gib(c.predicted_bytes)) for c in allc) * 1.05
+        fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x (perfect)",
+                        line=dict(color="black", dash="dash", width=1), hoverinfo="skip")
+    fig.update_layout(height=460, margin=dict(l=10, r=10, t=30, b=10),
+                      xaxis_title="measured peak allocated, GiB (2^30 bytes)",
+                      yaxis_title="predicted peak allocated, GiB (2^30 bytes)",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    return fig
+
+
+def error_histogram(cases: Sequence[Any]) -> go.Figure:
+    """Distribution of (predicted - measured) / measured in percent."""
+    fig = go.Figure(go.Histogram(x=[c.error_pct for c in cases], nbinsx=30, marker_color=COLORS["parameters"],
+                                 hovertemplate="error %{x} %<br>%{y} cases<extra></extra>", name="cases"))
+    fig.add_vline(x=0, line=dict(color="black", dash="dash", width=1))
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), showlegend=False,
+                      xaxis_title="error of the prediction, % of measured", yaxis_title="cases")
+    return fig

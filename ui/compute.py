@@ -1,0 +1,138 @@
+"""Cached calls into calc/: preset option lists and the fit searches (each a few dozen engine
+runs). The engine itself takes milliseconds, so single estimates are not cached (STYLE.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import streamlit as st
+from pydantic import ValidationError
+
+from calc.engine import estimate
+from calc.presets import cluster_presets, gpu_presets, model_presets
+from calc.result import Estimate
+from calc.scenario import Scenario, TrainingConfig
+from calc.units import GiB
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def model_options() -> dict[str, str]:
+    """Preset id -> 'Name (6.74 B params)', smallest model first."""
+    items = sorted(model_presets().values(), key=lambda p: (p.spec.total_params(), p.id))
+    return {p.id: f"{p.name} ({p.spec.total_params() / 1e9:,.2f} B params)" for p in items}
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def gpu_options() -> dict[str, str]:
+    """GPU id -> 'NVIDIA A100 SXM4 80GB (80.00 GiB)', smallest memory first."""
+    items = sorted(gpu_presets().values(), key=lambda g: (g.memory_bytes, g.id))
+    return {g.id: f"{g.name} ({g.memory_bytes / GiB:,.2f} GiB)" for g in items}
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def cluster_options() -> dict[str, str]:
+    """Cluster id -> its name, fewest GPUs first."""
+    items = sorted(cluster_presets().values(), key=lambda c: (c.num_gpus, gpu_presets()[c.gpu].memory_bytes, c.id))
+    return {c.id: c.name for c in items}
+
+
+def run(sc: Scenario) -> Estimate:
+    """The engine's estimate (ValueError for combinations the engine rejects)."""
+    return estimate(sc)
+
+
+def _limit(field: str) -> int:
+    for m in TrainingConfig.model_fields[field].metadata:
+        if hasattr(m, "le"):
+            return int(m.le)
+    raise KeyError(field)
+
+
+def _fits(base: dict[str, Any], field: str, value: int) -> bool:
+    data = {**base, "training": {**base["training"], field: value}}
+    try:
+        est = estimate(Scenario.model_validate(data))
+    except (ValidationError, ValueError):
+        return False
+    return bool(est.fits)
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def largest_fitting(scenario_json: str, field: Literal["micro_batch_size", "seq_len"]) -> int | None:
+    """The largest value of `field` (others fixed) whose estimate fits the GPU, by doubling then
+    bisecting with the engine (memory grows monotonically with batch and sequence length).
+    0 when even 1 does not fit; None without a GPU memory size."""
+    sc = Scenario.model_validate_json(scenario_json)
+    if estimate(sc).fits is None:
+        return None
+    base = sc.model_dump(mode="json")
+    top = _limit(field)
+    if not _fits(base, field, 1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= top and _fits(base, field, hi):
+        lo, hi = hi, hi * 2
+    if hi > top:
+        if _fits(base, field, top):
+            return top
+        hi = top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _fits(base, field, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ---- Validation ------------------------------------------------------------------------------
+
+MAX_RECORD_BYTES = 1 * 2**20  # a measurement record is a few KiB
+
+
+def _data_key() -> tuple[tuple[str, int, int], ...]:
+    from calc.validate import default_data_files
+
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in default_data_files())
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _report(key: tuple[tuple[str, int, int], ...]):
+    from calc.validate import load_all, report
+
+    records = load_all([p for p, _, _ in key])
+    return report(records)
+
+
+def validation_report():
+    """calc.validate's report over the committed data/*.jsonl (cached until a file changes);
+    None when no file is committed. RecordError (a ValueError) names a bad line and field."""
+    key = _data_key()
+    return _report(key) if key else None
+
+
+def check_records(text: str, where: str) -> list:
+    """Parse one JSON record or JSON lines with measure.record (pydantic) and compare each with its
+    prediction. ValueError names the line and the field."""
+    from calc.validate import compare
+    from measure.record import parse_record
+
+    if len(text.encode()) > MAX_RECORD_BYTES:
+        raise ValueError(f"{where} is over {MAX_RECORD_BYTES // 2**20} MiB; a record is a few KiB")
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError(f"{where}: empty")
+    try:  # one (pretty-printed) record, or a JSON list of records
+        whole = json.loads(stripped)
+        lines = [json.dumps(x) for x in whole] if isinstance(whole, list) else [stripped]
+    except json.JSONDecodeError:  # JSON lines (or broken JSON: parse_record names the problem)
+        lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    out = []
+    for i, line in enumerate(lines, start=1):
+        rec = parse_record(line, where=f"{where}" + (f", line {i}" if len(lines) > 1 else ""))
+        try:
+            out.append(compare(rec, i - 1))
+        except ValueError as exc:
+            raise ValueError(f"{where}: the engine cannot predict this scenario: {exc}") from None
+    return out

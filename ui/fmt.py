@@ -1,0 +1,42 @@
+"""Formatting at the edge: bytes in, labelled strings out. 1 GiB = 2**30 bytes (calc.units)."""
+
+from __future__ import annotations
+
+from calc.units import GB, GiB, MiB, to_gib
+
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "verdict", "percent"]
+
+
+def gib(n_bytes: int | float | None, digits: int = 2) -> str:
+    """'12.34 GiB'; an em dash for None."""
+    if n_bytes is None:
+        return "—"
+    return f"{to_gib(n_bytes):,.{digits}f} GiB"
+
+
+def gib_signed(n_bytes: int | float, digits: int = 2) -> str:
+    """'+1.23 GiB' / '-4.56 GiB' for differences."""
+    return f"{to_gib(n_bytes):+,.{digits}f} GiB"
+
+
+def gb(n_bytes: int | float, digits: int = 1) -> str:
+    """Decimal gigabytes (10**9), only where a claim being checked is stated in GB."""
+    return f"{n_bytes / GB:,.{digits}f} GB"
+
+
+def bytes_exact(n_bytes: int | None) -> str:
+    """'12,345,678,901 bytes' for hover text and tables."""
+    return "—" if n_bytes is None else f"{int(n_bytes):,} bytes"
+
+
+def percent(x: float, digits: int = 1) -> str:
+    return f"{x:+.{digits}f} %"
+
+
+def verdict(fits: bool | None, headroom_bytes: int | None) -> str:
+    """'fits with 3.21 GiB headroom' / 'short by 4.56 GiB' / 'no GPU chosen'."""
+    if fits is None or headroom_bytes is None:
+        return "no GPU memory chosen"
+    if fits:
+        return f"fits with {gib(headroom_bytes)} headroom"
+    return f"short by {gib(-headroom_bytes)}"

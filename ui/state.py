@@ -1,0 +1,346 @@
+"""Session and URL state. Every session-state key the app uses is defined here.
+
+The current scenario lives in `st.session_state[SCENARIO]` as a validated `calc.scenario.Scenario`
+and in the URL as one short query parameter per non-default field (`?model=llama-2-7b&gpu=rtx-4090
+&zero=2`); a Hugging Face config dict travels as `config=` (zlib + base64url JSON). Both directions
+go through the pydantic model, so a link reproduces the scenario or fails with a message naming the
+field. Query-parameter values are strings; pydantic's lax mode turns "4" into 4 and "1" into True.
+
+Key prefixes: `sc_` the shared scenario widgets (sidebar, every page), `vc_` shared non-widget
+state, `cmp_` / `rec_` / `exp_` / `val_` / `explain_` page widgets.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from calc.scenario import HardwareConfig, Offload, Scenario
+
+# ---- shared, non-widget keys --------------------------------------------------------------
+SCENARIO = "vc_scenario"  # the current, validated Scenario
+SCENARIO_ERROR = "vc_scenario_error"  # message of the last invalid widget combination, or None
+URL_ERROR = "vc_url_error"  # a link that did not validate: shown once, then the default is used
+CONFIG_FILE_ID = "vc_config_file_id"  # the uploaded config.json already copied into the text area
+COMPARE = "vc_compare"  # list[CompareColumn] for the Compare page
+SYNC = "vc_sync_widgets"  # set when the scenario changed outside the widgets: re-seed them
+PAGE = "vc_page"  # the page of the previous run: on a page switch all widgets are re-seeded
+WIDGET_PREFIXES = ("sc_", "cmp_", "rec_", "exp_", "val_", "explain_")
+
+DEFAULT_SCENARIO = Scenario(model="llama-2-7b", hardware=HardwareConfig(gpu="rtx-4090", num_gpus=1))
+
+# Query-parameter name -> path in Scenario.model_dump(). One short name per field.
+URL_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("model",),
+    "gpu": ("hardware", "gpu"),
+    "gpus": ("hardware", "num_gpus"),
+    "gpn": ("hardware", "gpus_per_node"),
+    "cluster": ("hardware", "cluster"),
+    "mem": ("hardware", "memory_bytes"),
+    "ram": ("hardware", "cpu_ram_bytes"),
+    "mode": ("mode",),
+    "mbs": ("training", "micro_batch_size"),
+    "seq": ("training", "seq_len"),
+    "ga": ("training", "gradient_accumulation_steps"),
+    "prec": ("training", "precision"),
+    "opt": ("training", "optimizer"),
+    "impl": ("training", "optimizer_impl"),
+    "ckpt": ("training", "activation_checkpointing"),
+    "every": ("training", "checkpoint_every"),
+    "attn": ("training", "attention"),
+    "zero": ("training", "zero_stage"),
+    "off_opt": ("training", "offload_optimizer"),
+    "off_par": ("training", "offload_params"),
+    "tp": ("training", "tensor_parallel"),
+    "pp": ("training", "pipeline_parallel"),
+    "sp": ("training", "sequence_parallel"),
+    "lora_r": ("training", "lora", "rank"),
+    "lora_a": ("training", "lora", "alpha"),
+    "lora_t": ("training", "lora", "targets"),
+    "lora_w": ("training", "lora", "base_weights"),
+}
+LORA_FLAG = "lora"  # present (=1) when LoRA is on, even with all-default LoRA settings
+CONFIG_PARAM = "config"  # a Hugging Face config dict instead of a preset id
+COMPARE_PARAM = "cmp"
+MAX_URL_CONFIG_CHARS = 20_000
+
+
+class UrlError(ValueError):
+    """A link's query parameters do not form a valid scenario."""
+
+
+# ---- URL <-> Scenario ---------------------------------------------------------------------
+
+def _get(d: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def _to_param(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def encode_config(config: dict[str, Any]) -> str:
+    raw = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
+
+
+def decode_config(text: str) -> dict[str, Any]:
+    if len(text) > MAX_URL_CONFIG_CHARS:
+        raise UrlError(f"{CONFIG_PARAM}: longer than {MAX_URL_CONFIG_CHARS:,} characters")
+    try:
+        raw = zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), bufsize=1 << 16)
+        data = json.loads(raw)
+    except (ValueError, zlib.error) as exc:
+        raise UrlError(f"{CONFIG_PARAM}: not an encoded config.json ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise UrlError(f"{CONFIG_PARAM}: the config must be a JSON object")
+    return data
+
+
+def scenario_to_params(sc: Scenario) -> dict[str, str]:
+    """Short query parameters for every field that differs from the Scenario's own default."""
+    full = sc.model_dump(mode="json")
+    ref = Scenario(model=sc.model).model_dump(mode="json")
+    ref["training"]["lora"] = {"rank": 16, "alpha": 32, "targets": "all-linear", "base_weights": "bf16"}
+    out: dict[str, str] = {}
+    if isinstance(sc.model, dict):
+        out[CONFIG_PARAM] = encode_config(sc.model)
+    for name, path in URL_FIELDS.items():
+        if path == ("model",):
+            if isinstance(sc.model, str):
+                out[name] = sc.model
+            continue
+        v = _get(full, path)
+        if v is not None and v != _get(ref, path):
+            out[name] = _to_param(v)
+    if sc.training.lora is not None:
+        out[LORA_FLAG] = "1"
+    return out
+
+
+def params_to_scenario(params: dict[str, str]) -> Scenario | None:
+    """The scenario a link describes; None when the link has no scenario. UrlError names the field."""
+    known = set(URL_FIELDS) | {LORA_FLAG, CONFIG_PARAM}
+    if not (known & set(params)):
+        return None
+    data: dict[str, Any] = {}
+    if CONFIG_PARAM in params:
+        data["model"] = decode_config(params[CONFIG_PARAM])
+    for name, path in URL_FIELDS.items():
+        if name not in params or (path == ("model",) and "model" in data):
+            continue
+        if path[:2] == ("training", "lora") and params.get(LORA_FLAG, "0") in ("0", ""):
+            continue
+        node = data
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = params[name]
+    if params.get(LORA_FLAG, "0") not in ("0", ""):
+        data.setdefault("training", {}).setdefault("lora", {})
+    if "model" not in data:
+        raise UrlError("model: the link names no model (model=<preset id> or config=...)")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise UrlError(validation_message(exc, url=True)) from None
+    except ValueError as exc:
+        raise UrlError(str(exc).splitlines()[0]) from None
+
+
+def validation_message(exc: ValidationError, url: bool = False) -> str:
+    """The first problem as 'field: message' (URL parameter names when url=True)."""
+    err = exc.errors()[0]
+    loc = tuple(str(p) for p in err["loc"])
+    where = ".".join(loc) or "scenario"
+    if url:
+        for name, path in URL_FIELDS.items():
+            if loc[: len(path)] == path:
+                where = name
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where != "scenario" else msg
+
+
+def error_text(exc: Exception) -> str:
+    """One readable line for any validation problem (never a traceback)."""
+    if isinstance(exc, ValidationError):
+        return validation_message(exc)
+    return str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+
+
+# ---- Compare page columns -----------------------------------------------------------------
+
+class CompareColumn(BaseModel):
+    """One column of the Compare page: hardware and the sharding/offload that go with it; the
+    rest of the scenario comes from the sidebar."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str | None = Field(None, description="cluster preset id; or gpu + num_gpus")
+    gpu: str | None = None
+    num_gpus: int = Field(1, ge=1, le=65536)
+    zero_stage: int = Field(0, ge=0, le=3)
+    offload_optimizer: Offload = Offload.none
+    offload_params: Offload = Offload.none
+
+    @field_validator("cluster", "gpu")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        return v or None
+
+    def hardware(self) -> HardwareConfig:
+        if self.cluster:
+            return HardwareConfig(cluster=self.cluster)
+        return HardwareConfig(gpu=self.gpu, num_gpus=self.num_gpus)
+
+    def apply(self, base: Scenario) -> Scenario:
+        """`base` with this column's hardware, ZeRO stage and offload (ValueError if invalid)."""
+        data = base.model_dump(mode="json")
+        data["hardware"] = self.hardware().model_dump(mode="json", exclude_none=True)
+        data["training"].update(zero_stage=self.zero_stage, offload_optimizer=self.offload_optimizer.value,
+                                offload_params=self.offload_params.value)
+        return Scenario.model_validate(data)
+
+    def to_param(self) -> str:
+        parts = [f"c.{self.cluster}" if self.cluster else f"g.{self.gpu}.{self.num_gpus}", f"z.{self.zero_stage}"]
+        if self.offload_optimizer != Offload.none:
+            parts.append(f"oo.{self.offload_optimizer.value}")
+        if self.offload_params != Offload.none:
+            parts.append(f"op.{self.offload_params.value}")
+        return "~".join(parts)
+
+    @classmethod
+    def from_param(cls, text: str) -> CompareColumn:
+        data: dict[str, Any] = {}
+        for part in text.split("~"):
+            tag, _, rest = part.partition(".")
+            if tag == "c":
+                data["cluster"] = rest
+            elif tag == "g":
+                gpu, _, n = rest.rpartition(".")
+                data.update(gpu=gpu, num_gpus=n)
+            elif tag == "z":
+                data["zero_stage"] = rest
+            elif tag == "oo":
+                data["offload_optimizer"] = rest
+            elif tag == "op":
+                data["offload_params"] = rest
+            else:
+                raise UrlError(f"{COMPARE_PARAM}: unknown part {part!r}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise UrlError(f"{COMPARE_PARAM}: {validation_message(exc)}") from None
+
+
+DEFAULT_COMPARE: tuple[CompareColumn, ...] = (
+    CompareColumn(cluster="1x-rtx-4090"),
+    CompareColumn(cluster="8x-a100-80gb"),
+)
+
+
+def compare_to_param(cols: list[CompareColumn]) -> str:
+    return "_".join(c.to_param() for c in cols)
+
+
+def compare_from_param(text: str) -> list[CompareColumn]:
+    cols = [CompareColumn.from_param(t) for t in text.split("_") if t]
+    if not 2 <= len(cols) <= 4:
+        raise UrlError(f"{COMPARE_PARAM}: 2 to 4 columns, got {len(cols)}")
+    return cols
+
+
+# ---- session state ------------------------------------------------------------------------
+
+def _st():
+    import streamlit as st
+
+    return st
+
+
+def init_state() -> None:
+    """First run of a session: take the scenario (and compare columns) from the URL, else the
+    default. Later runs keep what the session has."""
+    st = _st()
+    ss = st.session_state
+    if SCENARIO in ss:
+        return
+    params = {k: st.query_params[k] for k in st.query_params}
+    sc = None
+    try:
+        sc = params_to_scenario(params)
+    except UrlError as exc:
+        ss[URL_ERROR] = f"The link's scenario is not valid ({exc}); showing the default instead."
+    ss[SCENARIO] = sc or DEFAULT_SCENARIO
+    ss[SCENARIO_ERROR] = None
+    ss[SYNC] = True
+    if COMPARE_PARAM in params:
+        try:
+            ss[COMPARE] = compare_from_param(params[COMPARE_PARAM])
+        except UrlError as exc:
+            ss[URL_ERROR] = f"The link's comparison is not valid ({exc}); showing the default instead."
+
+
+def enter_page(page: str) -> None:
+    """Call first on every page. Streamlit gives a widget on another page a new identity, so on a
+    page switch the old widget values are dropped here and re-seeded from the session's state."""
+    ss = _st().session_state
+    if ss.get(PAGE) != page:
+        for k in list(ss.keys()):
+            if isinstance(k, str) and k.startswith(WIDGET_PREFIXES):
+                del ss[k]
+        ss[PAGE] = page
+
+
+def get_scenario() -> Scenario:
+    init_state()
+    return _st().session_state[SCENARIO]
+
+
+def set_scenario(sc: Scenario, from_widgets: bool = False) -> None:
+    """Make `sc` current. From outside the sidebar (a link, a recommendation) the widgets are
+    re-seeded on the next run, so call this from a callback or before the sidebar renders."""
+    ss = _st().session_state
+    ss[SCENARIO] = sc
+    ss[SCENARIO_ERROR] = None
+    if not from_widgets:
+        ss[SYNC] = True
+
+
+def get_compare() -> list[CompareColumn]:
+    ss = _st().session_state
+    if COMPARE not in ss:
+        ss[COMPARE] = list(DEFAULT_COMPARE)
+    return list(ss[COMPARE])
+
+
+def set_compare(cols: list[CompareColumn]) -> None:
+    _st().session_state[COMPARE] = list(cols)
+
+
+def page_params(include_compare: bool = False) -> dict[str, str]:
+    """The query parameters that describe the current state (for st.query_params and links)."""
+    out = scenario_to_params(get_scenario())
+    if include_compare:
+        out[COMPARE_PARAM] = compare_to_param(get_compare())
+    return out
+
+
+def sync_url(include_compare: bool = False) -> None:
+    """Write the current state into the URL when it differs (no rerun is triggered)."""
+    st = _st()
+    want = page_params(include_compare)
+    have = {k: st.query_params[k] for k in st.query_params}
+    if have != want:
+        st.query_params.from_dict(want)

@@ -1,0 +1,435 @@
+"""Widgets that return validated Scenarios, and the frame every page shares.
+
+`page_setup()` starts a page (config, state from the URL, navigation); `scenario_sidebar()` draws
+the scenario editor in the sidebar and returns the validated Scenario, or None with the problem
+shown next to the widget that caused it. Widget values are seeded from the session's scenario
+(ui.state), so the scenario survives moving between pages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+from pydantic import ValidationError
+
+from calc.scenario import (
+    Attention,
+    Checkpointing,
+    Mode,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Scenario,
+)
+from calc.units import GiB, MiB
+from ui import compute, state
+
+PAGES: tuple[tuple[str, str, str], ...] = (
+    ("app.py", "Calculator", ":material/calculate:"),
+    ("pages/2_Compare.py", "Compare", ":material/compare_arrows:"),
+    ("pages/3_Recommend.py", "Recommend", ":material/recommend:"),
+    ("pages/4_Explain.py", "Explain", ":material/menu_book:"),
+    ("pages/5_Export.py", "Export", ":material/download:"),
+    ("pages/6_Validation.py", "Validation", ":material/fact_check:"),
+)
+
+MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
+
+PRECISION_LABELS = {
+    Precision.fp32: "fp32 (everything fp32)",
+    Precision.amp_bf16: "AMP bf16 (fp32 weights, bf16 autocast)",
+    Precision.amp_fp16: "AMP fp16 (fp32 weights, fp16 autocast + GradScaler)",
+    Precision.bf16_mixed: "bf16 mixed (bf16 weights + fp32 master, DeepSpeed)",
+    Precision.fp16_mixed: "fp16 mixed (fp16 weights + fp32 master, loss scaling)",
+    Precision.bf16: "pure bf16 (bf16 weights and optimizer states)",
+}
+OPTIMIZER_LABELS = {
+    Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
+    Optimizer.sgd_momentum: "SGD + momentum", Optimizer.adafactor: "Adafactor",
+    Optimizer.adamw_8bit: "AdamW 8-bit (bitsandbytes)",
+}
+IMPL_LABELS = {
+    OptimizerImpl.foreach: "foreach (PyTorch default on CUDA)",
+    OptimizerImpl.fused: "fused (one kernel, no temporaries)",
+    OptimizerImpl.for_loop: "for-loop (one tensor at a time)",
+}
+CKPT_LABELS = {
+    Checkpointing.none: "none",
+    Checkpointing.full: "full layers (every k-th layer)",
+    Checkpointing.selective: "selective (attention only)",
+}
+ATTENTION_LABELS = {
+    Attention.sdpa: "SDPA / FlashAttention",
+    Attention.eager: "eager (materialises S x S scores)",
+}
+OFFLOAD_LABELS = {Offload.none: "none (on GPU)", Offload.cpu: "CPU RAM", Offload.nvme: "NVMe"}
+ZERO_LABELS = {
+    0: "0 (plain data parallel)", 1: "1 (shard optimizer states)",
+    2: "2 (+ gradients)", 3: "3 (+ weights)",
+}
+MODE_LABELS = {Mode.train: "train", Mode.inference: "inference"}
+LORA_TARGET_LABELS = {"all-linear": "all linear layers", "attention": "attention projections only"}
+LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": "nf4 4-bit (QLoRA)"}
+MODEL_SOURCE_LABELS = {"preset": "Preset", "config": "Hugging Face config.json"}
+HW_KIND_LABELS = {"gpu": "GPU preset", "cluster": "Cluster preset", "custom": "Custom memory"}
+
+# Sidebar sections; a validation message goes to the first section whose keywords it mentions.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "model": ("model preset", "config", "model_type", "family", "vocab", "hidden_size", "attention heads"),
+    "hardware": ("gpu preset", "cluster preset", "memory_bytes", "cpu_ram"),
+    "lora": ("lora", "quantized", "base weights", "int8/nf4"),
+    "parallel": ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "num_gpus"),
+    "savers": ("offload", "zero_stage", "checkpoint"),
+    "precision": ("optimizer", "precision", "adamw-8bit"),
+    "batch": ("micro_batch", "seq_len", "gradient_accumulation"),
+}
+
+
+def section_for(message: str) -> str:
+    low = message.lower()
+    for name, words in SECTIONS.items():
+        if any(w in low for w in words):
+            return name
+    return "model"
+
+
+# ---- page frame ---------------------------------------------------------------------------
+
+def page_setup(title: str, icon: str = ":material/memory:") -> None:
+    """Page config, session state from the URL on first load, and the navigation links."""
+    st.set_page_config(page_title=f"{title} · vramcalc", page_icon=icon, layout="wide")
+    state.init_state()
+    state.enter_page(title)
+    nav_links()
+    err = st.session_state.pop(state.URL_ERROR, None)
+    if err:
+        st.warning(err, icon=":material/link_off:")
+
+
+def nav_links() -> None:
+    params = state.page_params()
+    with st.sidebar:
+        st.markdown("**vramcalc** · GPU memory calculator")
+        for path, label, icon in PAGES:
+            st.page_link(path, label=label, icon=icon, query_params=params)
+        st.divider()
+
+
+# ---- scenario editor ----------------------------------------------------------------------
+
+def _seed(values: dict[str, Any]) -> None:
+    ss = st.session_state
+    if ss.get(state.SYNC):
+        for k in list(ss.keys()):
+            if isinstance(k, str) and k.startswith("sc_"):
+                del ss[k]
+        ss[state.SYNC] = False
+    for k, v in values.items():
+        if k not in ss:
+            ss[k] = v
+
+
+def _widget_values(sc: Scenario) -> dict[str, Any]:
+    """Widget key -> value that shows `sc`."""
+    t, hw = sc.training, sc.hardware
+    lora = t.lora
+    if hw.cluster:
+        kind = "cluster"
+    elif hw.gpu is None and hw.memory_bytes:
+        kind = "custom"
+    else:
+        kind = "gpu"
+    return {
+        "sc_model_source": "config" if isinstance(sc.model, dict) else "preset",
+        "sc_model": sc.model if isinstance(sc.model, str) else state.DEFAULT_SCENARIO.model,
+        "sc_config_text": json.dumps(sc.model, indent=2) if isinstance(sc.model, dict) else "",
+        "sc_hw_kind": kind,
+        "sc_gpu": hw.gpu or "rtx-4090",
+        "sc_num_gpus": hw.num_gpus,
+        "sc_cluster": hw.cluster or "8x-a100-80gb",
+        "sc_mem_gib": (hw.memory_bytes or 24 * GiB) / GiB,
+        "sc_mode": sc.mode.value,
+        "sc_mbs": t.micro_batch_size,
+        "sc_seq": t.seq_len,
+        "sc_ga": t.gradient_accumulation_steps,
+        "sc_precision": t.precision.value,
+        "sc_optimizer": t.optimizer.value,
+        "sc_impl": t.optimizer_impl.value,
+        "sc_ckpt": t.activation_checkpointing.value,
+        "sc_every": t.checkpoint_every,
+        "sc_attention": t.attention.value,
+        "sc_zero": t.zero_stage,
+        "sc_off_opt": t.offload_optimizer.value,
+        "sc_off_par": t.offload_params.value,
+        "sc_tp": t.tensor_parallel,
+        "sc_pp": t.pipeline_parallel,
+        "sc_sp": t.sequence_parallel,
+        "sc_lora": lora is not None,
+        "sc_lora_rank": lora.rank if lora else 16,
+        "sc_lora_targets": lora.targets if lora else "all-linear",
+        "sc_lora_base": lora.base_weights if lora else "bf16",
+    }
+
+
+def _labels(mapping: dict[Any, str]) -> tuple[list[str], Callable[[Any], str]]:
+    keys = [k.value if hasattr(k, "value") else k for k in mapping]
+    names = dict(zip(keys, mapping.values(), strict=True))
+    return keys, lambda k: names.get(k, str(k))
+
+
+def _select(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
+    opts, fmt = _labels(mapping)
+    return st.selectbox(label, opts, format_func=fmt, key=key, **kw)
+
+
+def _radio(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
+    opts, fmt = _labels(mapping)
+    return st.radio(label, opts, format_func=fmt, key=key, horizontal=True, **kw)
+
+
+def parse_config_text(text: str) -> dict[str, Any]:
+    """config.json text -> dict, or ValueError with a message for the user."""
+    if len(text.encode()) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config.json is {len(text.encode()) / MiB:,.1f} MiB; the limit is "
+                         f"{MAX_CONFIG_BYTES / MiB:.0f} MiB (a Hugging Face config.json is a few KiB)")
+    if not text.strip():
+        raise ValueError("config.json: paste a Hugging Face config.json or upload one")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config.json is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError("config.json must be a JSON object ({...}), not a " + type(data).__name__)
+    return data
+
+
+def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
+    src = _radio("Model source", MODEL_SOURCE_LABELS, "sc_model_source")
+    if src == "preset":
+        opts = compute.model_options()
+        return st.selectbox("Model", list(opts), format_func=opts.__getitem__, key="sc_model",
+                            help="Type to search. Parameter counts are exact (transformers' own count).")
+    up = st.file_uploader("Upload config.json", type=["json"], key="sc_config_file", max_upload_size=2,
+                          help="The model's config.json from the Hugging Face Hub (shapes only, no weights).")
+    if up is not None and st.session_state.get(state.CONFIG_FILE_ID) != up.file_id:
+        st.session_state[state.CONFIG_FILE_ID] = up.file_id
+        if up.size > MAX_CONFIG_BYTES:
+            errors["model"] = (f"{up.name} is {up.size / MiB:,.1f} MiB; the limit is {MAX_CONFIG_BYTES / MiB:.0f} MiB "
+                               "(a Hugging Face config.json is a few KiB)")
+        else:
+            st.session_state["sc_config_text"] = up.getvalue().decode("utf-8", errors="replace")
+    text = st.text_area("…or paste config.json", key="sc_config_text", height=160,
+                        placeholder='{"model_type": "llama", "hidden_size": 4096, ...}')
+    if "model" in errors:
+        return None
+    try:
+        return parse_config_text(text)
+    except ValueError as exc:
+        errors["model"] = str(exc)
+        return None
+
+
+def _hardware_section() -> dict[str, Any]:
+    kind = _radio("Hardware", HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
+    if kind == "cluster":
+        opts = compute.cluster_options()
+        return {"cluster": st.selectbox("Cluster", list(opts), format_func=opts.__getitem__, key="sc_cluster")}
+    if kind == "custom":
+        mem = st.number_input("GPU memory (GiB)", min_value=0.5, max_value=4096.0, step=1.0, format="%.2f",
+                              key="sc_mem_gib", help="Total device memory as nvidia-smi reports it, in GiB (2^30 bytes).")
+        n = st.number_input("Number of GPUs", min_value=1, max_value=65536, step=1, key="sc_num_gpus")
+        return {"memory_bytes": round(mem * GiB), "num_gpus": int(n)}
+    opts = compute.gpu_options()
+    gpu = st.selectbox("GPU", list(opts), format_func=opts.__getitem__, key="sc_gpu",
+                       help="Memory shown is what nvidia-smi reports, in GiB.")
+    n = st.number_input("Number of GPUs", min_value=1, max_value=65536, step=1, key="sc_num_gpus")
+    return {"gpu": gpu, "num_gpus": int(n)}
+
+
+def scenario_sidebar() -> Scenario | None:
+    """The scenario editor. Returns the validated Scenario (also stored as current), or None when
+    the widgets describe an impossible scenario; the message is shown next to the widget."""
+    current = state.get_scenario()
+    _seed(_widget_values(current))
+    errors: dict[str, str] = {}
+    slots: dict[str, Any] = {}
+    base = current.model_dump(mode="json")
+    tr = dict(base["training"])
+    sb = st.sidebar
+
+    with sb.expander("Model", expanded=True, icon=":material/neurology:"):
+        model = _model_section(errors)
+        mode = _radio("Mode", MODE_LABELS, "sc_mode")
+        slots["model"] = st.empty()
+    training = mode == Mode.train.value
+
+    with sb.expander("Hardware", expanded=True, icon=":material/memory:"):
+        hardware = _hardware_section()
+        slots["hardware"] = st.empty()
+
+    with sb.expander("Batch and sequence", expanded=True, icon=":material/view_week:"):
+        tr["micro_batch_size"] = int(st.number_input("Micro-batch size (sequences per GPU)", 1, 65536, step=1,
+                                                     key="sc_mbs"))
+        tr["seq_len"] = int(st.number_input("Sequence length (tokens)", 1, 4_194_304, step=256, key="sc_seq"))
+        if training:
+            tr["gradient_accumulation_steps"] = int(st.number_input("Gradient accumulation steps", 1, 65536,
+                                                                    step=1, key="sc_ga"))
+        slots["batch"] = st.empty()
+
+    with sb.expander("Precision and optimizer", expanded=True, icon=":material/tune:"):
+        tr["precision"] = _select("Precision", PRECISION_LABELS, "sc_precision")
+        if training:
+            tr["optimizer"] = _select("Optimizer", OPTIMIZER_LABELS, "sc_optimizer")
+            tr["optimizer_impl"] = _select("Optimizer implementation", IMPL_LABELS, "sc_impl")
+        slots["precision"] = st.empty()
+
+    with sb.expander("Memory savers", expanded=True, icon=":material/compress:"):
+        tr["attention"] = _select("Attention", ATTENTION_LABELS, "sc_attention")
+        if training:
+            tr["activation_checkpointing"] = _select("Activation checkpointing", CKPT_LABELS, "sc_ckpt")
+            if tr["activation_checkpointing"] == Checkpointing.full.value:
+                tr["checkpoint_every"] = int(st.number_input("Checkpoint 1 of every k layers", 1, 1024, step=1,
+                                                             key="sc_every"))
+        tr["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, "sc_zero")
+        tr["offload_optimizer"] = _select("Offload optimizer states", OFFLOAD_LABELS, "sc_off_opt")
+        tr["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, "sc_off_par",
+                                       help="Needs ZeRO stage 3.")
+        slots["savers"] = st.empty()
+
+    par_open = current.training.tensor_parallel > 1 or current.training.pipeline_parallel > 1
+    with sb.expander("Parallelism", expanded=par_open, icon=":material/lan:"):
+        tr["tensor_parallel"] = int(st.number_input("Tensor parallel", 1, 1024, step=1, key="sc_tp"))
+        tr["pipeline_parallel"] = int(st.number_input("Pipeline parallel", 1, 1024, step=1, key="sc_pp"))
+        tr["sequence_parallel"] = bool(st.checkbox("Sequence parallel (Megatron, with TP)", key="sc_sp"))
+        st.caption("Data parallel = GPUs / (tensor x pipeline).")
+        slots["parallel"] = st.empty()
+
+    with sb.expander("LoRA / QLoRA", expanded=current.training.lora is not None, icon=":material/layers:"):
+        if st.checkbox("Train LoRA adapters (frozen base model)", key="sc_lora"):
+            lora = dict(base["training"]["lora"] or {})
+            lora["rank"] = int(st.number_input("Rank r", 1, 4096, step=1, key="sc_lora_rank"))
+            lora["targets"] = _select("Targets", LORA_TARGET_LABELS, "sc_lora_targets")
+            lora["base_weights"] = _select("Base weight precision", LORA_BASE_LABELS, "sc_lora_base")
+            tr["lora"] = lora
+        else:
+            tr["lora"] = None
+        slots["lora"] = st.empty()
+
+    sc: Scenario | None = None
+    if not errors:
+        hw = {k: v for k, v in hardware.items() if v is not None}
+        keep_ram = base["hardware"].get("cpu_ram_bytes")
+        if keep_ram and "cluster" not in hw:
+            hw["cpu_ram_bytes"] = keep_ram
+        data = {"model": model, "hardware": hw, "mode": mode, "training": tr}
+        try:
+            sc = Scenario.model_validate(data)
+        except (ValidationError, ValueError) as exc:
+            msg = state.error_text(exc)
+            errors[section_for(msg)] = msg
+    for name, msg in errors.items():
+        slots[name].error(msg, icon=":material/error:")
+    if sc is None:
+        st.session_state[state.SCENARIO_ERROR] = next(iter(errors.values()))
+        return None
+    state.set_scenario(sc, from_widgets=True)
+    return sc
+
+
+def scenario_or_stop(include_compare: bool = False) -> Scenario | None:
+    """Sidebar + URL sync; on an invalid combination, show the message in the page body and
+    return None (the page then draws nothing else)."""
+    sc = scenario_sidebar()
+    state.sync_url(include_compare)
+    if sc is None:
+        msg = st.session_state.get(state.SCENARIO_ERROR)
+        st.error(f"This combination is not possible: {msg}. Change the setting marked in the sidebar.",
+                 icon=":material/error:")
+    return sc
+
+
+def hardware_name(sc: Scenario) -> str:
+    """'8 x NVIDIA A100 SXM4 80GB' / '1 x custom 24.00 GiB GPU'."""
+    from calc.presets import gpu_presets
+
+    hw = sc.resolved_hardware()
+    if hw.gpu:
+        name = gpu_presets()[hw.gpu].name
+    else:
+        name = f"custom {hw.memory_bytes / GiB:,.2f} GiB GPU" if hw.memory_bytes else "no GPU"
+    return f"{hw.num_gpus} x {name}"
+
+
+# ---- Compare page columns -----------------------------------------------------------------
+
+EXTRA_COMPARE = (state.CompareColumn(cluster="1x-h100-sxm"), state.CompareColumn(cluster="8x-h100-sxm"),
+                 state.CompareColumn(cluster="64x-a100-80gb"))
+
+
+def _compare_values(i: int, col: state.CompareColumn) -> dict[str, Any]:
+    return {
+        f"cmp_{i}_kind": "cluster" if col.cluster else "gpu",
+        f"cmp_{i}_cluster": col.cluster or "8x-a100-80gb",
+        f"cmp_{i}_gpu": col.gpu or "a100-80gb",
+        f"cmp_{i}_n": col.num_gpus,
+        f"cmp_{i}_zero": col.zero_stage,
+        f"cmp_{i}_off_opt": col.offload_optimizer.value,
+        f"cmp_{i}_off_par": col.offload_params.value,
+    }
+
+
+def compare_columns_editor() -> list[state.CompareColumn]:
+    """How many scenarios and, per column, hardware + ZeRO + offload. Returns the columns (also
+    stored in the session); every column value is a validated CompareColumn."""
+    cols = state.get_compare()
+    ss = st.session_state
+    if "cmp_count" not in ss:
+        ss["cmp_count"] = len(cols)
+    n = int(st.radio("Scenarios", [2, 3, 4], key="cmp_count", horizontal=True,
+                     help="Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and offload."))
+    while len(cols) < n:
+        cols.append(EXTRA_COMPARE[(len(cols) - 2) % len(EXTRA_COMPARE)])
+    cols = cols[:n]
+    out: list[state.CompareColumn] = []
+    for i, (box, col) in enumerate(zip(st.columns(n, border=True), cols, strict=True)):
+        for k, v in _compare_values(i, col).items():
+            if k not in ss:
+                ss[k] = v
+        with box:
+            st.markdown(f"**{chr(65 + i)}**")
+            kind = _radio("Hardware", {"cluster": "Cluster", "gpu": "GPU x count"}, f"cmp_{i}_kind",
+                          label_visibility="collapsed")
+            if kind == "cluster":
+                opts = compute.cluster_options()
+                data: dict[str, Any] = {"cluster": st.selectbox("Cluster", list(opts), format_func=opts.__getitem__,
+                                                                key=f"cmp_{i}_cluster")}
+            else:
+                g = compute.gpu_options()
+                data = {"gpu": st.selectbox("GPU", list(g), format_func=g.__getitem__, key=f"cmp_{i}_gpu"),
+                        "num_gpus": int(st.number_input("GPUs", 1, 65536, step=1, key=f"cmp_{i}_n"))}
+            data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero")
+            data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt")
+            data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par")
+            out.append(state.CompareColumn.model_validate(data))
+    state.set_compare(out)
+    return out
+
+
+def column_name(i: int, col: state.CompareColumn) -> str:
+    """'A: 8x A100 80GB (one DGX/HGX A100 node), ZeRO-3, optimizer -> CPU'."""
+    from calc.presets import cluster_presets, gpu_presets
+
+    if col.cluster:
+        hw = cluster_presets()[col.cluster].name.split(" (")[0]
+    else:
+        hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else "custom"
+    bits = [f"{chr(65 + i)}: {hw}", f"ZeRO-{col.zero_stage}"]
+    if col.offload_optimizer != Offload.none:
+        bits.append(f"opt→{col.offload_optimizer.value}")
+    if col.offload_params != Offload.none:
+        bits.append(f"params→{col.offload_params.value}")
+    return ", ".join(bits)
