@@ -81,6 +81,14 @@ EAGER_SCORE_PASSES = 12
 # pair, collectives go over PCIe. SXM parts sit on an NVSwitch and reach every GPU in the node.
 NVLINK_BRIDGE_GROUP = 2
 
+# ZeRO-3 gathers every partitioned module (each linear weight above stage3_param_persistence_threshold)
+# just before use, forward and backward. Prefetching hides the transfer but not each collective's fixed
+# cost: NCCL's small-message all-gather latency is tens of microseconds (nccl-tests all_gather_perf at
+# 8 bytes on 8 GPUs) and DeepSpeed's fetch coordinator adds Python hook work per module. This is why
+# ZeRO-3 is slower than ZeRO-2 even where bandwidth is plentiful ("Stage 3 is slower than Stage 2",
+# Hugging Face Transformers DeepSpeed guide, "How to choose which ZeRO stage").
+ZERO3_FETCH_LATENCY_S = 50e-6
+
 
 class SpeedAssumptions(BaseModel):
     """The editable constants of the speed model (defaults documented above)."""
@@ -223,6 +231,13 @@ def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
     names = {"q", "k", "v", "o"} | (set() if t.lora.targets == "attention" else {"gate", "up", "down"})
     return sum(t.lora.rank * (fin + fout) * count for name, fin, fout, count in spec.linear_shapes_per_layer()
                if name in names)
+
+
+def _linears_per_layer(spec: ModelSpec) -> int:
+    """Weight matrices per decoder layer that ZeRO-3 partitions (q, k, v, o + MLP; fused in gpt2/neox/phi3)."""
+    attn = 2 if spec.family in ("gpt2", "gpt_neox", "phi3") else 4
+    mlp = 2 if spec.family in ("gpt2", "gpt_neox", "phi3") else 3
+    return attn + (mlp * spec.num_experts + (1 if spec.num_experts > 1 else 0))
 
 
 def _fmt_s(x: float) -> str:
@@ -378,14 +393,25 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         total = (over_b + after_b) / bw
         if a.overlap_comm:
             # stage 0/1 reduce at the accumulation boundary: only the last micro-batch's backward hides
-            # them; stage 2 reduces every micro-batch; stage 3 prefetches through forward and backward.
-            hide = {0: compute_s * bwd_share / ga, 1: compute_s * bwd_share / ga, 2: compute_s * bwd_share,
-                    3: compute_s}[z]
-            last_bucket = 2 * f * min(m_grad, REDUCE_BUCKET_ELEMENTS * gb) / bw
-            exposed = max(over_b / bw - hide, min(last_bucket, over_b / bw)) + after_b / bw
-            ov = (f"; overlap_comm hides up to {_fmt_s(hide)} of "
-                  + ("the last micro-batch's backward" if z < 2 else "backward" if z == 2 else "forward+backward")
-                  + f", the last {REDUCE_BUCKET_ELEMENTS:,}-element bucket stays exposed")
+            # them; stage 2 reduces during every micro-batch's backward; stage 3 prefetches the forward
+            # all-gather behind forward compute and the backward all-gather + reduce-scatter behind
+            # backward compute. The last reduce bucket always waits for the end of backward.
+            fwd_mb = compute_s * (1 - bwd_share) / ga
+            bwd_mb = compute_s * bwd_share / ga
+            last_bucket = min(f * min(m_grad, REDUCE_BUCKET_ELEMENTS * gb) / bw, over_b / bw)
+            if z < 3:
+                hide = bwd_mb if z < 2 else bwd_mb * ga
+                exposed = max(over_b / bw - hide, last_bucket) + after_b / bw
+                ov = (f"; overlap_comm hides up to {_fmt_s(hide)} of "
+                      + ("the last micro-batch's backward" if z < 2 else "backward"))
+            else:
+                fwd_c, bwd_c = f * m_w / bw, f * (m_w + m_grad) / bw
+                exposed = ga * (max(0.0, fwd_c - fwd_mb) + max(0.0, bwd_c - bwd_mb))
+                exposed = max(exposed, last_bucket)
+                ov = (f"; per micro-batch the forward all-gather ({_fmt_s(fwd_c)}) hides behind {_fmt_s(fwd_mb)} of "
+                      f"forward and the backward all-gather + reduce-scatter ({_fmt_s(bwd_c)}) behind "
+                      f"{_fmt_s(bwd_mb)} of backward")
+            ov += f"; the last {REDUCE_BUCKET_ELEMENTS:,}-element reduce bucket stays exposed"
         else:
             exposed, ov = total, "; overlap_comm off: nothing hidden"
         comm_terms.append(_Term(
@@ -394,6 +420,15 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
             "ring collectives move 2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) of the data "
             "per GPU (Patarasuk & Yuan 2009); ZeRO-1/2 = DP volume, ZeRO-3 = 1.5x (Rajbhandari et al. 2020, "
             "section 7)"))
+        if z == 3:
+            fetches = 2 * (layers_on_stage(L, pp) * _linears_per_layer(spec) + 2)
+            lat = ga * fetches * ZERO3_FETCH_LATENCY_S
+            comm_terms.append(_Term(
+                "zero3_fetch_latency", "communication", "ZeRO-3 per-module fetch latency", lat, lat,
+                f"{ga} micro-batches x {fetches} module all-gathers (forward + backward) x "
+                f"{ZERO3_FETCH_LATENCY_S * 1e6:g} us", "alpha of the alpha-beta (Hockney) cost model: "
+                "small-message NCCL all-gather latency plus DeepSpeed's per-module fetch hooks; not hidden by "
+                "prefetching"))
     if tp > 1:
         a_bytes = prec.activation_bytes(p)
         msg = B * S * spec.hidden_size * a_bytes
