@@ -1,0 +1,248 @@
+"""A complete DeepSpeed config (ds_config.json) for a training scenario.
+
+The ZeRO buffer sizes written here are the constants of calc.parallel that the memory estimate
+assumes (reduce/allgather bucket, stage-3 prefetch bucket, live parameters, persistence threshold),
+and overlap_comm is the speed model's assumption (calc.speed.SpeedAssumptions.overlap_comm), so the
+estimate, the speed and the exported config describe the same run.
+
+Precision mapping (DeepSpeed 0.19 runtime/config.py, runtime/precision_config.py):
+  fp32       -> no bf16/fp16/torch_autocast block
+  amp-bf16   -> "torch_autocast": {"enabled": true, "dtype": "bfloat16"} (fp32 weights, autocast compute)
+  amp-fp16   -> "torch_autocast" with "float16"
+  bf16-mixed -> "bf16": {"enabled": true} (bf16 weights/grads, fp32 master + states in the optimizer)
+  fp16-mixed -> "fp16" with dynamic loss scaling (loss_scale 0)
+  bf16       -> "bf16" with bf16_master_weights_and_grads + bf16_optimizer_states (ZeRO 1-3 only)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from calc.parallel import (
+    ALLGATHER_BUCKET_ELEMENTS,
+    REDUCE_BUCKET_ELEMENTS,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+    STAGE3_PREFETCH_ELEMENTS,
+)
+from calc.scenario import Checkpointing, Mode, Offload, Optimizer, Precision, Scenario
+from calc.speed import SpeedAssumptions
+
+# DeepSpeed's fp16 dynamic loss-scaling defaults (runtime/precision_config.py, DeepSpeedFP16Config).
+FP16_INITIAL_SCALE_POWER = 16
+FP16_LOSS_SCALE_WINDOW = 1000
+FP16_HYSTERESIS = 2
+FP16_MIN_LOSS_SCALE = 1
+DEFAULT_NVME_PATH = "/local_nvme"
+# Optimizers DeepSpeed builds itself; any other type is looked up in torch.optim and needs
+# zero_allow_untested_optimizer with ZeRO (runtime/engine.py, _configure_basic_optimizer).
+DS_OPTIMIZER_TYPES = {Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
+                      Optimizer.sgd_momentum: "SGD", Optimizer.adafactor: "Adafactor"}
+
+
+class ExportOptions(BaseModel):
+    """Training hyper-parameters the scenario does not carry (defaults: Hugging Face TrainingArguments')."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    learning_rate: float = Field(5e-5, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.9, ge=0, description="for sgd-momentum")
+    warmup_steps: int = Field(0, ge=0)
+    total_num_steps: int | None = Field(None, ge=1, description="given: WarmupDecayLR (linear decay); else WarmupLR")
+    gradient_clipping: float = Field(1.0, ge=0)
+    nvme_path: str = Field(DEFAULT_NVME_PATH, description="local NVMe mount for ZeRO-Infinity offload")
+
+
+class DeepSpeedExport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any]
+    notes: list[str] = Field(default_factory=list, description="what the config cannot say; printed on stderr")
+
+
+def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
+                     assumptions: SpeedAssumptions | None = None) -> DeepSpeedExport:
+    """The ds_config dict for `sc`, plus notes on what must be set in code. ValueError when DeepSpeed
+    cannot express the scenario."""
+    o = options or ExportOptions()
+    a = assumptions or SpeedAssumptions()
+    t = sc.training
+    notes: list[str] = []
+    if sc.mode != Mode.train:
+        raise ValueError("mode: DeepSpeed config export is for training scenarios (mode=train)")
+    if t.precision == Precision.bf16 and t.zero_stage == 0:
+        raise ValueError("training.precision: pure bf16 (bf16 optimizer states) needs zero_stage 1-3 in DeepSpeed "
+                         "(bf16_optimizer_states); use zero_stage 1 or precision bf16-mixed")
+    if t.offload_optimizer == Offload.nvme and t.zero_stage < 3:
+        raise ValueError("training.offload_optimizer: NVMe optimizer offload needs zero_stage 3 (ZeRO-Infinity); "
+                         "DeepSpeed's ZeRO-1/2 would keep the states in CPU RAM")
+    if t.pipeline_parallel > 1 and t.zero_stage > 1:
+        raise ValueError("training.zero_stage: DeepSpeed's pipeline engine supports ZeRO-1 at most")
+    dp = sc.data_parallel
+    cfg: dict[str, Any] = {
+        "train_batch_size": t.micro_batch_size * t.gradient_accumulation_steps * dp,
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "gradient_clipping": o.gradient_clipping,
+    }
+    cfg.update(_precision_block(t.precision))
+    cfg["zero_optimization"] = _zero_block(sc, o, a)
+    if t.activation_checkpointing != Checkpointing.none:
+        cfg["activation_checkpointing"] = _checkpointing_block(sc)
+        notes.append("Hugging Face models: call model.gradient_checkpointing_enable("
+                     "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
+                     "gradient_checkpointing=True)); the activation_checkpointing block configures "
+                     "deepspeed.checkpointing for Megatron-style models")
+        if t.activation_checkpointing == Checkpointing.selective:
+            notes.append("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
+                         "--recompute-granularity selective; the block above is what DeepSpeed can express")
+        elif t.checkpoint_every > 1:
+            notes.append(f"checkpointing 1 in {t.checkpoint_every} layers needs a custom wrapper (HF checkpoints "
+                         f"every layer); number_checkpoints = {cfg['activation_checkpointing']['number_checkpoints']}")
+    opt = _optimizer_block(t.optimizer, o)
+    if opt is None:
+        notes.append("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
+                     "deepspeed.initialize(optimizer=...)")
+        if t.zero_stage > 0:
+            cfg["zero_allow_untested_optimizer"] = True
+    else:
+        cfg["optimizer"] = opt
+        if opt["type"] not in ("AdamW", "Adam") and t.zero_stage > 0:
+            cfg["zero_allow_untested_optimizer"] = True
+        if opt["type"] not in ("AdamW", "Adam") and t.offload_optimizer != Offload.none:
+            cfg["zero_force_ds_cpu_optimizer"] = False
+            notes.append(f"{opt['type']} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)")
+    cfg["scheduler"] = _scheduler_block(o)
+    if t.tensor_parallel > 1:
+        cfg["tensor_parallel"] = {"autotp_size": t.tensor_parallel}
+        notes.append(f"tensor_parallel.autotp_size = {t.tensor_parallel}: DeepSpeed AutoTP training; "
+                     "train_batch_size counts data-parallel ranks only")
+    if t.pipeline_parallel > 1:
+        cfg["pipeline"] = {"stages": t.pipeline_parallel, "partition": "parameters"}
+        notes.append(f"pipeline parallelism needs the model wrapped in deepspeed.pipe.PipelineModule("
+                     f"num_stages={t.pipeline_parallel}); 'stages' here documents it")
+    if t.sequence_parallel:
+        notes.append("Megatron-style sequence parallelism is a Megatron-LM option, not a DeepSpeed config key")
+    if t.lora is not None:
+        notes.append(f"LoRA r={t.lora.rank} on {t.lora.targets}: wrap the model with peft.get_peft_model before "
+                     "deepspeed.initialize" + (f"; base weights {t.lora.base_weights} via bitsandbytes"
+                                               if t.lora.base_weights != "bf16" else ""))
+    return DeepSpeedExport(config=cfg, notes=notes)
+
+
+def deepspeed_config(sc: Scenario, options: ExportOptions | None = None) -> dict[str, Any]:
+    """Just the ds_config dict."""
+    return export_deepspeed(sc, options).config
+
+
+def _precision_block(p: Precision) -> dict[str, Any]:
+    if p == Precision.bf16_mixed:
+        return {"bf16": {"enabled": True}}
+    if p == Precision.bf16:
+        return {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}}
+    if p == Precision.fp16_mixed:
+        return {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": FP16_INITIAL_SCALE_POWER,
+                         "loss_scale_window": FP16_LOSS_SCALE_WINDOW, "hysteresis": FP16_HYSTERESIS,
+                         "min_loss_scale": FP16_MIN_LOSS_SCALE}}
+    if p == Precision.amp_bf16:
+        return {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
+    if p == Precision.amp_fp16:
+        return {"torch_autocast": {"enabled": True, "dtype": "float16"}}
+    return {}
+
+
+def _zero_block(sc: Scenario, o: ExportOptions, a: SpeedAssumptions) -> dict[str, Any]:
+    t = sc.training
+    z: dict[str, Any] = {"stage": t.zero_stage}
+    if t.zero_stage == 0:
+        return z
+    z.update({
+        "overlap_comm": a.overlap_comm,
+        "contiguous_gradients": True,
+        "reduce_scatter": True,
+        "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS,
+        "allgather_partitions": True,
+        "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
+    })
+    if t.zero_stage == 3:
+        z.update({
+            "stage3_prefetch_bucket_size": STAGE3_PREFETCH_ELEMENTS,
+            "stage3_max_live_parameters": STAGE3_MAX_LIVE_PARAMETERS,
+            "stage3_param_persistence_threshold": STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+            "stage3_gather_16bit_weights_on_model_save": True,
+        })
+    if t.offload_optimizer != Offload.none:
+        z["offload_optimizer"] = _offload(t.offload_optimizer, o)
+    if t.offload_params != Offload.none:
+        z["offload_param"] = _offload(t.offload_params, o)
+    return z
+
+
+def _offload(device: Offload, o: ExportOptions) -> dict[str, Any]:
+    block: dict[str, Any] = {"device": device.value, "pin_memory": True}
+    if device == Offload.nvme:
+        block["nvme_path"] = o.nvme_path
+    return block
+
+
+def _checkpointing_block(sc: Scenario) -> dict[str, Any]:
+    """number_checkpoints = layers that keep a checkpoint (1 in k: ceil(L / k)); the importer reads k back."""
+    t = sc.training
+    every = t.checkpoint_every if t.activation_checkpointing == Checkpointing.full else 1
+    return {"partition_activations": False, "cpu_checkpointing": False, "contiguous_memory_optimization": False,
+            "number_checkpoints": -(-sc.spec.num_layers // every), "synchronize_checkpoint_boundary": False,
+            "profile": False}
+
+
+def _optimizer_block(opt: Optimizer, o: ExportOptions) -> dict[str, Any] | None:
+    if opt == Optimizer.adamw_8bit:
+        return None
+    params: dict[str, Any] = {"lr": o.learning_rate, "weight_decay": o.weight_decay}
+    if opt in (Optimizer.adamw, Optimizer.adam):
+        params.update(betas=list(o.betas), eps=o.eps)
+        if opt == Optimizer.adam:
+            params["adam_w_mode"] = False  # DeepSpeed's "Adam" is AdamW unless told otherwise
+    elif opt == Optimizer.sgd:
+        params["momentum"] = 0.0
+    elif opt == Optimizer.sgd_momentum:
+        params["momentum"] = o.momentum
+    return {"type": DS_OPTIMIZER_TYPES[opt], "params": params}
+
+
+def _scheduler_block(o: ExportOptions) -> dict[str, Any]:
+    if o.total_num_steps is not None:
+        return {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": o.learning_rate,
+                                                    "warmup_num_steps": o.warmup_steps,
+                                                    "total_num_steps": o.total_num_steps}}
+    return {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": o.learning_rate,
+                                           "warmup_num_steps": o.warmup_steps}}
+
+
+def cli_main(args: Any) -> int:
+    """python -m calc export-deepspeed SCENARIO.json [-o FILE]"""
+    from calc.__main__ import UserError, load_scenario
+
+    sc = load_scenario(args.scenario)
+    try:
+        exp = export_deepspeed(sc)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    text = json.dumps(exp.config, indent=2) + "\n"
+    if getattr(args, "output", None):
+        try:
+            with open(args.output, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    else:
+        sys.stdout.write(text)
+    for n in exp.notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0

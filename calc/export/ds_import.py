@@ -1,0 +1,229 @@
+"""The other way round: an existing ds_config.json -> Scenario, so a user can ask "will my config fit?".
+
+Read: precision (bf16 / fp16 / torch_autocast blocks), train_batch_size / train_micro_batch_size_per_gpu /
+gradient_accumulation_steps (DeepSpeed's rule: train = micro x accumulation x data-parallel size; any two
+give the third), zero_optimization.stage and its offload_optimizer / offload_param devices,
+activation_checkpointing (number_checkpoints -> 1 in k layers), optimizer.type, tensor_parallel.autotp_size
+and pipeline.stages. Everything else a ds_config may hold (bucket sizes, schedulers, logging) does not
+change what the estimate models; bucket sizes that differ from calc.parallel's are reported as a warning.
+A bad value raises ValueError naming the key.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from calc.parallel import (
+    ALLGATHER_BUCKET_ELEMENTS,
+    REDUCE_BUCKET_ELEMENTS,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+    STAGE3_PREFETCH_ELEMENTS,
+)
+from calc.presets import cluster_presets, gpu_presets
+from calc.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, Precision, Scenario
+
+_ASSUMED = {
+    "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS,
+    "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
+    "stage3_prefetch_bucket_size": STAGE3_PREFETCH_ELEMENTS,
+    "stage3_max_live_parameters": STAGE3_MAX_LIVE_PARAMETERS,
+    "stage3_param_persistence_threshold": STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+}
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, lo: int = 1) -> int | None:
+    if key not in cfg or cfg[key] is None:
+        return None
+    v = cfg[key]
+    if v == "auto":
+        raise ValueError(f"{where}{key} is 'auto' (filled in by the Hugging Face Trainer integration); "
+                         "give a number to estimate this config")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
+        raise ValueError(f"{where}{key} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _block(cfg: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    v = cfg.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError(f"{where}{key} must be an object, got {type(v).__name__}")
+    return v
+
+
+def _enabled(block: dict[str, Any], where: str) -> bool:
+    v = block.get("enabled", False)
+    if v == "auto":
+        raise ValueError(f"{where}.enabled is 'auto'; set true or false")
+    if not isinstance(v, bool):
+        raise ValueError(f"{where}.enabled must be true or false, got {v!r}")
+    return v
+
+
+def _precision(cfg: dict[str, Any]) -> Precision:
+    bf16 = _block(cfg, "bf16") or _block(cfg, "bfloat16")
+    fp16 = _block(cfg, "fp16")
+    auto = _block(cfg, "torch_autocast")
+    on = {k: _enabled(b, k) for k, b in (("bf16", bf16), ("fp16", fp16), ("torch_autocast", auto)) if b}
+    enabled = [k for k, v in on.items() if v]
+    if len(enabled) > 1:
+        raise ValueError(f"{' and '.join(enabled)} are both enabled; DeepSpeed allows one precision mode")
+    if not enabled:
+        return Precision.fp32
+    if enabled[0] == "bf16":
+        pure = bool(bf16.get("bf16_master_weights_and_grads")) and bool(bf16.get("bf16_optimizer_states"))
+        return Precision.bf16 if pure else Precision.bf16_mixed
+    if enabled[0] == "fp16":
+        return Precision.fp16_mixed
+    dtype = str(auto.get("dtype", "bfloat16")).removeprefix("torch.")
+    if dtype in ("bfloat16", "bf16"):
+        return Precision.amp_bf16
+    if dtype in ("float16", "fp16", "half"):
+        return Precision.amp_fp16
+    raise ValueError(f"torch_autocast.dtype must be bfloat16 or float16, got {auto.get('dtype')!r}")
+
+
+def _offload(z: dict[str, Any], key: str) -> Offload:
+    b = _block(z, key, "zero_optimization.")
+    dev = b.get("device", "none")
+    if dev is None:
+        dev = "none"
+    if dev not in ("none", "cpu", "nvme"):
+        raise ValueError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {dev!r}")
+    if dev == "nvme" and not b.get("nvme_path"):
+        raise ValueError(f"zero_optimization.{key}.nvme_path is required with device nvme")
+    return Offload(dev)
+
+
+def _optimizer(cfg: dict[str, Any]) -> Optimizer | None:
+    o = _block(cfg, "optimizer")
+    if not o:
+        return None
+    typ = o.get("type")
+    if not isinstance(typ, str):
+        raise ValueError(f"optimizer.type must be a string, got {typ!r}")
+    params = o.get("params") or {}
+    name = typ.lower()
+    if name == "adamw":
+        return Optimizer.adamw
+    if name == "adam":
+        return Optimizer.adamw if params.get("adam_w_mode", True) else Optimizer.adam
+    if name == "sgd":
+        return Optimizer.sgd_momentum if params.get("momentum", 0) else Optimizer.sgd
+    if name == "adafactor":
+        return Optimizer.adafactor
+    raise ValueError(f"optimizer.type {typ!r} is not modelled (supported: AdamW, Adam, SGD, Adafactor; "
+                     "for bitsandbytes AdamW8bit pass optimizer='adamw-8bit')")
+
+
+def _every_from_checkpoints(n: int, layers: int) -> int:
+    """Smallest k with ceil(L / k) == n (the exporter writes n = ceil(L / k))."""
+    for k in range(1, layers + 1):
+        if -(-layers // k) == n:
+            return k
+    return max(1, round(layers / n))
+
+
+def _hardware(hardware: HardwareConfig | dict[str, Any] | str) -> HardwareConfig:
+    if isinstance(hardware, HardwareConfig):
+        return hardware
+    if isinstance(hardware, str):
+        if hardware in cluster_presets():
+            return HardwareConfig(cluster=hardware)
+        if hardware in gpu_presets():
+            return HardwareConfig(gpu=hardware)
+        raise ValueError(f"unknown hardware {hardware!r}: give a cluster or GPU preset id, or a hardware object")
+    return HardwareConfig.model_validate(hardware)
+
+
+def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, Any],
+                            hardware: HardwareConfig | dict[str, Any] | str, *, seq_len: int = 2048,
+                            **training: Any) -> Scenario:
+    """Build the Scenario a ds_config describes on `hardware` for `model`. `training` overrides or adds
+    TrainingConfig fields the config cannot carry (attention, lora, optimizer='adamw-8bit',
+    activation_checkpointing='selective', ...)."""
+    if not isinstance(ds_config, dict):
+        raise ValueError(f"ds_config must be a JSON object, got {type(ds_config).__name__}")
+    hw = _hardware(hardware)
+    z = _block(ds_config, "zero_optimization")
+    stage = _int(z, "stage", "zero_optimization.", lo=0)
+    stage = 0 if stage is None else stage
+    if stage > 3:
+        raise ValueError(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage}")
+    off_opt = _offload(z, "offload_optimizer")
+    if z.get("cpu_offload") is True and off_opt == Offload.none:
+        off_opt = Offload.cpu  # the pre-0.3.15 spelling
+    off_par = _offload(z, "offload_param")
+    if off_par != Offload.none and stage != 3:
+        raise ValueError(f"zero_optimization.offload_param needs stage 3 (got stage {stage})")
+    if off_opt != Offload.none and stage == 0:
+        raise ValueError("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (got stage 0)")
+    for key, assumed in _ASSUMED.items():
+        if key in z and z[key] != "auto" and z[key] != assumed:
+            warnings.warn(f"zero_optimization.{key} = {z[key]!r}; the estimate assumes DeepSpeed's default "
+                          f"{assumed:,}", stacklevel=2)
+    tp = _int(_block(ds_config, "tensor_parallel"), "autotp_size", "tensor_parallel.", lo=0) or 1
+    pp_raw = _block(ds_config, "pipeline").get("stages", "auto")
+    pp = 1 if pp_raw == "auto" else _int({"stages": pp_raw}, "stages", "pipeline.")
+    gpus = _resolved_gpus(hw)
+    if gpus % (tp * (pp or 1)):
+        raise ValueError(f"tensor_parallel.autotp_size x pipeline.stages = {tp * (pp or 1)} does not divide the "
+                         f"{gpus} GPUs")
+    dp = gpus // (tp * (pp or 1))
+    mb, ga = _batch(ds_config, dp)
+    fields: dict[str, Any] = dict(micro_batch_size=mb, gradient_accumulation_steps=ga, seq_len=seq_len,
+                                  precision=_precision(ds_config), zero_stage=stage, offload_optimizer=off_opt,
+                                  offload_params=off_par, tensor_parallel=tp, pipeline_parallel=pp or 1)
+    opt = _optimizer(ds_config)
+    if opt is not None:
+        fields["optimizer"] = opt
+    ac = _block(ds_config, "activation_checkpointing")
+    if ac:
+        fields["activation_checkpointing"] = Checkpointing.full
+        n = _int(ac, "number_checkpoints", "activation_checkpointing.")
+        if n is not None:
+            from calc.presets import resolve_model
+
+            fields["checkpoint_every"] = _every_from_checkpoints(n, resolve_model(model).num_layers)
+    fields.update(training)
+    return Scenario.model_validate({"model": model, "hardware": hw.model_dump(exclude_none=True),
+                                    "training": fields})
+
+
+def _resolved_gpus(hw: HardwareConfig) -> int:
+    from calc.presets import resolve_hardware
+
+    return resolve_hardware(hw).num_gpus
+
+
+def _batch(cfg: dict[str, Any], dp: int) -> tuple[int, int]:
+    """DeepSpeed's _set_batch_related_parameters + _batch_assertion, with errors naming the key."""
+    tb = _int(cfg, "train_batch_size", "")
+    mb = _int(cfg, "train_micro_batch_size_per_gpu", "")
+    ga = _int(cfg, "gradient_accumulation_steps", "")
+    if tb is None and mb is None:
+        raise ValueError("train_batch_size or train_micro_batch_size_per_gpu is required")
+    if mb is None:
+        assert tb is not None
+        ga = ga or 1
+        if tb % (ga * dp):
+            raise ValueError(f"train_batch_size {tb} is not divisible by gradient_accumulation_steps {ga} x "
+                             f"data-parallel size {dp}")
+        mb = tb // (ga * dp)
+    elif ga is None:
+        if tb is None:
+            ga = 1
+        elif tb % (mb * dp):
+            raise ValueError(f"train_batch_size {tb} is not divisible by train_micro_batch_size_per_gpu {mb} x "
+                             f"data-parallel size {dp}")
+        else:
+            ga = tb // (mb * dp)
+    if tb is not None and tb != mb * ga * dp:
+        raise ValueError(f"train_batch_size {tb} != train_micro_batch_size_per_gpu {mb} x "
+                         f"gradient_accumulation_steps {ga} x data-parallel size {dp}")
+    if mb < 1 or ga < 1:
+        raise ValueError(f"train_batch_size {tb} is smaller than the {dp} data-parallel ranks")
+    return mb, ga
