@@ -107,11 +107,12 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
         shapes = lora_shapes(spec, t.lora.rank, targets, layers, tp)
         trainable = sum(_numel(s) * c for s, c in shapes)
         base_b = _QUANT_BYTES[t.lora.base_weights]
-        base_w = round(n_local * base_b) if t.lora.base_weights != "bf16" else n_local * precision.weight_bytes_per_param(
-            Precision.bf16 if p.is_amp else p)
-        weights = round(base_w * shard.weights) + 4 * trainable
-        grad_b, state_p = 4, Precision.fp32
-        w_formula = f"{n_local:,} base params x {base_b:g} B ({t.lora.base_weights}) + {trainable:,} LoRA params x 4 B"
+        ad = adapter_bytes(p)
+        weights = round(n_local * base_b * shard.weights) + ad * trainable
+        grad_b = ad
+        state_p = p if ad == 2 else Precision.fp32
+        w_formula = (f"{n_local:,} frozen base params x {base_b:g} B ({t.lora.base_weights})"
+                     f" + {trainable:,} LoRA params x {ad} B")
     else:
         shapes = [(s, c) for s, c in _local_shapes(spec, tp, layers, first, last)]
         trainable = n_local
@@ -191,24 +192,26 @@ def _attention_saved(ctx: Ctx, eager: bool) -> int:
     return g.profile().saved - before
 
 
+def adapter_bytes(p: Precision) -> int:
+    """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
+    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32)."""
+    return 2 if p == Precision.bf16 or p.is_mixed else 4
+
+
 def _ctx(sc: Scenario, target: Target) -> Ctx:
     t = sc.training
     p = t.precision
     lora = t.lora
-    base_p = p
-    if lora is not None and p == Precision.fp32:
-        base_p = Precision.fp32
-    targets = frozenset()
-    if lora is not None:
-        targets = _LORA_ALL if lora.targets == "all-linear" else _LORA_ATTENTION
-    return Ctx(
-        spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len,
-        w=precision.weight_bytes_per_param(base_p) if lora is None else (4 if p == Precision.fp32 else 2),
-        a=precision.activation_bytes(p), r=precision.residual_bytes(p) if lora is None else (4 if p.is_amp or p == Precision.fp32 else 2),
-        amp=p.is_amp and lora is None, cuda=target == "cuda", tp=t.tensor_parallel, sp=t.sequence_parallel,
-        lora_rank=lora.rank if lora else 0, lora_targets=targets, frozen_base=lora is not None,
-        use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
-    )
+    common = dict(spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len, cuda=target == "cuda",
+                  tp=t.tensor_parallel, sp=t.sequence_parallel,
+                  use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference)
+    if lora is None:
+        return Ctx(w=precision.weight_bytes_per_param(p), a=precision.activation_bytes(p),
+                   r=precision.residual_bytes(p), amp=p.is_amp, **common)
+    # LoRA: the frozen base runs in bf16 whatever the precision (quantized bases dequantize to it)
+    targets = _LORA_ALL if lora.targets == "all-linear" else _LORA_ATTENTION
+    return Ctx(w=2, a=2, r=2, amp=False, lora_rank=lora.rank, lora_targets=targets, frozen_base=True,
+               adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, **common)
 
 
 def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:

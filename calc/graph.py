@@ -60,6 +60,7 @@ class Graph:
     input_bytes: int
     input_requires_grad: bool = True
     round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
+    held: list[int] = field(default_factory=list)  # tensors a Python local keeps until the block returns
     sizes: list[int] = field(default_factory=list)
     needs_grad: list[bool] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)

@@ -30,6 +30,8 @@ class Ctx:
     lora_rank: int = 0  # LoRA adapters on the listed projections
     lora_targets: frozenset[str] = frozenset()
     frozen_base: bool = False  # LoRA: base weights take no gradient
+    adapter_bytes: int = 4  # LoRA adapter dtype: fp32 (peft's autocast_adapter_dtype) or 16-bit
+    adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
     selective: bool = False  # attention block is recomputed in backward (selective checkpointing)
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
 
@@ -58,36 +60,44 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
 
 
 def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
-           tokens: int | None = None, x_bytes: int | None = None) -> int:
-    """nn.Linear: saves its input (and weight). Under autocast the input is cast to 16-bit per
-    call (not cached) and the fp32 weight is cast once per forward (autocast's weight cache), and
-    that 16-bit copy is saved for backward; its gradient is converted back to an fp32 .grad.
-    With LoRA on this projection, peft adds dropout(identity) -> A (r x in) -> B (out x r) and
-    keeps A's input and the r-wide intermediate (peft/tuners/lora/layer.py, Linear.forward)."""
+           tokens: int | None = None) -> int:
+    """nn.Linear: its node saves the input only when the weight needs a gradient (a frozen weight
+    needs just itself for the input gradient). Under autocast the input is cast to 16-bit per call
+    (not cached) and the fp32 weight once per forward (autocast's weight cache); the 16-bit copy
+    is saved and its gradient converted back into the fp32 .grad."""
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
-    lora = c.lora_rank and name in c.lora_targets
-    base_pgrad = 0 if c.frozen_base else n_w * c.w
-    if c.amp:
+    if c.frozen_base:
+        y = g.op(c.a * t * out_f, ins=(x,), name=name)
+    elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input")
-        w16 = g.op(2 * n_w, grad=not c.frozen_base, pgrad=4 * n_w if not c.frozen_base else 0,
-                   name=f"{name} autocast weight copy")
-        y = g.op(2 * t * out_f, ins=(xin, w16), saves=(xin, w16), name=name,
-                 grad_ins=(xin, w16) if not c.frozen_base else (xin,))
+        w16 = g.op(2 * n_w, pgrad=4 * n_w, name=f"{name} autocast weight copy")
+        y = g.op(2 * t * out_f, ins=(xin, w16), saves=(xin, w16), name=name)
     else:
-        xin = x
-        y = g.op(c.a * t * out_f, ins=(x,), saves=(x,), pgrad=base_pgrad, name=name)
-    if lora:
-        # peft casts the input to the adapter dtype (fp32: autocast_adapter_dtype) before A
-        r = c.lora_rank
-        xa = xin if c.a == 4 else g.op(4 * t * in_f, ins=(xin,), name=f"{name} lora input fp32")
-        la = g.op(4 * t * r, ins=(xa,), saves=(xa,), pgrad=4 * r * in_f, name=f"{name} lora A")
-        lb = g.op(4 * t * out_f, ins=(la,), saves=(la,), pgrad=4 * r * out_f, name=f"{name} lora B")
-        ls = g.op(4 * t * out_f, ins=(lb,), name=f"{name} lora scale")
-        y = g.op(4 * t * out_f, ins=(y, ls), name=f"{name} + lora")
-        if c.a != 4:
-            y = g.op(c.a * t * out_f, ins=(y,), name=f"{name} lora cast back")
+        y = g.op(c.a * t * out_f, ins=(x,), saves=(x,), pgrad=n_w * c.w, name=name)
+    if c.lora_rank and name in c.lora_targets:
+        y = lora_adapter(g, x, y, in_f, out_f, t, c, name)
     return y
+
+
+def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx, name: str) -> int:
+    """peft LoRA Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, then cast back
+    to the base result's dtype. x is first cast to the adapter dtype (`_cast_input_dtype`); under
+    autocast the fp32 adapters' matmuls run in 16-bit on a further cast of x. A keeps its input,
+    B keeps A's r-wide output (peft/tuners/lora/layer.py)."""
+    r, ad = c.lora_rank, c.adapter_bytes
+    xa = x if ad == c.a else g.op(ad * t * in_f, ins=(x,), name=f"{name} lora input cast")
+    mm = ad
+    if c.adapter_amp:
+        xa = g.op(2 * t * in_f, ins=(xa,), name=f"{name} lora autocast input")
+        mm = 2
+    la = g.op(mm * t * r, ins=(xa,), saves=(xa,), pgrad=ad * r * in_f, name=f"{name} lora A")
+    lb = g.op(mm * t * out_f, ins=(la,), saves=(la,), pgrad=ad * r * out_f, name=f"{name} lora B")
+    ls = g.op(mm * t * out_f, ins=(lb,), name=f"{name} lora scale")
+    summed = g.op(max(mm, c.a) * t * out_f, ins=(y, ls), name=f"{name} + lora")
+    if max(mm, c.a) != c.a:
+        summed = g.op(c.a * t * out_f, ins=(summed,), name=f"{name} lora cast back")
+    return summed
 
 
 def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None) -> tuple[int, int]:
@@ -105,12 +115,15 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
     rs = g.op(4 * t, ins=(ve,), saves=(OUT,), name="norm rsqrt")
     n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs), name="norm scale")
     if gemma:
-        y32 = g.op(4 * n, ins=(n32,), saves=(n32,), pgrad=c.w * c.spec.hidden_size, ws_bwd=4 * n, name="norm weight")
+        y32 = g.op(4 * n, ins=(n32,), saves=() if c.frozen_base else (n32,),
+                   pgrad=0 if c.frozen_base else c.w * c.spec.hidden_size, ws_bwd=4 * n, name="norm weight")
         if x_bytes == 4:
             return y32, 4
         return g.op(x_bytes * n, ins=(y32,), name="norm cast back"), x_bytes
     normed = n32 if x_bytes == 4 else g.op(x_bytes * n, ins=(n32,), name="norm cast back")
     wb = max(c.w, x_bytes)
+    if c.frozen_base:  # weight * normed: the normed tensor is kept only for the weight's gradient
+        return g.op(wb * n, ins=(normed,), name="norm weight"), wb
     y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.hidden_size, ws_bwd=wb * n,
              name="norm weight")
     return y, wb
@@ -122,7 +135,8 @@ def layer_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None = None
     t = c.tokens if tokens is None else tokens
     n = t * c.spec.hidden_size
     stats = g.op(2 * t * (4 if c.cuda else x_bytes), grad=False, name="layernorm mean+rstd")
-    y = g.op(x_bytes * n, ins=(x,), saves=(x, stats), pgrad=2 * c.w * c.spec.hidden_size, name="layernorm")
+    y = g.op(x_bytes * n, ins=(x,), saves=(x, stats), pgrad=0 if c.frozen_base else 2 * c.w * c.spec.hidden_size,
+             name="layernorm")
     return y, x_bytes
 
 
@@ -131,14 +145,14 @@ def activation(g: Graph, x: int, elems: int, nbytes: int, act: str, c: Ctx) -> i
     save their input. HF's `gelu_new` (NewGELUActivation) is written out in Python:
     0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), and autograd keeps x, x^3's input,
     the tanh output and the (1 + tanh) factor (transformers/activations.py)."""
-    if act in ("gelu_new", "gelu_fast"):
+    if act in ("gelu_new", "gelu_fast"):  # Python evaluates `0.5 * x` first and holds it
+        hx = g.op(nbytes, ins=(x,), name="0.5 x")
         p3 = g.op(nbytes, ins=(x,), saves=(x,), name="x^3")
         m1 = g.op(nbytes, ins=(p3,), name="0.044715 x^3")
         s1 = g.op(nbytes, ins=(x, m1), name="x + ...")
         m2 = g.op(nbytes, ins=(s1,), name="* sqrt(2/pi)")
         th = g.op(nbytes, ins=(m2,), saves=(OUT,), name="tanh")
         one = g.op(nbytes, ins=(th,), name="1 + tanh")
-        hx = g.op(nbytes, ins=(x,), name="0.5 x")
         return g.op(nbytes, ins=(hx, one), saves=(hx, one), name="gelu_new")
     return g.op(nbytes, ins=(x,), saves=(x,), name=act)
 
@@ -221,6 +235,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     if a != sb:  # .to(query.dtype), or autocast's cast of fp32 probs for the matmul under amp
         probs = g.op(a * ss, ins=(p32,), name="probs to 16-bit")
     probs = dropout(g, probs, ss, a * ss, s.attention_dropout, c)
+    g.held.append(probs)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
     o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
     return g.op(a * t * qw, ins=(o,), name="transpose contiguous")
 
@@ -360,7 +375,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
         m, _ = rms_norm(g, m, c.a, c, gemma=True)
     m = dropout(g, m, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
                 c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
-    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m), name="residual add")
+    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m, *g.held), name="residual add")
     return g
 
 
