@@ -269,7 +269,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def saved(i: int) -> int:
         if every and i % every == 0:
             return h_bytes  # the checkpoint keeps only the layer input
-        return layer.saved - sel_drop + (h_bytes if sel_drop and not layer.input_saved else 0)
+        return layer.saved - sel_drop + (h_bytes if sel_drop else 0)  # + the stored attention input
 
     saved_by_layer = [saved(i) for i in range(layers)]
     tl = _Timeline()
@@ -291,6 +291,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
+    sel_cache = 2 * sc.spec.attention_params() // ctx.tp if ctx.amp and sel_drop else 0
     amp_cache = 0
     rows = tl.rows
     fwd_other = other0 + mask
@@ -301,6 +302,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             amp_cache += cache_per_layer
             peak = layer.fwd_peak_nosave
         else:
+            amp_cache += sel_cache
             peak = layer.fwd_peak
         o = fwd_other + amp_cache + peak - s_i
         rows.append((names[0][i], "forward", w, ga_grads, opt, cur + s_i, o if o > 0 else 0))

@@ -337,14 +337,17 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     topw = g.op(4 * t * s.experts_per_token, ins=(probs,), saves=(OUT,), name="router top-k")
     norm_w = g.op(c.a * t * s.experts_per_token, ins=(topw,), name="router renorm")
     gathered = g.op(c.a * rows * h, ins=(y,), name="gather tokens")
-    wb = c.w if not c.amp else 2
-    gate_up_w = 2 * i * h * wb
-    gu = g.op(c.a * rows * 2 * i, ins=(gathered,), saves=(gathered,), ws_bwd=e * gate_up_w,
+    # the zero tensor SelectBackward fills has the 3-D parameter's own dtype
+    gate_up_w = 2 * i * h * c.w
+    saved_in = (gathered,)
+    if c.amp:  # autocast casts each expert's weight slice (a view, so never cached) and saves it
+        saved_in += (g.op(2 * 3 * i * h * e, grad=False, name="experts autocast weight copies"),)
+    gu = g.op(c.a * rows * 2 * i, ins=(gathered,), saves=saved_in, ws_bwd=e * gate_up_w,
               pgrad=0, name="experts gate_up")
     gate_v = gu  # chunk: views of the gate_up output
     act = activation(g, gate_v, rows * i, c.a * rows * i, s.hidden_act, c)
     prod = g.op(c.a * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
-    down = g.op(c.a * rows * h, ins=(prod,), saves=(prod,), ws_bwd=e * i * h * wb, name="experts down")
+    down = g.op(c.a * rows * h, ins=(prod,), saves=(prod,), ws_bwd=e * i * h * c.w, name="experts down")
     scaled = g.op(c.a * rows * h, ins=(down, norm_w), saves=(down, norm_w), name="* routing weight")
     out = g.op(c.r * t * h, ins=(scaled,), name="index_add")
     g.param_op((3 * i * h * e) * (4 if c.amp else c.w) if not c.frozen_base else 0, name="experts .grad")
@@ -375,7 +378,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
         m, _ = rms_norm(g, m, c.a, c, gemma=True)
     m = dropout(g, m, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
                 c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
-    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m, *g.held), name="residual add")
+    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
     return g
 
 
