@@ -193,10 +193,8 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     nh = s.num_heads // c.tp
     t, a, bsz, seq = c.tokens, c.a, c.batch, c.seq
     qw = nh * s.head_dim
-    # CPU SDPA has no fused kernel with dropout: it falls back to the math path, an eager
-    # attention whose softmax runs in the input dtype (aten/src/ATen/native/transformers/attention.cpp)
-    math_fallback = not eager and not c.cuda and s.attention_dropout > 0
-    eager = eager or math_fallback
+    if not eager and not c.cuda and s.attention_dropout > 0:
+        return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq)
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
         k = g.op(2 * t * (qw // groups), ins=(k,), name="autocast k")
@@ -214,7 +212,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
     ss = bsz * nh * seq * seq
-    if q_bshd or s.family == "gpt2" or math_fallback:  # bmm gets a (saved) contiguous copy of q
+    if q_bshd or s.family == "gpt2":  # bmm gets a (saved) contiguous copy of q
         q = g.op(a * t * qw, ins=(q,), name="q contiguous for bmm")
     scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
     scaled = g.op(a * ss, ins=(scores,), name="* scaling")
@@ -225,7 +223,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     mb = 4 if c.r == 4 else a  # the float mask is built in the model dtype
     mbytes = max(a, mb)
     masked = g.op(mbytes * ss, ins=(scaled,), name="+ mask")
-    if s.family == "gpt2" or math_fallback:  # GPT-2's eager softmax runs in the scores' dtype
+    if s.family == "gpt2":  # GPT-2's eager softmax runs in the scores' dtype
         sb, src = mbytes, masked
     else:  # softmax(..., dtype=torch.float32) converts its input first
         sb = 4
@@ -238,6 +236,23 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     g.held.append(probs)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
     o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
     return g.op(a * t * qw, ins=(o,), name="transpose contiguous")
+
+
+def _math_sdpa(g: Graph, q: int, k: int, v: int, c: Ctx, qw: int, ss: int) -> int:
+    """CPU SDPA with dropout has no fused kernel and runs the math path
+    (_scaled_dot_product_attention_math), which upcasts q, k, v to fp32 contiguous copies, keeps
+    fp32 scores' softmax, the dropout noise and the dropped probabilities, and casts the output
+    back (aten/src/ATen/native/transformers/attention.cpp)."""
+    t = c.tokens
+    q, k, v = (g.op(4 * t * qw, ins=(x,), name="math sdpa fp32 copy") for x in (q, k, v))
+    scores = g.op(4 * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
+    masked = g.op(4 * ss, ins=(scores,), name="causal mask")
+    probs = g.op(4 * ss, ins=(masked,), saves=(OUT,), name="softmax")
+    probs = dropout(g, probs, ss, 4 * ss, c.spec.attention_dropout, c)
+    o = g.op(4 * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    if c.a != 4:
+        o = g.op(c.a * t * qw, ins=(o,), name="output back to 16-bit")
+    return g.op(c.a * t * qw, ins=(o,), name="transpose contiguous")
 
 
 def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:

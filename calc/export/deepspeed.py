@@ -98,7 +98,7 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
         cfg["activation_checkpointing"] = _checkpointing_block(sc)
         notes.append("Hugging Face models: call model.gradient_checkpointing_enable("
                      "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
-                     "gradient_checkpointing=True)); the activation_checkpointing block configures "
+                     "activation_checkpointing=True)); the activation_checkpointing block configures "
                      "deepspeed.checkpointing for Megatron-style models")
         if t.activation_checkpointing == Checkpointing.selective:
             notes.append("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "

@@ -70,14 +70,15 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
         "optim": optim,
         "bf16": t.precision in (Precision.amp_bf16, Precision.bf16_mixed, Precision.bf16),
         "fp16": t.precision in (Precision.amp_fp16, Precision.fp16_mixed),
-        "gradient_checkpointing": t.activation_checkpointing != Checkpointing.none,
+        # transformers 5.x name (gradient_checkpointing is its deprecated alias)
+        "activation_checkpointing": t.activation_checkpointing != Checkpointing.none,
     }
     if o.total_num_steps:
         kw["max_steps"] = o.total_num_steps
     if optim_args:
         kw["optim_args"] = optim_args
-    if kw["gradient_checkpointing"]:
-        kw["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if kw["activation_checkpointing"]:
+        kw["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if uses_deepspeed(sc):
         kw["deepspeed"] = deepspeed_config_path
     return kw
@@ -147,10 +148,10 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
         notes.append(f"TP {t.tensor_parallel} x PP {t.pipeline_parallel}: the Trainer does not pipeline; use "
                      "DeepSpeed AutoTP (tensor_parallel.autotp_size in the ds_config) or Megatron-DeepSpeed")
     if t.activation_checkpointing == Checkpointing.selective:
-        notes.append("selective checkpointing is a Megatron-LM option; gradient_checkpointing=True checkpoints "
+        notes.append("selective checkpointing is a Megatron-LM option; activation_checkpointing=True checkpoints "
                      "whole layers")
     elif t.activation_checkpointing == Checkpointing.full and t.checkpoint_every > 1:
-        notes.append(f"gradient_checkpointing=True checkpoints every layer, not 1 in {t.checkpoint_every}")
+        notes.append(f"activation_checkpointing=True checkpoints every layer, not 1 in {t.checkpoint_every}")
     return "\n".join(lines + [f"# note: {n}" for n in notes]) + "\n"
 
 
