@@ -1,11 +1,122 @@
-"""Placeholder while calc.recommend / calc.export are written."""
+"""Recommend: what to turn on next for the current scenario (a memory waterfall with the speed cost
+of each step), the fastest configurations that fit, and the model-size x hardware table. All from
+calc.recommend (which uses calc.engine for memory and calc.speed for speed)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from ui.widgets import page_setup, scenario_or_stop
+from calc.presets import cluster_presets, gpu_presets, model_presets
+from ui import charts, compute, fmt, state
+from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
-page_setup("Soon")
-scenario_or_stop()
-st.info("This page needs a calc/ module that is not in the repository yet.")
+page_setup("Recommend", ":material/recommend:")
+st.title("What fits, and what to turn on next")
+st.caption("Memory is the engine's expected device total per GPU (GiB = 2^30 bytes); speed is calc.speed's "
+           "estimate in tokens/s per GPU. A configuration fits when its expected device total stays under the "
+           "GPU memory minus a 10 % safety margin.")
+
+sc = scenario_or_stop()
+if sc is None:
+    st.stop()
+key = sc.model_dump_json()
+
+
+def _use(scenario) -> None:
+    state.set_scenario(scenario)
+
+
+# ---- what to turn on next ----------------------------------------------------------------
+st.header("What to turn on next")
+st.markdown(f"For **{sc.spec.name or sc.spec.family}** on **{hardware_name(sc)}**, starting from an fp32 baseline, "
+            "each step turns one more optimization on top of the previous ones, cheapest first. The last steps "
+            "change the training method (8-bit optimizer, LoRA, QLoRA).")
+try:
+    steps = compute.waterfall(key)
+except ValueError as exc:
+    st.error(f"calc.recommend cannot build the waterfall for this scenario: {state.error_text(exc)}",
+             icon=":material/error:")
+    steps = []
+if steps:
+    est = compute.run(sc)
+    usable = None if est.gpu_memory_bytes is None else round(est.gpu_memory_bytes * (1 - compute.SAFETY_MARGIN))
+    st.plotly_chart(charts.waterfall_chart(steps, est.gpu_memory_bytes, usable), key="rec_waterfall")
+    rows = []
+    for i, s in enumerate(steps):
+        prev = steps[i - 1].tokens_per_s_per_gpu if i else None
+        cost = None if prev in (None, 0) or s.tokens_per_s_per_gpu is None else \
+            f"{(s.tokens_per_s_per_gpu / prev - 1) * 100:+.0f} %"
+        rows.append({"step": f"{s.step}. {s.name}", "turns on": s.change,
+                     "device total": fmt.gib(s.device_total_expected_bytes),
+                     "verdict": "—" if s.fits is None else ("fits" if s.fits else "does not fit"),
+                     "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
+                     "speed vs previous step": cost or "—",
+                     "method change": "yes" if s.method_change else ""})
+    st.table(rows, hide_index=True)
+    first = next((s for s in steps if s.fits), None)
+    if first is None:
+        st.warning("Even the last step does not fit this hardware. Try more GPUs, a shorter sequence or a "
+                   "smaller micro-batch.", icon=":material/warning:")
+    else:
+        st.success(f"The first step that fits is **{first.step}. {first.name}** "
+                   f"({fmt.gib(first.device_total_expected_bytes)} per GPU"
+                   + (f", {first.tokens_per_s_per_gpu:,.0f} tokens/s per GPU" if first.tokens_per_s_per_gpu else "")
+                   + ").", icon=":material/check_circle:")
+        st.button(f"Use step {first.step} ({first.name}) as the scenario", key="rec_apply_waterfall",
+                  on_click=_use, args=(first.scenario,))
+
+# ---- ranked configurations ---------------------------------------------------------------
+st.header("Fastest configurations that fit")
+allow = st.toggle("Allow a change of training method (8-bit AdamW, LoRA, QLoRA) when nothing else fits",
+                  key="rec_allow")
+try:
+    rec = compute.recommendations(key, allow, None)
+except ValueError as exc:
+    st.info(f"The ranked search needs a GPU preset: {state.error_text(exc)}", icon=":material/info:")
+    rec = None
+if rec is not None:
+    st.markdown(rec.explanation)
+    for note in rec.notes:
+        st.caption(note)
+    if rec.candidates:
+        st.table([{"#": c.rank, "configuration": c.label, "tokens/s per GPU": f"{c.tokens_per_s_per_gpu:,.0f}",
+                   "step": f"{c.step_s:.3g} s", "device total": fmt.gib(c.device_total_expected_bytes),
+                   "CPU RAM per node": fmt.gib(c.cpu_ram_bytes), "method change": "yes" if c.method_change else ""}
+                  for c in rec.candidates], hide_index=True)
+        pick = st.selectbox("Configuration", [c.rank for c in rec.candidates], key="rec_pick",
+                            format_func=lambda r: f"#{r}: {rec.candidates[r - 1].label}")
+        st.button(f"Use configuration #{pick} as the scenario", key="rec_apply", on_click=_use,
+                  args=(rec.candidates[pick - 1].scenario,))
+    st.caption(f"Usable {fmt.gib(rec.usable_bytes)} of {fmt.gib(rec.gpu_memory_bytes)} per GPU; global batch "
+               f"{rec.target_global_batch_sequences:,} sequences; {rec.stats.combinations:,} combinations, "
+               f"{rec.stats.memory_estimates:,} memory estimates in {rec.stats.elapsed_s:.2f} s.")
+
+# ---- model x hardware --------------------------------------------------------------------
+st.header("Model size x hardware")
+c1, c2 = st.columns(2)
+st.session_state.setdefault("rec_seq", 2048)
+st.session_state.setdefault("rec_batch", 2**20)
+seq = c1.selectbox("Sequence length (tokens)", [512, 1024, 2048, 4096, 8192], key="rec_seq")
+batch = c2.selectbox("Global batch (tokens per optimizer step)", [2**17, 2**18, 2**19, 2**20, 2**21, 2**22],
+                     key="rec_batch", format_func=lambda n: f"{n:,}")
+with st.spinner("Searching every model x hardware cell with the engine…"):
+    table = compute.recommendation_table(int(seq or 2048), int(batch or 2**20))
+models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
+
+
+def _hw_label(h: str) -> str:
+    return clusters[h].name.split(" (")[0] if h in clusters else gpus[h].name
+
+
+def _cell(c) -> str:
+    if c.status == "nothing-fits":
+        return f"does not fit ({c.note})" if c.note else "does not fit"
+    text = f"{c.label} — {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {fmt.gib(c.device_total_expected_bytes)}"
+    return ("method change: " + text) if c.status == "method-change" else text
+
+
+grid = [{"model": f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
+         **{_hw_label(h): _cell(c) for h, c in zip(table.hardware, row, strict=True)}}
+        for m, row in zip(table.models, table.cells, strict=True)]
+st.table(grid, hide_index=True)
+st.caption(table.assumptions + " Device totals are per GPU.")

@@ -20,11 +20,12 @@ try:
 except ValueError as exc:  # a malformed committed file: RecordError names the line and field
     st.error(f"The committed data set could not be read: {exc}", icon=":material/error:")
     rep = None
-
-if rep is None or not rep.cases:
-    if rep is not None:
+else:
+    if rep is None or not rep.cases:
         st.info("No measured runs are committed yet (data/*.jsonl). Upload your own record below.",
                 icon=":material/info:")
+
+if rep is None or not rep.cases:
     cases = []
 else:
     cases = rep.cases

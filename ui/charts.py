@@ -221,3 +221,41 @@ def error_histogram(cases: Sequence[Any]) -> go.Figure:
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), showlegend=False,
                       xaxis_title="error of the prediction, % of measured", yaxis_title="cases")
     return fig
+
+
+# ---- Recommend -------------------------------------------------------------------------------
+
+def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_bytes: int | None) -> go.Figure:
+    """Device total (expected, GiB per GPU) as each optimization is turned on, as a waterfall, with
+    tokens/s per GPU on a second axis. `steps` are calc.recommend.WaterfallStep."""
+    names = [f"{s.step}. {s.name}" for s in steps]
+    vals = [s.device_total_expected_bytes for s in steps]
+    deltas = [vals[0]] + [b - a for a, b in zip(vals, vals[1:], strict=False)]
+    fig = go.Figure()
+    fig.add_trace(go.Waterfall(
+        x=names, y=[_gib(d) for d in deltas], measure=["absolute"] + ["relative"] * (len(vals) - 1),
+        name="device total per GPU", connector=dict(line=dict(color="#999", width=1)),
+        increasing=dict(marker=dict(color=COLORS["activations"])),
+        decreasing=dict(marker=dict(color=COLORS["optimizer_states"])),
+        totals=dict(marker=dict(color=COLORS["parameters"])),
+        customdata=[[f"{v:,}", _gib(v), s.change, "fits" if s.fits else ("does not fit" if s.fits is False else "—")]
+                    for v, s in zip(vals, steps, strict=True)],
+        hovertemplate="<b>%{x}</b><br>%{customdata[2]}<br>device total %{customdata[1]:,.2f} GiB "
+                      "(%{customdata[0]} bytes)<br>change %{y:+,.2f} GiB<br>%{customdata[3]}<extra></extra>"))
+    speeds = [s.tokens_per_s_per_gpu for s in steps]
+    if any(v is not None for v in speeds):
+        fig.add_scatter(x=names, y=speeds, mode="lines+markers", name="tokens/s per GPU (right axis)", yaxis="y2",
+                        line=dict(color="black", width=1.5), marker=dict(size=7),
+                        hovertemplate="<b>%{x}</b><br>%{y:,.0f} tokens/s per GPU<extra></extra>")
+    if usable_bytes:
+        fig.add_hline(y=_gib(usable_bytes), line=dict(color="black", dash="dash", width=1.5),
+                      annotation_text=f"usable {_gib(usable_bytes):,.2f} GiB (GPU {_gib(gpu_memory_bytes or 0):,.2f} GiB "
+                                      "minus safety margin)", annotation_position="top left",
+                      annotation_bgcolor="rgba(255,255,255,0.85)")
+    fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10), showlegend=True,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+                      yaxis=dict(title="device total per GPU, GiB (2^30 bytes)"),
+                      yaxis2=dict(title="tokens/s per GPU", overlaying="y", side="right", showgrid=False,
+                                  rangemode="tozero"),
+                      xaxis=dict(tickangle=-30))
+    return fig

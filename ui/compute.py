@@ -136,3 +136,71 @@ def check_records(text: str, where: str) -> list:
         except ValueError as exc:
             raise ValueError(f"{where}: the engine cannot predict this scenario: {exc}") from None
     return out
+
+
+# ---- Recommend -------------------------------------------------------------------------------
+
+def _safety_margin() -> float:
+    from calc.recommend import DEFAULT_SAFETY_MARGIN
+
+    return DEFAULT_SAFETY_MARGIN
+
+
+SAFETY_MARGIN = _safety_margin()  # calc.recommend's: fits when expected total <= (1 - margin) x GPU memory
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def recommendation_table(seq_len: int, global_batch_tokens: int):
+    """calc.recommend's model x hardware table (a few seconds; cached per workload)."""
+    from calc.recommend import recommendation_table as table
+
+    return table(seq_len=seq_len, global_batch_tokens=global_batch_tokens)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def waterfall(scenario_json: str):
+    """calc.recommend.optimization_waterfall for the scenario."""
+    from calc.recommend import optimization_waterfall
+
+    return optimization_waterfall(Scenario.model_validate_json(scenario_json))
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def recommendations(scenario_json: str, allow_method_change: bool, global_batch_tokens: int | None):
+    """calc.recommend.recommend for the scenario (ValueError when it needs a GPU preset)."""
+    from calc.recommend import RecommendRequest, recommend
+
+    req = RecommendRequest(scenario=Scenario.model_validate_json(scenario_json),
+                           allow_method_change=allow_method_change, global_batch_tokens=global_batch_tokens,
+                           max_candidates=10)
+    return recommend(req)
+
+
+# ---- Export ----------------------------------------------------------------------------------
+
+def launch_lines(sc: Scenario) -> str:
+    """Shell commands that start the exported run on the scenario's nodes (the file names are those of
+    the Export page's downloads). calc.export has no launch-line function yet; the node shape is the
+    resolved hardware's."""
+    from calc.export.hf import uses_deepspeed
+
+    hw = sc.resolved_hardware()
+    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    nodes = hw.num_gpus // per_node
+    lines = ["# Hugging Face Trainer via accelerate (train.py and accelerate.yaml from this page)"]
+    if nodes > 1:
+        lines.append(f"# on each of the {nodes} nodes, with --machine_rank 0..{nodes - 1}:")
+    lines.append("accelerate launch --config_file accelerate.yaml" + (" --machine_rank $NODE_RANK" if nodes > 1 else "")
+                 + " train.py")
+    if uses_deepspeed(sc):
+        lines.append("")
+        lines.append("# or DeepSpeed's own launcher (a script that calls deepspeed.initialize(config=...))")
+        if nodes > 1:
+            lines.append(f"deepspeed --hostfile hostfile --num_nodes {nodes} --num_gpus {per_node} train.py "
+                         "--deepspeed ds_config.json")
+        else:
+            lines.append(f"deepspeed --num_gpus {per_node} train.py --deepspeed ds_config.json")
+    else:
+        lines.append("")
+        lines.append("# or torchrun (plain DDP)")
+        lines.append(f"torchrun --nnodes {nodes} --nproc_per_node {per_node} train.py")
+    return "\n".join(lines)
