@@ -1,0 +1,85 @@
+"""CLI: python -m measure SCENARIO.json --device cuda|cpu|fake [-o FILE] [--steps 3].
+
+Prints one MeasurementRecord as JSON (and appends it as one line to FILE with -o). Bad input
+(unreadable or invalid scenario, a combination the device cannot run) prints one line on stderr and
+exits with 2; running out of device memory exits with 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"error: {' '.join(msg.split())}", file=sys.stderr)
+    return code
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "; ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0])
+    ap.add_argument("scenario", help="scenario JSON file (calc.scenario.Scenario), or - for stdin")
+    ap.add_argument("--device", choices=("cuda", "cpu", "fake"), required=True)
+    ap.add_argument("-o", "--output", help="append the record as one JSON line to this file")
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps (or inference forwards); default 3")
+    ap.add_argument("--name", help="a name stored in the record")
+    ap.add_argument("--layers", type=int, help="build the model with this many layers instead")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="measure two short depths and extrapolate linearly to the full layer count")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        return _fail("--steps must be at least 1")
+
+    from calc.scenario import Scenario
+
+    try:
+        text = sys.stdin.read() if args.scenario == "-" else Path(args.scenario).read_text()
+    except OSError as exc:
+        return _fail(f"cannot read {args.scenario}: {exc.strerror or exc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return _fail(f"{args.scenario}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        return _fail(f"{args.scenario}: invalid scenario: {_describe(exc)}")
+    except ValueError as exc:
+        return _fail(f"{args.scenario}: invalid scenario: {exc}")
+
+    try:
+        import torch
+    except ImportError:
+        return _fail("measuring needs torch: pip install -r measure/requirements.txt")
+    from measure.runner import measure
+    from measure.workload import UnsupportedError
+
+    try:
+        record = measure(scenario, args.device, steps=args.steps, name=args.name, num_layers=args.layers,
+                         extrapolate_layers=args.extrapolate)
+    except UnsupportedError as exc:
+        return _fail(str(exc))
+    except torch.OutOfMemoryError as exc:
+        return _fail(f"out of device memory: {str(exc).splitlines()[0]}", code=3)
+    line = record.to_json_line()
+    print(line)
+    if args.output:
+        with open(args.output, "a") as f:
+            f.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Run the reference workload of one scenario on one device and return its MeasurementRecord."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from calc.scenario import Scenario
+from measure.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
+from measure.trackers import PHASES, CudaTracker, PhaseMemTracker
+from measure.workload import (
+    UnsupportedError,
+    Workload,
+    build_workload,
+    prepare_optimizer,
+    run_steps,
+)
+
+CUDA_BLOCK_BYTES = 512  # the caching allocator rounds every block up to 512 bytes
+
+
+def cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def environment(device: str) -> Env:
+    import transformers
+
+    try:
+        import peft
+
+        peft_version: str | None = peft.__version__
+    except ImportError:
+        peft_version = None
+    name, driver, cuda = cpu_name(), None, None
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        cuda = torch.version.cuda
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30)
+            driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    return Env(python=platform.python_version(), torch=torch.__version__, transformers=transformers.__version__,
+               peft=peft_version, device_name=name, driver=driver, cuda=cuda)
+
+
+def unique_storage_bytes(tensors: Any, round_to: int = 1) -> int:
+    """Bytes of the distinct storages behind `tensors` (tied weights once), each rounded up to `round_to`."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        st = t.untyped_storage()
+        key = st._cdata  # the StorageImpl's address: also defined for fake tensors
+        if key in seen:
+            continue
+        seen.add(key)
+        total += -(-st.nbytes() // round_to) * round_to
+    return total
+
+
+def _weights_bytes(w: Workload) -> int:
+    round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
+    return unique_storage_bytes(list(w.model.parameters()) + list(w.model.buffers()), round_to)
+
+
+def _optimizer_state_bytes(w: Workload) -> int | None:
+    if w.optimizer is None:
+        return None
+    round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
+    tensors = [v for state in w.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return unique_storage_bytes(tensors, round_to)
+
+
+def _phase_peaks(d: dict[str, int]) -> PhasePeaks:
+    return PhasePeaks(**{k: v for k, v in d.items() if k in PHASES})
+
+
+def _peak_phase(phase_peak: dict[str, int]) -> str:
+    return max(PHASES, key=lambda p: phase_peak.get(p, -1))  # ties: the earliest phase
+
+
+def _notes(w: Workload, device: str) -> list[str]:
+    notes = []
+    t = w.scenario.training
+    if device in ("cpu", "fake"):
+        notes.append("peak = MemTracker's live tensor bytes (no 512-byte rounding, no allocator cache, no "
+                     "kernel-internal workspaces); CPU kernels: CPU autocast op lists and CPU SDPA")
+    if w.masters is not None:
+        notes.append("fp32 master copies are filed under optimizer_states; master grads under gradients")
+    if t.lora is not None:
+        notes.append("LoRA: base weights bf16 frozen; adapters "
+                     + ("16-bit" if w.plan.weights != torch.float32 and t.precision.value != "fp32" else "fp32"))
+    if w.fake and w.scaler is not None:
+        notes.append("fake: GradScaler.step replaced by unscale_ + step (found_inf needs .item())")
+    return notes
+
+
+def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int | None) -> dict[str, Any]:
+    """One run; returns the record fields (without env / timing)."""
+    gc.collect()
+    fake = device == "fake"
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    fake_ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from measure.workload import fake_mode_patches
+
+        fake_ctx = contextlib.ExitStack()
+        fake_ctx.enter_context(fake_mode_patches())
+        fake_ctx.enter_context(FakeTensorMode())
+    out: dict[str, Any] = {}
+    with fake_ctx:
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise UnsupportedError("--device cuda: no CUDA device is available")
+            torch.cuda.empty_cache()
+            _warm_up_cuda(dev)
+            baseline = torch.cuda.memory_allocated(dev)
+            w = build_workload(scenario, dev, num_layers=num_layers)
+            tracker: Any = CudaTracker(dev)
+            prepare_optimizer(w, tracker)
+            out["weights_bytes"] = _weights_bytes(w)
+            out["initial_allocated_bytes"] = torch.cuda.memory_allocated(dev) - baseline
+            run_steps(w, tracker, steps)
+            peak = max(tracker.phase_peak.values())
+            # Everything is reported above the baseline (cuBLAS workspaces allocated by the warm-up).
+            out["peak_allocated_bytes"] = peak - baseline
+            out["phase"] = {k: v - baseline for k, v in tracker.phase_peak.items()}
+            out["steps_phase"] = [{k: v - baseline for k, v in s.items()} for s in tracker.step_peaks]
+            out["peak_reserved_bytes"] = max(tracker.phase_peak_reserved.values())
+            free, total = torch.cuda.mem_get_info(dev)
+            out["device_used_bytes"] = total - free
+            out["num_alloc_retries"] = int(torch.cuda.memory_stats(dev).get("num_alloc_retries", 0))
+            out["baseline_allocated_bytes"] = baseline
+            out["categories"] = None
+        else:
+            w = build_workload(scenario, dev, num_layers=num_layers, fake=fake)
+            mt = PhaseMemTracker()
+            mt.track_external(w.model, w.input_ids)
+            with mt:
+                prepare_optimizer(w, mt)
+                out["weights_bytes"] = _weights_bytes(w)
+                out["initial_allocated_bytes"] = mt.current_total()
+                run_steps(w, mt, steps)
+            out["phase"] = dict(mt.phase_peak)
+            out["steps_phase"] = list(mt.step_peaks)
+            phase = _peak_phase(mt.phase_peak)
+            out["peak_allocated_bytes"] = mt.phase_peak[phase]
+            out["categories"] = mt.phase_peak_categories[phase]
+            out["categories_by_phase"] = dict(mt.phase_peak_categories)
+            out["memtracker_peak_bytes"] = mt.peak_total()
+        out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
+        out["num_params"] = sum(p.numel() for p in w.model.parameters())
+        out["trainable_params"] = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
+        out["notes"] = _notes(w, device)
+        del w
+    gc.collect()
+    return out
+
+
+def _warm_up_cuda(dev: torch.device) -> None:
+    """Allocate the cuBLAS / cuBLASLt workspaces once (fp32 and bf16 GEMMs) so every run starts alike."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a = torch.ones(64, 64, device=dev, dtype=dtype, requires_grad=True)
+        (a @ a).sum().backward()
+    torch.cuda.synchronize(dev)
+
+
+def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], started: float,
+            name: str | None, layers: list[int] | None) -> MeasurementRecord:
+    phase = _peak_phase(raw["phase"])
+    notes = list(raw["notes"])
+    if raw.get("baseline_allocated_bytes"):
+        notes.append(f"bytes are above a baseline of {raw['baseline_allocated_bytes']} allocated before the "
+                     "model was built (cuBLAS workspaces, allocated by a warm-up GEMM)")
+    mt_peak = raw.get("memtracker_peak_bytes")
+    if mt_peak is not None and mt_peak != raw["peak_allocated_bytes"]:
+        notes.append(f"MemTracker's own global peak {mt_peak} differs from the largest phase peak")
+    return MeasurementRecord(
+        name=name,
+        scenario=scenario,
+        device=device,  # type: ignore[arg-type]
+        engine="torch-single",
+        env=environment(device),
+        peak_allocated_bytes=raw["peak_allocated_bytes"],
+        peak_reserved_bytes=raw.get("peak_reserved_bytes"),
+        device_used_bytes=raw.get("device_used_bytes"),
+        num_alloc_retries=raw.get("num_alloc_retries"),
+        peak_phase=phase,  # type: ignore[arg-type]
+        phase_peaks_bytes=_phase_peaks(raw["phase"]),
+        step_phase_peaks_bytes=[_phase_peaks(s) for s in raw["steps_phase"]],
+        categories_at_peak_bytes=Categories(**raw["categories"]) if raw["categories"] else None,
+        weights_bytes=raw["weights_bytes"],
+        initial_allocated_bytes=raw["initial_allocated_bytes"],
+        optimizer_state_bytes=raw["optimizer_state_bytes"],
+        num_params=raw["num_params"],
+        trainable_params=raw["trainable_params"],
+        steps=steps,
+        extrapolated_from_layers=layers,
+        notes=notes,
+        measured_at=utc_now(),
+        wall_seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+# ---- linear extrapolation in the layer count (fake mode) ------------------------------------------
+
+def layer_period(scenario: Scenario) -> int:
+    """Layers repeat with this period: checkpoint_every for full checkpointing, 2 for gemma2's
+    alternating sliding / global attention, else 1."""
+    t = scenario.training
+    period = t.checkpoint_every if t.activation_checkpointing.value == "full" else 1
+    if scenario.spec.family == "gemma2":
+        period = period * 2 // _gcd(period, 2)
+    return period
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def extrapolation_layers(scenario: Scenario) -> tuple[int, int]:
+    """Two short depths a < b, both >= 2, with b - a = period and (L - a) a multiple of the period."""
+    period = layer_period(scenario)
+    total = scenario.spec.num_layers
+    a = period + total % period
+    while a < 2:
+        a += period
+    return a, a + period
+
+
+def _lin(va: int | None, vb: int | None, k: int) -> int | None:
+    if va is None or vb is None:
+        return None
+    return va + k * (vb - va)
+
+
+def extrapolate(ra: dict[str, Any], rb: dict[str, Any], k: int) -> dict[str, Any]:
+    """Per quantity: value(L) = value(a) + k * (value(b) - value(a)), k = (L - a) / (b - a).
+
+    Phase peaks are extrapolated one phase at a time and the peak is their maximum, so a peak that moves
+    from the optimizer step to the backward pass as layers are added is still found. The categories are
+    those of the winning phase, extrapolated the same way (they still sum to the peak).
+    """
+    out = dict(ra)
+    out["phase"] = {p: _lin(ra["phase"][p], rb["phase"][p], k) for p in ra["phase"]}
+    out["steps_phase"] = [{p: _lin(sa[p], sb[p], k) for p in sa} for sa, sb in zip(ra["steps_phase"], rb["steps_phase"],
+                                                                               strict=True)]
+    phase = _peak_phase(out["phase"])
+    out["peak_allocated_bytes"] = out["phase"][phase]
+    for key in ("weights_bytes", "initial_allocated_bytes", "optimizer_state_bytes", "num_params", "trainable_params"):
+        out[key] = _lin(ra[key], rb[key], k)
+    if ra.get("categories_by_phase") and rb.get("categories_by_phase"):
+        ca, cb = ra["categories_by_phase"][phase], rb["categories_by_phase"][phase]
+        out["categories"] = {c: _lin(ca[c], cb[c], k) for c in ca}
+    out.pop("memtracker_peak_bytes", None)
+    return out
+
+
+def measure(scenario: Scenario, device: str, steps: int = 3, name: str | None = None,
+            num_layers: int | None = None, extrapolate_layers: bool = False) -> MeasurementRecord:
+    """Measure `scenario` on `device` ("cuda" | "cpu" | "fake").
+
+    extrapolate_layers: measure two short depths (extrapolation_layers) and extrapolate linearly to the
+    scenario's layer count; only for layer counts beyond them.
+    """
+    if device not in ("cuda", "cpu", "fake"):
+        raise UnsupportedError(f"unknown device {device!r}; use cuda, cpu or fake")
+    if scenario.hardware.num_gpus > 1 or scenario.resolved_hardware().num_gpus > 1:
+        from measure.sharded import measure_sharded
+
+        return measure_sharded(scenario, device, steps=steps, name=name)
+    _check_single(scenario)
+    started = time.perf_counter()
+    total_layers = scenario.spec.num_layers
+    a, b = extrapolation_layers(scenario)
+    if extrapolate_layers and num_layers is None and total_layers > b:
+        ra = _measure_once(scenario, device, steps, a)
+        rb = _measure_once(scenario, device, steps, b)
+        raw = extrapolate(ra, rb, (total_layers - a) // (b - a))
+        raw["notes"] = raw["notes"] + [f"linear extrapolation from {a} and {b} layers to {total_layers}, "
+                                       "phase by phase"]
+        return _record(scenario, device, steps, raw, started, name, [a, b])
+    raw = _measure_once(scenario, device, steps, num_layers)
+    if num_layers is not None and num_layers != total_layers:
+        raw["notes"].append(f"measured with {num_layers} of the model's {total_layers} layers")
+    return _record(scenario, device, steps, raw, started, name, None)
+
+
+def _check_single(scenario: Scenario) -> None:
+    t = scenario.training
+    if t.zero_stage:
+        raise UnsupportedError("zero_stage > 0 needs hardware.num_gpus > 1 (sharded runs)")
+    for what, value in (("tensor_parallel", t.tensor_parallel), ("pipeline_parallel", t.pipeline_parallel)):
+        if value != 1:
+            raise UnsupportedError(f"{what}={value} is not measured (single-device reference workload)")
+    if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
+        raise UnsupportedError("offload is not measured (single-device reference workload)")

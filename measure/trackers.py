@@ -1,0 +1,165 @@
+"""Where the bytes are counted: the CUDA caching allocator, or torch's MemTracker (cpu and fake).
+
+Both trackers offer the interface the step calls (measure.workload.NullTracker):
+  phase(name)     forward / backward / optimizer: the peak inside each phase is kept, per step too;
+  category(name)  MemTracker only: tensors created inside are filed under that category;
+  step_done()     end of one optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
+
+# MemTracker's reference types -> the record's category names (measure.record.Categories).
+CATEGORY_OF: dict[_MemRefType, str] = {
+    _MemRefType.PARAM: "parameters",
+    _MemRefType.BUFFER: "buffers",
+    _MemRefType.GRAD: "gradients",
+    _MemRefType.ACT: "activations",
+    _MemRefType.TEMP: "temporaries",
+    _MemRefType.OPT: "optimizer_states",
+    _MemRefType.OTH: "inputs",  # track_external(tensor): the input_ids
+}
+REFTYPE_OF = {name: ref for ref, name in CATEGORY_OF.items()}
+PHASES = ("forward", "backward", "optimizer")
+
+
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+_NO_HOOK = _NoHook()
+
+
+class _PhaseMixin:
+    def _init_phases(self) -> None:
+        self.current_phase: str | None = None
+        self.phase_peak: dict[str, int] = {}
+        self.step_peaks: list[dict[str, int]] = []
+        self._step_peak: dict[str, int] = {}
+
+    def _note(self, total: int) -> bool:
+        """Record `total` for the current phase; True when it is a new peak of that phase."""
+        ph = self.current_phase
+        if ph is None:
+            return False
+        if total > self._step_peak.get(ph, -1):
+            self._step_peak[ph] = total
+        if total > self.phase_peak.get(ph, -1):
+            self.phase_peak[ph] = total
+            return True
+        return False
+
+    def step_done(self) -> None:
+        self.step_peaks.append(self._step_peak)
+        self._step_peak = {}
+
+
+class PhaseMemTracker(_PhaseMixin, MemTracker):
+    """torch.distributed._tools.mem_tracker.MemTracker plus per-phase peaks and forced categories.
+
+    MemTracker counts every tensor storage created by an op inside its context (a TorchDispatchMode),
+    drops it when the storage is freed (a weakref callback), and updates its peak after every op. We
+    hook that same update (`_update_peak_stats`) so the phase peaks are taken at exactly the points
+    where MemTracker takes its own peak. Works on real cpu tensors and on fake tensors.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._init_phases()
+        self.phase_peak_categories: dict[str, dict[str, int]] = {}
+        self._forced: _MemRefType | None = None
+
+    # -- MemTracker hooks (torch 2.13 private API; measure/requirements.txt pins torch) --
+    def _track(self, reftype: Any, t: torch.Tensor) -> None:
+        super()._track(self._forced if self._forced is not None else reftype, t)
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        # MemTracker's own version also keeps a per-module peak snapshot, walking every module it has
+        # seen after every op (half the run time of a large model); we keep only its global part.
+        for dev, snap in self._curr_mem_snap.items():
+            if self._peak_mem.get(dev, 0) < snap[_TOTAL_KEY]:
+                self._peak_mem[dev] = snap[_TOTAL_KEY]
+                self._peak_mem_snap[dev] = dict(snap)
+        self._note_now()
+
+    def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> tuple[int, int]:
+        # MemTracker registers a grad hook on every parameter, which torch refuses for frozen ones (LoRA's
+        # base weights): mark those as already hooked.
+        for p in module.parameters():
+            if not p.requires_grad and p not in self._param_to_grad_hook_handles:
+                self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+    # -- our interface --
+    def current_total(self) -> int:
+        return sum(snap[_TOTAL_KEY] for snap in self._curr_mem_snap.values())
+
+    def current_categories(self) -> dict[str, int]:
+        out = dict.fromkeys(CATEGORY_OF.values(), 0)
+        for snap in self._curr_mem_snap.values():
+            for ref, name in CATEGORY_OF.items():
+                out[name] += snap.get(ref, 0)
+        return out
+
+    def _note_now(self) -> None:
+        if self._note(self.current_total()):
+            self.phase_peak_categories[self.current_phase] = self.current_categories()  # type: ignore[index]
+
+    def peak_total(self) -> int:
+        return sum(snap[_TOTAL_KEY] for snap in self._peak_mem_snap.values())
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if name == "forward":
+            # MemTracker refuses a second call of the root module unless the module stats are reset
+            # (its docs: once per iteration); every backward has finished when a forward begins.
+            self.reset_mod_stats()
+        self.current_phase = name
+        self._note_now()  # what is live when the phase begins counts for the phase
+        try:
+            yield
+        finally:
+            self.current_phase = None
+
+    @contextlib.contextmanager
+    def category(self, name: str) -> Iterator[None]:
+        old, self._forced = self._forced, REFTYPE_OF[name]
+        try:
+            yield
+        finally:
+            self._forced = old
+
+
+class CudaTracker(_PhaseMixin):
+    """Phase peaks from the caching allocator: reset_peak_memory_stats() at each phase start,
+    max_memory_allocated() at its end. Categories are not known on cuda."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._init_phases()
+        self.phase_peak_reserved: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.current_phase = name
+        try:
+            yield
+        finally:
+            torch.cuda.synchronize(self.device)
+            self._note(torch.cuda.max_memory_allocated(self.device))
+            reserved = torch.cuda.max_memory_reserved(self.device)
+            self.phase_peak_reserved[name] = max(self.phase_peak_reserved.get(name, 0), reserved)
+            self.current_phase = None
+
+    @contextlib.contextmanager
+    def category(self, name: str) -> Iterator[None]:
+        yield

@@ -1,0 +1,454 @@
+"""The reference workload: the exact training / inference step the calculator predicts.
+
+A scenario becomes: a transformers CausalLM built from its config with random weights (seed 0), one
+`input_ids` batch, an optimizer, and `steps` optimizer steps of
+
+    loss = model(input_ids=input_ids, labels=input_ids).loss   # the output object is dropped at once
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    del loss
+
+with the precision, optimizer, checkpointing and attention the scenario asks for. Every choice below
+is one line of the contract in the module docstring of measure/__init__.py; change both together.
+The step is written once and runs unchanged on cuda, cpu and under FakeTensorMode; the tracker
+(measure/trackers.py) marks the phases and attributes the bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from calc.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
+
+LEARNING_RATE = 1e-4
+FP16_MIXED_LOSS_SCALE = 1024.0  # static loss scale of the fp16-mixed reference (multiply loss, divide grads)
+
+# Attention submodule of a decoder layer, by the attribute name each family uses.
+ATTENTION_ATTRS = ("self_attn", "attn", "attention")
+# LoRA "attention" targets: the attention projections of every supported family, as one peft regex.
+LORA_ATTENTION_REGEX = (
+    r".*\.(self_attn|attn|attention)\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|c_attn|c_proj|query_key_value|dense)"
+)
+
+
+class UnsupportedError(ValueError):
+    """The scenario cannot be run on this device (the message says why)."""
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """Where each number lives for one Precision (see calc.scenario.Precision)."""
+
+    weights: torch.dtype  # dtype the model is built in
+    autocast: torch.dtype | None  # forward under torch.autocast(device, this), or None
+    masters: bool  # fp32 master copies that the optimizer updates (bf16-mixed / fp16-mixed)
+    grad_scaler: bool  # torch.amp.GradScaler (amp-fp16)
+    static_loss_scale: float | None  # fp16-mixed
+
+
+def precision_plan(precision: Precision) -> PrecisionPlan:
+    return {
+        Precision.fp32: PrecisionPlan(torch.float32, None, False, False, None),
+        Precision.amp_bf16: PrecisionPlan(torch.float32, torch.bfloat16, False, False, None),
+        Precision.amp_fp16: PrecisionPlan(torch.float32, torch.float16, False, True, None),
+        Precision.bf16: PrecisionPlan(torch.bfloat16, None, False, False, None),
+        Precision.bf16_mixed: PrecisionPlan(torch.bfloat16, None, True, False, None),
+        Precision.fp16_mixed: PrecisionPlan(torch.float16, None, True, False, FP16_MIXED_LOSS_SCALE),
+    }[precision]
+
+
+def hf_config_dict(scenario: Scenario) -> dict[str, Any]:
+    """The Hugging Face config dict of the scenario's model (a preset's `config`, or the dict itself)."""
+    if isinstance(scenario.model, str):
+        from calc.presets import model_presets
+
+        return copy.deepcopy(model_presets()[scenario.model].config)
+    return copy.deepcopy(scenario.model)
+
+
+def layer_key(cfg: dict[str, Any]) -> str:
+    return "n_layer" if cfg.get("model_type") == "gpt2" else "num_hidden_layers"
+
+
+def with_layers(cfg: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """The same config with `num_layers` decoder layers (per-layer lists such as layer_types cut to fit)."""
+    cfg = copy.deepcopy(cfg)
+    if cfg.get("model_type") == "gpt2":
+        cfg.pop("num_hidden_layers", None)
+    cfg[layer_key(cfg)] = num_layers
+    if isinstance(cfg.get("layer_types"), list):
+        types = cfg["layer_types"]
+        cfg["layer_types"] = [types[i % len(types)] for i in range(num_layers)]
+    return cfg
+
+
+def build_config(cfg: dict[str, Any], attention: str) -> Any:
+    from transformers import AutoConfig
+
+    cfg = dict(cfg)
+    model_type = cfg.pop("model_type")
+    for key in ("torch_dtype", "dtype", "architectures", "transformers_version", "_name_or_path"):
+        cfg.pop(key, None)  # the dtype comes from the scenario's precision, never from the config
+    config = AutoConfig.for_model(model_type, **cfg)
+    config._attn_implementation = attention
+    return config
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated decoder blocks (transformers 5: GradientCheckpointingLayer subclasses), in order."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def enable_full_checkpointing(model: nn.Module, every: int) -> None:
+    """Checkpoint whole decoder layers: those with index % every == 0 (use_reentrant=False).
+
+    transformers 5 wraps each GradientCheckpointingLayer's `forward` (not `__call__`, so module hooks stay
+    outside) and checkpoints it when the layer's `gradient_checkpointing` attribute is True; we set that
+    attribute per layer ourselves so the pattern does not depend on the transformers version.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers < 5.2x
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    for i, layer in enumerate(decoder_layers(model)):
+        layer.gradient_checkpointing = i % every == 0
+
+
+def enable_selective_checkpointing(model: nn.Module) -> None:
+    """Checkpoint each decoder layer's attention submodule call (projections, RoPE and the attention core);
+    the MLP and norms keep their activations. use_reentrant=False. Like transformers' own full
+    checkpointing, the recomputed call gets no KV cache (a second cache update would change its shapes).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in decoder_layers(model):
+        attn = next((getattr(layer, a) for a in ATTENTION_ATTRS if hasattr(layer, a)), None)
+        if attn is None:
+            raise UnsupportedError(f"selective checkpointing: no attention submodule in {type(layer).__name__}")
+        original = attn.forward
+
+        def forward(*args: Any, _original: Any = original, _module: nn.Module = attn, **kwargs: Any) -> Any:
+            if not (torch.is_grad_enabled() and _module.training):
+                return _original(*args, **kwargs)
+            for key in ("past_key_values", "past_key_value", "layer_past"):
+                if kwargs.get(key) is not None:
+                    kwargs[key] = None
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        attn.forward = forward
+
+
+def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool) -> nn.Module:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise UnsupportedError("LoRA scenarios need peft (pip install -r measure/requirements.txt)") from None
+    lora = scenario.training.lora
+    assert lora is not None
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules="all-linear" if lora.targets == "all-linear" else LORA_ATTENTION_REGEX,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    # peft keeps adapters in fp32 (autocast_adapter_dtype) unless the run keeps everything in 16 bits.
+    keep_16bit = plan.weights != torch.float32 and scenario.training.precision != Precision.fp32
+    if not fake:
+        return get_peft_model(model, config, autocast_adapter_dtype=not keep_16bit)
+    # Fake tensors cannot be moved or cast in place (Module._apply swaps them, and FakeTensorMode holds a
+    # weakref to each), so create the adapters directly in the dtype peft would end with and skip its
+    # move-to-the-base-layer's-device-and-dtype step (everything is on the cpu already).
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    original_move = BaseTunerLayer._move_adapter_to_device_of_base_layer
+    original_to = nn.Module.to
+
+    def to_cpu_is_a_no_op(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is None and (device is None or device.type == "cpu"):
+            return self
+        return original_to(self, *args, **kwargs)
+
+    BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None  # type: ignore[method-assign]
+    nn.Module.to = to_cpu_is_a_no_op  # type: ignore[method-assign]
+    try:
+        with default_dtype(plan.weights if keep_16bit else torch.float32):
+            return get_peft_model(model, config, autocast_adapter_dtype=False)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"LoRA on this model is unsupported on this device (fake): {exc}") from None
+    finally:
+        BaseTunerLayer._move_adapter_to_device_of_base_layer = original_move  # type: ignore[method-assign]
+        nn.Module.to = original_to  # type: ignore[method-assign]
+
+
+def _quantize_base(model: nn.Module, kind: str) -> None:
+    """Replace every nn.Linear except lm_head by its bitsandbytes int8 / nf4 version (quantized on .cuda())."""
+    import bitsandbytes as bnb  # noqa: PLC0415  (only on the cuda path)
+
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            if not isinstance(child, nn.Linear) or full.endswith("lm_head"):
+                continue
+            bias = child.bias is not None
+            if kind == "int8":
+                new = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=bias,
+                                          has_fp16_weights=False, threshold=6.0)
+                new.weight = bnb.nn.Int8Params(child.weight.data, requires_grad=False, has_fp16_weights=False)
+            else:
+                new = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=bias,
+                                        compute_dtype=torch.bfloat16, quant_type="nf4")
+                new.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type="nf4")
+            if bias:
+                new.bias = nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(parent, child_name, new)
+
+
+@contextlib.contextmanager
+def fake_mode_patches() -> Iterator[None]:
+    """Make transformers take, on fake tensors, the branch it takes on real ones for our inputs.
+
+    With no KV cache (training with checkpointing), transformers looks for packed sequences in
+    position_ids; on real tensors it reads the values, finds none and builds no mask (SDPA runs with
+    is_causal), but on fake tensors it cannot read them and materialises a (B, 1, S, S) mask. Our
+    position_ids are always arange(S): one sequence per row, so the real answer is None.
+    """
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
+def build_model(scenario: Scenario, device: torch.device, num_layers: int | None = None,
+                fake: bool = False) -> nn.Module:
+    """AutoModelForCausalLM.from_config with random weights (seed 0), built in the run's dtype, on `device`."""
+    from transformers import AutoModelForCausalLM
+
+    t = scenario.training
+    plan = precision_plan(t.precision)
+    lora = t.lora
+    if lora is not None and lora.base_weights != "bf16" and device.type != "cuda":
+        raise UnsupportedError(f"LoRA base_weights {lora.base_weights} (bitsandbytes) is unsupported on this device "
+                               f"({'fake' if fake else device.type}); it needs CUDA")
+    cfg = hf_config_dict(scenario)
+    if num_layers is not None:
+        cfg = with_layers(cfg, num_layers)
+    weights = torch.bfloat16 if lora is not None else plan.weights  # LoRA base weights: bf16, frozen
+    torch.manual_seed(0)
+    try:
+        config = build_config(cfg, t.attention.value)
+        with default_dtype(weights):
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=t.attention.value, dtype=weights)
+    except (AssertionError, ValueError, TypeError, KeyError) as exc:
+        msg = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
+        raise UnsupportedError(f"transformers cannot build this {cfg.get('model_type')} model: {msg}") from None
+    if lora is not None and lora.base_weights != "bf16":
+        try:
+            _quantize_base(model, lora.base_weights)
+        except ImportError:
+            raise UnsupportedError(f"LoRA base_weights {lora.base_weights} needs bitsandbytes, which is not "
+                                   "installed") from None
+    if not fake and device.type != "cpu":
+        model = model.to(device)
+    if scenario.mode == Mode.inference:
+        model.eval()
+        if lora is not None:
+            model = _lora(model, scenario, plan, fake)
+        return model
+    model.train()
+    if t.activation_checkpointing == Checkpointing.full:
+        enable_full_checkpointing(model, t.checkpoint_every)
+    elif t.activation_checkpointing == Checkpointing.selective:
+        enable_selective_checkpointing(model)
+    if lora is not None:
+        model = _lora(model, scenario, plan, fake)
+    return model
+
+
+def make_optimizer(params: list[torch.Tensor], scenario: Scenario, device_type: str,
+                   fake: bool = False) -> torch.optim.Optimizer:
+    t = scenario.training
+    impl = t.optimizer_impl
+    if t.optimizer == Optimizer.adamw_8bit:
+        if device_type != "cuda":
+            raise UnsupportedError(f"adamw-8bit (bitsandbytes) is unsupported on this device ({device_type}); "
+                                   "it needs CUDA")
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise UnsupportedError("adamw-8bit needs bitsandbytes, which is not installed") from None
+        return bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+    kwargs: dict[str, Any] = {"lr": LEARNING_RATE}
+    if impl == OptimizerImpl.fused:
+        if t.optimizer == Optimizer.adafactor:
+            raise UnsupportedError("torch.optim.Adafactor has no fused implementation; use foreach or for-loop")
+        kwargs["fused"] = True
+    else:
+        kwargs["foreach"] = impl == OptimizerImpl.foreach  # explicit: the CPU default would be for-loop
+    if t.optimizer == Optimizer.adamw:
+        return torch.optim.AdamW(params, **kwargs)  # weight_decay 0.01 (torch default)
+    if t.optimizer == Optimizer.adam:
+        return torch.optim.Adam(params, **kwargs)
+    if t.optimizer == Optimizer.sgd:
+        return torch.optim.SGD(params, momentum=0.0, **kwargs)
+    if t.optimizer == Optimizer.sgd_momentum:
+        return torch.optim.SGD(params, momentum=0.9, **kwargs)
+    if t.optimizer == Optimizer.adafactor:
+        if fake:
+            raise UnsupportedError("adafactor is unsupported on this device (fake): torch.optim.Adafactor reads "
+                                   "parameter norms with .item(), which fake tensors cannot answer")
+        return torch.optim.Adafactor(params, **kwargs)
+    raise UnsupportedError(f"optimizer {t.optimizer.value} is not supported")
+
+
+class NullTracker:
+    """The tracker interface the step calls; does nothing (used for warm-up runs and tests)."""
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+    @contextlib.contextmanager
+    def category(self, name: str) -> Iterator[None]:
+        yield
+
+    def step_done(self) -> None:
+        pass
+
+
+@dataclass
+class Workload:
+    scenario: Scenario
+    device: torch.device
+    model: nn.Module
+    input_ids: torch.Tensor
+    plan: PrecisionPlan
+    fake: bool = False
+    params: list[nn.Parameter] = field(default_factory=list)  # trainable model parameters
+    masters: list[torch.Tensor] | None = None  # fp32 copies (bf16-mixed / fp16-mixed)
+    optimizer: torch.optim.Optimizer | None = None
+    scaler: Any = None
+
+    @property
+    def training(self) -> bool:
+        return self.scenario.mode == Mode.train
+
+
+def build_workload(scenario: Scenario, device: torch.device, num_layers: int | None = None,
+                   fake: bool = False) -> Workload:
+    """Model and input on the device; no optimizer yet (see `prepare_optimizer`)."""
+    t = scenario.training
+    model = build_model(scenario, device, num_layers=num_layers, fake=fake)
+    vocab = model.config.get_text_config().vocab_size
+    input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=device)
+    return Workload(scenario, device, model, input_ids, precision_plan(t.precision), fake=fake)
+
+
+def prepare_optimizer(w: Workload, tracker: Any) -> None:
+    """fp32 master copies (created before step 1, one per 16-bit trainable parameter) and the optimizer."""
+    if not w.training:
+        return
+    w.params = [p for p in w.model.parameters() if p.requires_grad]
+    targets: list[torch.Tensor] = list(w.params)
+    if w.plan.masters:
+        with tracker.category("optimizer_states"), torch.no_grad():
+            w.masters = [p.detach().float() if p.dtype != torch.float32 else p for p in w.params]
+        targets = w.masters
+    w.optimizer = make_optimizer(targets, w.scenario, w.device.type, fake=w.fake)
+    if w.plan.grad_scaler:
+        w.scaler = torch.amp.GradScaler(w.device.type)
+
+
+def _autocast(w: Workload) -> contextlib.AbstractContextManager[Any]:
+    if w.plan.autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(w.device.type, dtype=w.plan.autocast)
+
+
+def train_step(w: Workload, tracker: Any) -> None:
+    """One optimizer step: gradient_accumulation_steps forward/backward micro-steps, then the update."""
+    accum = w.scenario.training.gradient_accumulation_steps
+    opt = w.optimizer
+    assert opt is not None
+    loss = None
+    for micro in range(accum):
+        with tracker.phase("forward"), _autocast(w):
+            loss = w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+        with tracker.phase("backward"):
+            if w.scaler is not None:
+                w.scaler.scale(loss).backward()
+            elif w.plan.static_loss_scale is not None:
+                (loss * w.plan.static_loss_scale).backward()
+            else:
+                loss.backward()
+            if micro < accum - 1:
+                del loss
+                loss = None
+    with tracker.phase("optimizer"):
+        if w.masters is not None:
+            with tracker.category("gradients"), torch.no_grad():
+                for p, m in zip(w.params, w.masters, strict=True):
+                    if m is p or p.grad is None:
+                        continue
+                    m.grad = p.grad.float()  # one parameter at a time: at most one 16-bit grad alive
+                    p.grad = None
+                    if w.plan.static_loss_scale is not None:
+                        m.grad.div_(w.plan.static_loss_scale)
+        if w.scaler is not None:
+            if w.fake:  # GradScaler.step reads found_inf with .item(), which fake tensors cannot answer
+                w.scaler.unscale_(opt)
+                opt.step()
+            else:
+                w.scaler.step(opt)
+            w.scaler.update()
+        else:
+            opt.step()
+        if w.masters is not None:
+            with torch.no_grad():
+                for p, m in zip(w.params, w.masters, strict=True):
+                    if m is not p:
+                        p.data.copy_(m)
+        opt.zero_grad(set_to_none=True)
+        del loss
+
+
+def inference_step(w: Workload, tracker: Any) -> None:
+    """model(input_ids) under no_grad with the config's use_cache (True): KV cache and logits alive together."""
+    with tracker.phase("forward"), torch.no_grad(), _autocast(w):
+        out = w.model(input_ids=w.input_ids)
+        del out
+
+
+def run_steps(w: Workload, tracker: Any, steps: int) -> None:
+    for _ in range(steps):
+        if w.training:
+            train_step(w, tracker)
+        else:
+            inference_step(w, tracker)
+        tracker.step_done()
