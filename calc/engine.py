@@ -204,7 +204,8 @@ def _ctx(sc: Scenario, target: Target) -> Ctx:
     lora = t.lora
     common = dict(spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len, cuda=target == "cuda",
                   tp=t.tensor_parallel, sp=t.sequence_parallel,
-                  use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference)
+                  use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
+                  train=sc.mode == Mode.train)
     if lora is None:
         return Ctx(w=precision.weight_bytes_per_param(p), a=precision.activation_bytes(p),
                    r=precision.residual_bytes(p), amp=p.is_amp, **common)
@@ -366,14 +367,19 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * (ctx.e + ctx.a)
     tl = _Timeline()
     base = 8 * ctx.tokens + rope + mask + ws
-    h_bytes = ctx.r * ctx.tokens * s.hidden_size
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
     for i in range(layers):
         tl.add(f"layer {i}", "inference", st.weights, 0, 0, (i + 1) * kv_layer, base + layer.fwd_peak_nosave)
-    logits = ctx.a * ctx.tokens * s.vocab_size // ctx.tp
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
-           base - mask + h_bytes * 3 + logits)
+           base - mask + _inference_head_peak(ctx))
     return tl
+
+
+@lru_cache(maxsize=1024)
+def _inference_head_peak(ctx: Ctx) -> int:
+    from calc.layers import inference_head_block
+
+    return inference_head_block(ctx).profile().fwd_peak_nosave
 
 
 # ---- entry point -------------------------------------------------------------------------

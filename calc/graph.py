@@ -85,6 +85,11 @@ class Graph:
         self.output = tid
         return tid
 
+    def keep(self, *tids: int) -> None:
+        """Keep tensors alive up to here in forward (a Python argument or local that outlives its
+        last use as an op input)."""
+        self.ops.append(Op(-2, tids, (), (), 0, 0, 0, "keep alive"))
+
     def param_op(self, pgrad: int, name: str = "") -> None:
         """A node with no activation output that only produces a parameter gradient (e.g. AccumulateGrad)."""
         self.ops.append(Op(-2, (), (), (), pgrad, 0, 0, name))

@@ -34,6 +34,7 @@ class Ctx:
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
     selective: bool = False  # attention block is recomputed in backward (selective checkpointing)
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
+    train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
 
     @property
     def tokens(self) -> int:
@@ -51,7 +52,7 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
     """nn.functional.dropout in training. CUDA: fused native_dropout keeps a 1-byte bool mask;
     CPU: ATen's `_dropout` multiplies by a dtype-sized noise tensor, which the mul saves
     (aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable)."""
-    if p <= 0:
+    if p <= 0 or not c.train:
         return x
     if c.cuda:
         return g.op(nbytes, ins=(x,), saves=(g.op(elems, grad=False, name="dropout mask"),), name="dropout")
@@ -123,9 +124,11 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
     normed = n32 if x_bytes == 4 else g.op(x_bytes * n, ins=(n32,), name="norm cast back")
     wb = max(c.w, x_bytes)
     if c.frozen_base:  # weight * normed: the normed tensor is kept only for the weight's gradient
-        return g.op(wb * n, ins=(normed,), name="norm weight"), wb
-    y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.hidden_size, ws_bwd=wb * n,
-             name="norm weight")
+        y = g.op(wb * n, ins=(normed,), name="norm weight")
+    else:
+        y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.hidden_size, ws_bwd=wb * n,
+                 name="norm weight")
+    g.keep(n32)  # the local `hidden_states` (fp32 normalised) lives until forward returns
     return y, wb
 
 
@@ -193,7 +196,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     nh = s.num_heads // c.tp
     t, a, bsz, seq = c.tokens, c.a, c.batch, c.seq
     qw = nh * s.head_dim
-    if not eager and not c.cuda and s.attention_dropout > 0:
+    if not eager and not c.cuda and s.attention_dropout > 0 and c.train:
         return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq)
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
@@ -277,7 +280,9 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     groups = s.num_heads // s.num_kv_heads
     o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c),
                        q_bshd=s.family != "phi3")
-    return linear(g, o, qw, h, c, bias=s.o_bias, name="o")
+    out = linear(g, o, qw, h, c, bias=s.o_bias, name="o")
+    g.keep(y)  # hidden_states stays referenced until the attention returns
+    return out
 
 
 def kv_cache(g: Graph, k: int, v: int, k_bytes: int, v_bytes: int, c: Ctx) -> tuple[int, int]:
@@ -317,12 +322,15 @@ def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None) -> int:
     h = s.hidden_size
     if s.family == "phi3":  # Phi3MLP: fused gate_up_proj, chunked into two views
         gate = up = linear(g, y, h, 2 * i, c, name="gate_up", tokens=t)
-    else:
+        act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
+    else:  # Python order: gate_proj(x) -> act_fn -> up_proj(x) -> *
         gate = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", tokens=t)
+        act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
         up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
-    act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
     prod = g.op(c.a * t * i, ins=(act, up), saves=(act, up), name="act * up")
-    return linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t)
+    out = linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t)
+    g.keep(y)  # forward(self, x): x stays referenced until the MLP returns
+    return out
 
 
 def plain_mlp(g: Graph, y: int, c: Ctx) -> int:
@@ -333,7 +341,9 @@ def plain_mlp(g: Graph, y: int, c: Ctx) -> int:
     h = s.hidden_size
     up = linear(g, y, h, i, c, bias=True, name="up")
     act = activation(g, up, t * i, c.a * t * i, s.hidden_act, c)
-    return linear(g, act, i, h, c, bias=True, name="down")
+    out = linear(g, act, i, h, c, bias=True, name="down")
+    g.keep(y)  # the MLP's argument lives until it returns
+    return out
 
 
 def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
@@ -394,6 +404,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     m = dropout(g, m, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
                 c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
     g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
+    g.keep(0)  # the model's layer loop still references the layer input until the layer returns
     return g
 
 
@@ -416,6 +427,7 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     m = plain_mlp(g, y2, c)
     m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
     g.op(c.r * t * h, ins=(mid, m), name="residual add")
+    g.keep(0)  # the model's layer loop still references the layer input
     return g
 
 
@@ -440,11 +452,13 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
         m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
         s1 = g.op(c.r * t * h, ins=(m, o), name="mlp + attn")
         g.op(c.r * t * h, ins=(s1, 0), name="residual add")
+        g.keep(0)
         return g
     mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
     y2, _ = layer_norm(g, mid, c.r, c)
     m = plain_mlp(g, y2, c)
     g.op(c.r * t * h, ins=(mid, m), name="residual add")
+    g.keep(0)
     return g
 
 
@@ -494,6 +508,21 @@ def head_block(c: Ctx) -> Graph:
     lsm = g.op(4 * t * v, ins=(f32,), saves=(OUT,), name="log_softmax")
     # the model keeps `logits` (for its output) until forward returns
     return _finish(g, g.op(4, ins=(lsm, tgt, logits), saves=(tgt,), grad_ins=(lsm,), name="nll_loss"))
+
+
+def inference_head_block(c: Ctx) -> Graph:
+    """No-grad final norm + lm_head: the logits (B, S, V/tp, compute dtype) are returned to the
+    caller, so the peak is the norm's transients or the logits next to the normalised hidden state."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
+    if s.uses_layernorm:
+        y, _ = layer_norm(g, 0, c.r, c)
+    else:
+        y, _ = rms_norm(g, 0, c.r, c, gemma=s.family == "gemma2")
+    logits = linear(g, y, h, s.vocab_size // c.tp, c, name="lm_head")
+    g.keep(y)
+    return _finish(g, logits)
 
 
 def _finish(g: Graph, out: int) -> Graph:

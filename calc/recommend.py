@@ -902,13 +902,16 @@ def format_recommendation(rec: Recommendation) -> str:
 
 
 def cli_main(args: Any) -> int:
+    """python -m calc recommend FILE [--top N] [--format table|json]. Errors leave as ValueError: under
+    `python -m calc` the running module is __main__, so calc.__main__.UserError raised here would be a
+    different class from the one main() catches; main() maps ValueError to one line and exit code 2."""
     from calc.__main__ import UserError
 
-    req = load_request(args.scenario, getattr(args, "top", None))
     try:
+        req = load_request(args.scenario, getattr(args, "top", None))
         rec = recommend(req)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
     if getattr(args, "format", "table") == "json":
         print(rec.model_dump_json(indent=2))
     else:

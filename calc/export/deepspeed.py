@@ -226,21 +226,22 @@ def _scheduler_block(o: ExportOptions) -> dict[str, Any]:
 
 
 def cli_main(args: Any) -> int:
-    """python -m calc export-deepspeed SCENARIO.json [-o FILE]"""
+    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Errors leave as ValueError (see
+    calc.recommend.cli_main: calc.__main__.UserError is not the class main() catches under python -m)."""
     from calc.__main__ import UserError, load_scenario
 
-    sc = load_scenario(args.scenario)
     try:
-        exp = export_deepspeed(sc)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+        sc = load_scenario(args.scenario)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    exp = export_deepspeed(sc)
     text = json.dumps(exp.config, indent=2) + "\n"
     if getattr(args, "output", None):
         try:
             with open(args.output, "w") as fh:
                 fh.write(text)
         except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+            raise ValueError(f"cannot write {args.output}: {exc.strerror}") from None
     else:
         sys.stdout.write(text)
     for n in exp.notes:
