@@ -1,0 +1,253 @@
+"""calc.recommend: every candidate fits and the list is sorted by speed; the pruned search finds the
+same winner as brute force; method changes only when allowed and needed; the model x hardware table and
+the waterfall have the expected shapes; the CLI's exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calc.engine import estimate
+from calc.recommend import (
+    DEFAULT_SAFETY_MARGIN,
+    Candidate,
+    RecommendRequest,
+    _run,
+    _setup,
+    enumerate_combos,
+    optimization_waterfall,
+    recommend,
+    recommendation_table,
+)
+from calc.scenario import Attention, Offload, Scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sc(model: str, hw: str, **training) -> Scenario:
+    return Scenario(model=model, hardware={"cluster": hw}, training={"seq_len": 2048, **training})
+
+
+def check_fits(c: Candidate, usable: int) -> None:
+    est = estimate(c.scenario)  # recomputed from the candidate's own scenario
+    assert est.device_total_bytes.expected == c.device_total_expected_bytes
+    assert c.device_total_expected_bytes <= usable
+    assert usable <= est.gpu_memory_bytes
+
+
+@pytest.fixture(scope="module")
+def rec_8b():
+    req = RecommendRequest(scenario=sc("llama-3.1-8b", "8x-a100-80gb"), global_batch_tokens=2**20, max_candidates=8)
+    return req, recommend(req)
+
+
+def test_candidates_fit_and_are_sorted(rec_8b):
+    req, rec = rec_8b
+    assert 1 <= len(rec.candidates) <= 8
+    assert rec.usable_bytes == int(rec.gpu_memory_bytes * (1 - DEFAULT_SAFETY_MARGIN))
+    speeds = [c.tokens_per_s_per_gpu for c in rec.candidates]
+    assert speeds == sorted(speeds, reverse=True)
+    assert [c.rank for c in rec.candidates] == list(range(1, len(rec.candidates) + 1))
+    for c in rec.candidates:
+        check_fits(c, rec.usable_bytes)
+        assert not c.method_change
+        assert c.scenario.training.attention == Attention.sdpa  # eager is dominated
+
+
+def test_global_batch_is_reached(rec_8b):
+    _, rec = rec_8b
+    assert rec.target_global_batch_sequences == 2**20 // 2048
+    for c in rec.candidates:
+        t = c.scenario.training
+        assert t.micro_batch_size * t.gradient_accumulation_steps * c.scenario.data_parallel == 512
+        assert c.global_batch_tokens == 2**20
+
+
+def test_explanation_names_the_winner_and_an_alternative(rec_8b):
+    _, rec = rec_8b
+    e = rec.explanation
+    assert e.startswith("ZeRO-") or e.startswith("no ZeRO")
+    assert "fastest configuration that fits" in e and "tokens/s per GPU" in e
+    assert "would" in e  # a faster one that does not fit, or a slower one that does
+
+
+def test_search_prunes_most_of_the_space(rec_8b):
+    _, rec = rec_8b
+    st = rec.stats
+    assert st.pruned_dominated > 0 and st.pruned_bound > 0
+    assert st.memory_estimates < st.combinations / 4
+
+
+def test_branch_and_bound_matches_brute_force():
+    """Exhaustive: every combination at every micro-batch split; the pruned search must find the same
+    fastest fitting speed."""
+    base = sc("qwen2.5-1.5b", "4x-rtx-4090")
+    req = RecommendRequest(scenario=base, global_batch_size=64, max_candidates=3)
+    s = _setup(req)
+    best = 0.0
+    for c in enumerate_combos(base, False):
+        per, mbs = s.split(c)
+        for mb in mbs:
+            if s.fit(c, mb, per // mb).ok:
+                best = max(best, s.speed(c, mb, per).tokens_per_s)
+    top = _run(_setup(req), enumerate_combos(base, False), 1)
+    assert top and top[0].raw.tokens_per_s == pytest.approx(best, rel=1e-12)
+
+
+def test_no_nvme_when_cpu_offload_fits_and_no_nvme_below_zero3():
+    rec = recommend(RecommendRequest(scenario=sc("llama-3.1-8b", "1x-a100-80gb"), global_batch_tokens=2**19,
+                                     max_candidates=20))
+    assert rec.candidates
+    for c in rec.candidates:
+        t = c.scenario.training
+        if t.offload_optimizer == Offload.nvme:
+            assert t.zero_stage == 3
+
+
+def test_method_change_only_when_allowed_and_needed():
+    base = sc("llama-3.1-70b", "1x-a100-80gb")
+    strict = recommend(RecommendRequest(scenario=base, global_batch_size=8, max_candidates=3))
+    assert strict.candidates == [] and strict.explanation.startswith("nothing fits")
+    assert any("allow_method_change" in n for n in strict.notes)
+    loose = recommend(RecommendRequest(scenario=base, global_batch_size=8, max_candidates=3, allow_method_change=True))
+    assert loose.method_change and loose.candidates
+    for c in loose.candidates:
+        assert c.method_change
+        check_fits(c, loose.usable_bytes)
+        t = c.scenario.training
+        assert t.lora is not None or t.optimizer.value == "adamw-8bit" or t.precision.value == "bf16"
+    # a model that fits as requested is never switched to LoRA
+    small = recommend(RecommendRequest(scenario=sc("llama-3.2-1b", "1x-a100-80gb"), allow_method_change=True,
+                                       max_candidates=3))
+    assert small.candidates and not small.method_change
+    assert all(not c.method_change for c in small.candidates)
+
+
+def test_safety_margin_is_respected():
+    base = sc("llama-3.1-8b", "1x-a100-80gb")
+    tight = recommend(RecommendRequest(scenario=base, global_batch_size=16, safety_margin=0.3, max_candidates=5))
+    assert tight.usable_bytes == int(tight.gpu_memory_bytes * 0.7)
+    for c in tight.candidates:
+        assert c.device_total_expected_bytes <= tight.usable_bytes
+
+
+def test_inference_recommendation():
+    base = Scenario(model="llama-3.1-8b", hardware={"cluster": "1x-rtx-4090"}, mode="inference",
+                    training={"precision": "bf16", "seq_len": 1024})
+    rec = recommend(RecommendRequest(scenario=base, max_candidates=3))
+    for c in rec.candidates:
+        check_fits(c, rec.usable_bytes)
+
+
+def test_request_validation():
+    with pytest.raises(ValueError, match="not both"):
+        RecommendRequest(scenario=sc("gpt2", "1x-rtx-4090"), global_batch_size=8, global_batch_tokens=8192)
+
+
+# ---- table --------------------------------------------------------------------------------------
+
+def test_table_shapes_and_cells_come_from_the_search():
+    models, hw = ["llama-3.2-1b", "llama-3.1-70b"], ["1x-rtx-4090", "8x-h100-sxm"]
+    table = recommendation_table(models, hw)
+    assert table.models == models and table.hardware == hw
+    assert len(table.cells) == 2 and all(len(r) == 2 for r in table.cells)
+    small_4090, big_4090 = table.cells[0][0], table.cells[1][0]
+    assert small_4090.status == "fits" and small_4090.tokens_per_s_per_gpu > 0
+    assert big_4090.status == "nothing-fits" and "QLoRA" in big_4090.note
+    big_h100 = table.cells[1][1]
+    assert big_h100.status in ("fits", "method-change")
+    for row in table.cells:
+        for cell in row:
+            if cell.scenario is not None:
+                assert estimate(cell.scenario).device_total_bytes.expected <= cell.usable_bytes
+    md = table.to_markdown()
+    assert md.count("\n|") >= 3 and "1x-rtx-4090" in md
+
+
+def test_table_reports_method_change_cells():
+    table = recommendation_table(["llama-2-13b"], ["1x-rtx-4090"])
+    cell = table.cells[0][0]
+    assert cell.status == "method-change" and "LoRA" in cell.label
+
+
+# ---- waterfall ----------------------------------------------------------------------------------
+
+def test_waterfall_order_and_effects():
+    steps = optimization_waterfall(sc("llama-3.1-70b", "8x-a100-80gb"))
+    names = [s.name for s in steps]
+    assert names == ["baseline", "mixed precision", "FlashAttention / SDPA", "activation checkpointing", "ZeRO-1",
+                     "ZeRO-2", "ZeRO-3", "optimizer offload", "parameter offload", "8-bit optimizer", "LoRA", "QLoRA"]
+    by = {s.name: s for s in steps}
+    assert by["baseline"].scenario.training.precision.value == "fp32"
+    assert by["ZeRO-3"].device_total_expected_bytes < by["ZeRO-2"].device_total_expected_bytes \
+        < by["ZeRO-1"].device_total_expected_bytes < by["activation checkpointing"].device_total_expected_bytes
+    assert by["optimizer offload"].device_total_expected_bytes < by["ZeRO-3"].device_total_expected_bytes
+    assert by["parameter offload"].device_total_expected_bytes < by["optimizer offload"].device_total_expected_bytes
+    assert by["optimizer offload"].tokens_per_s_per_gpu < by["ZeRO-3"].tokens_per_s_per_gpu
+    assert by["LoRA"].scenario.training.offload_optimizer == Offload.none
+    assert [s.method_change for s in steps][-3:] == [True, True, True] and not any(s.method_change for s in steps[:-3])
+    for s in steps:
+        assert s.fits == (s.device_total_expected_bytes <= s.scenario.resolved_hardware().num_gpus * 0 +
+                          estimate(s.scenario).gpu_memory_bytes * (1 - DEFAULT_SAFETY_MARGIN))
+        assert s.step == steps.index(s)
+
+
+def test_waterfall_on_one_gpu_skips_zero_steps():
+    steps = optimization_waterfall(sc("llama-3.1-8b", "1x-rtx-4090"))
+    names = [s.name for s in steps]
+    assert "ZeRO-1" not in names and "optimizer offload" in names
+    off = next(s for s in steps if s.name == "optimizer offload")
+    assert off.scenario.training.zero_stage == 2
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "calc", *args], capture_output=True, text=True, cwd=ROOT,
+                          input=stdin, timeout=120)
+
+
+def test_cli_recommend_table_and_json(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"model": "llama-3.2-1b", "hardware": {"cluster": "8x-a100-80gb"},
+                             "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 2}}))
+    r = run_cli("recommend", str(f), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert "tok/s/GPU" in r.stdout and "fastest configuration that fits" in r.stdout
+    r = run_cli("recommend", str(f), "--format", "json", "--top", "2")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert len(data["candidates"]) == 2 and data["target_global_batch_sequences"] == 4 * 2 * 8
+
+
+def test_cli_recommend_request_file(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"scenario": {"model": "llama-3.2-1b", "hardware": {"cluster": "1x-rtx-4090"}},
+                             "global_batch_size": 32, "safety_margin": 0.2}))
+    r = run_cli("recommend", str(f), "--format", "json", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["usable_bytes"] == int(data["gpu_memory_bytes"] * 0.8)
+
+
+@pytest.mark.parametrize(("content", "msg"), [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"model": "no-such-model"}), "unknown model preset"),
+    (json.dumps({"scenario": {"model": "gpt2"}, "safety_margin": 2}), "safety_margin"),
+    (json.dumps({"model": "gpt2", "hardware": {"memory_bytes": 2**34}}), "GPU preset"),
+])
+def test_cli_recommend_bad_input_exits_2(tmp_path, content, msg):
+    f = tmp_path / "bad.json"
+    f.write_text(content)
+    r = run_cli("recommend", str(f))
+    assert r.returncode == 2
+    assert msg in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_cli_recommend_missing_file_exits_2(tmp_path):
+    r = run_cli("recommend", str(tmp_path / "nope.json"))
+    assert r.returncode == 2 and "cannot read" in r.stderr
