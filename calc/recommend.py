@@ -352,6 +352,8 @@ class _Search:
         speed_evaluations=0))
     cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
     infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
+    frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
+    tried_method_change: bool = False
 
     def split(self, c: Combo) -> tuple[int, list[int]]:
         dp = self.hw.num_gpus // (c.tp * c.pp)
@@ -431,7 +433,10 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
                 continue
         fr = _frugal(c)
         if fr not in group_ok:
-            group_ok[fr] = s.fit(fr, mbs[0], ga0).ok or s.cache[(fr, mbs[0], ga0)].reason.startswith("offload")
+            f_fr = s.fit(fr, mbs[0], ga0)
+            group_ok[fr] = f_fr.ok or f_fr.reason.startswith("offload")
+            if not group_ok[fr]:
+                s.frugal_failures.append((fr, f_fr))
         if not group_ok[fr]:
             s.stats["pruned_infeasible_group"] += 1
             continue
@@ -494,6 +499,7 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     notes: list[str] = []
     if not found and req.allow_method_change:
         notes.append("the requested training method fits in no configuration; showing method changes")
+        s.tried_method_change = True
         found = _run(s, enumerate_combos(req.scenario, True), k)
         method_change = bool(found)
     elif not found:
@@ -655,12 +661,13 @@ def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
 
 
 def _explain_none(s: _Search) -> str:
-    if not s.infeasible:
-        return "nothing fits: even the most frugal configuration (full checkpointing, ZeRO-3, everything " \
-               f"offloaded, micro-batch 1) exceeds {fmt_gib(s.usable)} usable per GPU."
-    ub, c, f = min(s.infeasible, key=lambda e: f_need(e[2]))
-    return (f"nothing fits: the smallest configuration tried ({short_label(c)}, micro-batch 1) "
-            f"{f.reason}.")
+    tried = [(c, f) for _, c, f in s.infeasible] + s.frugal_failures
+    tried = [(c, f) for c, f in tried if f.est is not None]
+    also = " (8-bit AdamW, LoRA and QLoRA included)" if s.tried_method_change else ""
+    if not tried:
+        return f"nothing fits{also}: no valid configuration for this model and hardware."
+    c, f = min(tried, key=lambda e: f_need(e[1]))
+    return f"nothing fits{also}: the smallest configuration tried ({short_label(c)}, micro-batch 1) {f.reason}."
 
 
 def f_need(f: _Fit) -> int:
@@ -774,7 +781,9 @@ class WaterfallStep(BaseModel):
     peak_allocated_bytes: int
     device_total_expected_bytes: int
     device_total_high_bytes: int
-    fits: bool | None = Field(description="expected device total <= (1 - margin) x GPU memory (None: no GPU)")
+    cpu_ram_bytes: int = Field(description="host RAM per node the offload needs")
+    fits: bool | None = Field(description="expected device total <= (1 - margin) x GPU memory and offload within "
+                                          "the node's host RAM (None: no GPU memory known)")
     tokens_per_s_per_gpu: float | None
     step_s: float | None
 
@@ -796,6 +805,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     hwc = sc.resolved_hardware()
     gpu = gpu_presets().get(hwc.gpu) if hwc.gpu else None
     mem = hwc.memory_bytes or (gpu.memory_bytes if gpu else None)
+    ram = hwc.cpu_ram_bytes
     dp, pp1 = sc.data_parallel, t.pipeline_parallel == 1
     bf16 = gpu is None or (gpu.bf16 and gpu.bf16_tflops > 0)
     mixed = Precision.bf16_mixed if bf16 else Precision.fp16_mixed
@@ -848,8 +858,9 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
         out.append(WaterfallStep(
             step=i, name=name, change=change, scenario=s2, method_change=method,
             peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
-            device_total_high_bytes=est.device_total_bytes.high,
-            fits=None if mem is None else need <= mem * (1 - safety_margin),
+            device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
+            fits=None if mem is None else (need <= mem * (1 - safety_margin)
+                                           and (ram is None or est.cpu_ram_bytes <= ram)),
             tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None))
     return out
 
