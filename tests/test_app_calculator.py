@@ -1,0 +1,292 @@
+"""Calculator page (app.py): default render, every sidebar widget changed, the numbers on screen equal
+calc.engine.estimate for the scenario the widgets describe, bad input shows a message (never a
+traceback), and the URL reproduces the scenario."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_app_helpers import all_text, assert_clean, chart, go, metric, open_app, scenario, traces
+
+from calc.engine import estimate
+from calc.presets import model_presets
+from calc.result import CATEGORIES
+from calc.scenario import Scenario
+from calc.units import GiB
+from ui import charts, fmt, state
+
+
+def _update(sc: Scenario, **kw: Any) -> Scenario:
+    """`sc` with dotted-path fields replaced, validated like the app validates."""
+    data = sc.model_dump(mode="json")
+    for path, v in kw.items():
+        node = data
+        parts = path.split("__")
+        for p in parts[:-1]:
+            node = node[p] if node.get(p) is not None else node.setdefault(p, {})
+        node[parts[-1]] = v
+    return Scenario.model_validate(data)
+
+
+def check_numbers(at, expected: Scenario) -> None:
+    """Everything the Calculator shows equals what calc/ returns for `expected`."""
+    assert_clean(at)
+    assert scenario(at) == expected
+    est = estimate(expected)
+    dt = est.device_total_bytes
+    assert metric(at, "Peak allocated (GiB)") == fmt.gib(est.peak_allocated_bytes)
+    assert metric(at, "Device total, expected (GiB)") == fmt.gib(dt.expected)
+    assert metric(at, "GPU memory (GiB)") == fmt.gib(est.gpu_memory_bytes)
+    assert metric(at, "Headroom (GiB)") == fmt.gib(est.headroom_bytes)
+    text = all_text(at)
+    if est.fits is True:
+        assert f"fits with {fmt.gib(est.headroom_bytes)} headroom" in text
+    elif est.fits is False:
+        assert f"short by {fmt.gib(-est.headroom_bytes)}" in text
+    assert f"The peak falls at **{est.peak_event}**" in text
+    # the stacked bar: one trace per segment, x in GiB, exact bytes in the hover data
+    bar = traces(chart(at, "calc_breakdown"))
+    segs = charts.segments(est)
+    assert sum(n for _, n in segs) == dt.expected
+    for key, n in segs:
+        t = bar[charts.SHORT_LABELS[key]]
+        assert t["x"][0] == pytest.approx(n / GiB, rel=1e-12, abs=1e-12)
+        assert t["customdata"][0] == f"{n:,}"
+    # the timeline: stacked areas by category, the peak marked at the engine's peak index
+    tl = traces(chart(at, "calc_timeline"))
+    for c in CATEGORIES:
+        assert tl[charts.SHORT_LABELS[c]]["y"] == pytest.approx([v / GiB for v in getattr(est.timeline, c)])
+    assert tl["Peak"]["x"] == [est.timeline.peak_index]
+    assert tl["Peak"]["y"][0] == pytest.approx(est.peak_allocated_bytes / GiB)
+    # the components table carries exact bytes
+    table = at.dataframe[0].value
+    got = dict(zip(table["Component"], table["bytes"], strict=True))
+    assert got["Device total (expected)"] == f"{dt.expected:,}"
+    assert got["Gradients"] == f"{est.breakdown.gradients:,}"
+    # the URL holds the scenario
+    assert dict(at.query_params) == state.scenario_to_params(expected)
+
+
+def _largest(sc: Scenario, field: str) -> int:
+    from ui.compute import largest_fitting
+
+    return largest_fitting(sc.model_dump_json(), field)
+
+
+def test_default_render_matches_engine():
+    at = open_app()
+    assert at.title[0].value == "GPU memory calculator"
+    check_numbers(at, state.DEFAULT_SCENARIO)
+
+
+def test_largest_batch_and_sequence_are_the_engine_boundary():
+    sc = Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"})
+    at = open_app(params=state.scenario_to_params(sc))
+    check_numbers(at, sc)
+    mbs, seq = _largest(sc, "micro_batch_size"), _largest(sc, "seq_len")
+    assert metric(at, "Largest micro-batch that fits") == f"{mbs:,}"
+    assert metric(at, "Longest sequence that fits (tokens)") == f"{seq:,}"
+    assert estimate(_update(sc, training__micro_batch_size=mbs)).fits
+    assert not estimate(_update(sc, training__micro_batch_size=mbs + 1)).fits
+    assert estimate(_update(sc, training__seq_len=seq)).fits
+    assert not estimate(_update(sc, training__seq_len=seq + 1)).fits
+
+
+# (widget key, value, scenario field changes or None when the widget only reveals others)
+STEPS: list[tuple[str, Any, dict[str, Any] | None]] = [
+    ("sc_model", "llama-3.2-1b", {"model": "llama-3.2-1b"}),
+    ("sc_mode", "inference", {"mode": "inference"}),
+    ("sc_mode", "train", {"mode": "train"}),
+    ("sc_hw_kind", "cluster", {"hardware": {"cluster": "8x-a100-80gb"}}),
+    ("sc_cluster", "4x-rtx-4090", {"hardware": {"cluster": "4x-rtx-4090"}}),
+    ("sc_hw_kind", "custom", {"hardware": {"memory_bytes": 24 * GiB, "num_gpus": 1}}),
+    ("sc_mem_gib", 40.0, {"hardware": {"memory_bytes": 40 * GiB, "num_gpus": 1}}),
+    ("sc_num_gpus", 2, {"hardware": {"memory_bytes": 40 * GiB, "num_gpus": 2}}),
+    ("sc_hw_kind", "gpu", {"hardware": {"gpu": "rtx-4090", "num_gpus": 2}}),
+    ("sc_gpu", "a100-80gb", {"hardware": {"gpu": "a100-80gb", "num_gpus": 2}}),
+    ("sc_num_gpus", 4, {"hardware": {"gpu": "a100-80gb", "num_gpus": 4}}),
+    ("sc_mbs", 2, {"training__micro_batch_size": 2}),
+    ("sc_seq", 1024, {"training__seq_len": 1024}),
+    ("sc_ga", 4, {"training__gradient_accumulation_steps": 4}),
+    ("sc_precision", "bf16-mixed", {"training__precision": "bf16-mixed"}),
+    ("sc_optimizer", "sgd-momentum", {"training__optimizer": "sgd-momentum"}),
+    ("sc_impl", "fused", {"training__optimizer_impl": "fused"}),
+    ("sc_optimizer", "adamw", {"training__optimizer": "adamw"}),
+    ("sc_attention", "eager", {"training__attention": "eager"}),
+    ("sc_ckpt", "full", {"training__activation_checkpointing": "full"}),
+    ("sc_every", 2, {"training__checkpoint_every": 2}),
+    ("sc_ckpt", "selective", {"training__activation_checkpointing": "selective"}),
+    ("sc_zero", 2, {"training__zero_stage": 2}),
+    ("sc_off_opt", "cpu", {"training__offload_optimizer": "cpu"}),
+    ("sc_zero", 3, {"training__zero_stage": 3}),
+    ("sc_off_par", "nvme", {"training__offload_params": "nvme"}),
+    ("sc_tp", 2, {"training__tensor_parallel": 2}),
+    ("sc_sp", True, {"training__sequence_parallel": True}),
+    ("sc_pp", 2, {"training__pipeline_parallel": 2}),
+    ("sc_lora", True, {"training__lora": {}}),
+    ("sc_lora_rank", 8, {"training__lora__rank": 8}),
+    ("sc_lora_targets", "attention", {"training__lora__targets": "attention"}),
+    ("sc_lora_base", "bf16", None),
+]
+
+
+def _widget(at, key):
+    for kind in ("selectbox", "number_input", "radio", "checkbox", "toggle", "text_area"):
+        found = [w for w in getattr(at, kind) if w.key == key]
+        if found:
+            return found[0]
+    raise KeyError(key)
+
+
+def test_every_sidebar_widget_changes_the_numbers():
+    at = open_app()
+    expected = state.DEFAULT_SCENARIO
+    for key, value, change in STEPS:
+        _widget(at, key).set_value(value)
+        at.run()
+        if change:
+            data = expected.model_dump(mode="json")
+            for path, v in change.items():
+                if path in ("model", "mode"):
+                    data[path] = v
+                elif path == "hardware":
+                    data["hardware"] = v
+                else:
+                    node = data
+                    parts = path.split("__")
+                    for p in parts[:-1]:
+                        node = node[p] if node.get(p) is not None else node.setdefault(p, {})
+                    node[parts[-1]] = v
+            expected = Scenario.model_validate(data)
+        check_numbers(at, expected)
+
+
+def test_quantized_lora_needs_amp_then_fits():
+    at = open_app()
+    _widget(at, "sc_precision").set_value("bf16-mixed")
+    _widget(at, "sc_lora").set_value(True)
+    at.run()
+    _widget(at, "sc_lora_base").set_value("nf4")
+    at.run()
+    assert_clean(at)
+    errs = [e.value for e in at.sidebar.error]
+    assert any("quantized LoRA base weights" in e for e in errs), errs
+    assert any("not possible" in e.value for e in at.main.error)
+    assert not at.get("plotly_chart")  # nothing computed for an impossible scenario
+    _widget(at, "sc_precision").set_value("amp-bf16")
+    at.run()
+    expected = _update(state.DEFAULT_SCENARIO, training__lora={"base_weights": "nf4"})
+    check_numbers(at, expected)
+
+
+def test_impossible_combination_is_shown_next_to_the_widget():
+    at = open_app()
+    _widget(at, "sc_off_opt").set_value("cpu")
+    at.run()
+    assert_clean(at)
+    # the message sits in the "Memory savers" expander, right under the offload widgets
+    savers = [e for e in at.sidebar.expander if e.label == "Memory savers"][0]
+    assert any("offload_optimizer needs zero_stage 1, 2 or 3" in e.value for e in savers.error)
+    assert scenario(at) == state.DEFAULT_SCENARIO  # the last valid scenario is kept
+    _widget(at, "sc_zero").set_value(1)
+    at.run()
+    check_numbers(at, _update(state.DEFAULT_SCENARIO, training__zero_stage=1, training__offload_optimizer="cpu"))
+
+
+def test_tensor_parallel_must_divide_the_gpus():
+    at = open_app()
+    _widget(at, "sc_tp").set_value(2)
+    at.run()
+    assert_clean(at)
+    par = [e for e in at.sidebar.expander if e.label == "Parallelism"][0]
+    assert any("num_gpus=1 is not a multiple" in e.value for e in par.error)
+
+
+def _config_text(preset: str) -> str:
+    return json.dumps(model_presets()[preset].config)
+
+
+def test_pasted_config_json():
+    at = open_app()
+    _widget(at, "sc_model_source").set_value("config")
+    at.run()
+    assert_clean(at)
+    assert any("paste a Hugging Face config.json" in e.value for e in at.sidebar.error)
+    text = _config_text("qwen2.5-0.5b")
+    _widget(at, "sc_config_text").set_value(text)
+    at.run()
+    expected = _update(state.DEFAULT_SCENARIO, model=json.loads(text))
+    check_numbers(at, expected)
+    assert "config" in at.query_params
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"model_type": "llama", "hidden_size": ', "not valid JSON"),
+    ("[1, 2, 3]", "must be a JSON object"),
+    ('{"model_type": "bert", "hidden_size": 768}', "bert"),
+    ('{"model_type": "llama", "hidden_size": -5}', "hidden_size"),
+])
+def test_malformed_config_json_names_the_problem(text, message):
+    at = open_app()
+    _widget(at, "sc_model_source").set_value("config")
+    at.run()
+    _widget(at, "sc_config_text").set_value(text)
+    at.run()
+    assert_clean(at)
+    model_box = [e for e in at.sidebar.expander if e.label == "Model"][0]
+    errs = [e.value for e in model_box.error]
+    assert any(message in e for e in errs), errs
+
+
+def test_uploaded_config_json_and_a_huge_upload():
+    at = open_app()
+    _widget(at, "sc_model_source").set_value("config")
+    at.run()
+    up = [w for w in at.sidebar.get("file_uploader") if w.key == "sc_config_file"][0]
+    up.set_value(("config.json", _config_text("gpt2").encode(), "application/json"))
+    at.run()
+    check_numbers(at, _update(state.DEFAULT_SCENARIO, model=json.loads(_config_text("gpt2"))))
+    at2 = open_app()
+    _widget(at2, "sc_model_source").set_value("config")
+    at2.run()
+    up = [w for w in at2.sidebar.get("file_uploader") if w.key == "sc_config_file"][0]
+    up.set_value(("huge.json", b"{" + b" " * (3 * 2**20) + b"}", "application/json"))
+    at2.run()
+    assert_clean(at2)
+    assert any("the limit is 1 MiB" in e.value for e in at2.sidebar.error)
+
+
+def test_a_link_reproduces_the_scenario():
+    sc = Scenario(model="mistral-7b", hardware={"cluster": "8x-h100-sxm"},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "offload_params": "cpu",
+                            "activation_checkpointing": "full", "checkpoint_every": 4, "micro_batch_size": 3,
+                            "lora": {"rank": 32}})
+    at = open_app(params=state.scenario_to_params(sc))
+    check_numbers(at, sc)
+    # widgets show the linked scenario
+    assert _widget(at, "sc_model").value == "mistral-7b"
+    assert _widget(at, "sc_zero").value == 3
+    assert _widget(at, "sc_lora_rank").value == 32
+
+
+def test_a_bad_link_warns_and_falls_back():
+    at = open_app(params={"model": "llama-2-7b", "zero": "9"})
+    assert any("zero" in w.value and "not valid" in w.value for w in at.warning)
+    check_numbers(at, state.DEFAULT_SCENARIO)
+
+
+def test_scenario_survives_page_switches():
+    at = open_app()
+    _widget(at, "sc_model").set_value("qwen2.5-7b")
+    _widget(at, "sc_zero").set_value(1)
+    at.run()
+    expected = _update(state.DEFAULT_SCENARIO, model="qwen2.5-7b", training__zero_stage=1)
+    for page in ("compare", "explain", "export", "validation", "calculator"):
+        go(at, page)
+        assert scenario(at) == expected
+        assert _widget(at, "sc_model").value == "qwen2.5-7b"
+        assert _widget(at, "sc_zero").value == 1
+        assert dict(at.query_params).items() >= state.scenario_to_params(expected).items()
+    check_numbers(at, expected)

@@ -1,0 +1,91 @@
+"""Shared helpers for the AppTest page tests (imported by the test_app_*.py modules; no tests here).
+
+Every page is opened the way a user opens it: through the entrypoint app.py, then switch_page, so the
+multipage setup (pages/ auto-discovery, session state, query parameters) is the real one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from streamlit.testing.v1 import AppTest
+
+from calc.scenario import Scenario
+from ui import state
+from ui.charts import figure_from_json
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+PAGES = {
+    "calculator": None,
+    "compare": "pages/2_Compare.py",
+    "recommend": "pages/3_Recommend.py",
+    "explain": "pages/4_Explain.py",
+    "export": "pages/5_Export.py",
+    "validation": "pages/6_Validation.py",
+}
+TIMEOUT = 180  # the Recommend page's first model x hardware table takes seconds on a slow CPU
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \".*\", line \d+")
+
+
+def open_app(page: str = "calculator", params: dict[str, str] | None = None) -> AppTest:
+    """A fresh session on `page`, optionally from a link's query parameters."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if params:
+        at.query_params.update(params)
+    if PAGES[page] is not None:  # a deep link straight to the page
+        at.switch_page(PAGES[page])
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def go(at: AppTest, page: str) -> AppTest:
+    at.switch_page(PAGES[page] or "app.py")
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def texts(at: AppTest) -> list[str]:
+    out: list[str] = []
+    for kind in ("markdown", "caption", "text", "code", "error", "warning", "info", "success", "exception"):
+        for el in getattr(at, kind):
+            out.append(str(el.value))
+    return out
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception element and no traceback text anywhere on the page."""
+    assert not at.exception, [e.value for e in at.exception]
+    for t in texts(at):
+        assert not TRACEBACK.search(t), t
+
+
+def scenario(at: AppTest) -> Scenario:
+    return at.session_state[state.SCENARIO]
+
+
+def chart(at: AppTest, key: str) -> dict[str, Any]:
+    """The Plotly figure drawn with st.plotly_chart(key=key), bdata arrays decoded."""
+    for el in at.get("plotly_chart"):
+        if key in el.proto.id:
+            return figure_from_json(el.proto.spec)
+    raise KeyError(f"no plotly chart with key {key!r}")
+
+
+def traces(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t.get("name"): t for t in fig["data"]}
+
+
+def metric(at: AppTest, label: str) -> str:
+    for m in at.metric:
+        if m.label == label:
+            return m.value
+    raise KeyError(label)
+
+
+def all_text(at: AppTest) -> str:
+    return "\n".join(texts(at))
