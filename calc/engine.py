@@ -435,8 +435,67 @@ def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, train
                            trainable_params=st.trainable if training else 0, params_on_this_gpu=st.params_local,
                            num_layers=spec.num_layers, layers_on_this_gpu=layers),
         peak_allocated_bytes=peak, peak_phase=phase, peak_event=tl.events[i], peak_step=step,
-        breakdown=bd, components=st.components, timeline=tl, device_total_bytes=dt,
+        breakdown=bd, components=peak_components(sc, st, tl, ws), timeline=tl, device_total_bytes=dt,
         gpu_memory_bytes=mem, fits=None if mem is None else dt.expected <= mem,
         headroom_bytes=None if mem is None else mem - dt.expected,
         cpu_ram_bytes=st.offloaded_cpu * per_node, nvme_bytes=st.offloaded_nvme * per_node,
     )
+
+
+def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Component]:
+    """The breakdown at the peak as named terms, each with its formula and source; they sum to
+    the peak allocated bytes."""
+    i = tl.peak_index
+    t = sc.training
+    p = t.precision
+    out = list(st.components)  # weights
+    grads = tl.gradients[i]
+    gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
+    share = f" ({grads / st.grads:.0%} created so far)" if st.grads and grads < st.grads else ""
+    out.append(Component(key="gradients", category="gradients", label="Parameter gradients (.grad)", bytes=grads,
+                         formula=f"{st.trainable:,} trainable params x {gb} B{_zero_note(t.zero_stage, 2, sc)}{share}",
+                         source="AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) "
+                                "frees them after the step"))
+    master = st.master if tl.optimizer_states[i] else 0
+    states = tl.optimizer_states[i] - master
+    out.append(Component(key="optimizer_states", category="optimizer_states", label="Optimizer states",
+                         bytes=states, formula=f"{t.optimizer.value} states for {st.trainable:,} params"
+                         f"{_zero_note(t.zero_stage, 1, sc)}; created lazily in step 1",
+                         source="torch.optim state dicts (calc.precision.optimizer_state_bytes)"))
+    if master:
+        out.append(Component(key="master_weights", category="optimizer_states", label="fp32 master weights",
+                             bytes=master, formula=f"{st.trainable:,} params x 4 B{_zero_note(t.zero_stage, 1, sc)}",
+                             source="ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)"))
+    out.append(Component(key="activations", category="activations", label="Activations saved for backward",
+                         bytes=tl.activations[i],
+                         formula=f"tensors autograd keeps at '{tl.events[i]}' (per-layer ops in calc.layers)",
+                         source="replay of the transformers ops in the autograd simulator (calc.graph)"))
+    other = tl.other[i]
+    inputs = 8 * t.micro_batch_size * t.seq_len
+    named = [("inputs", "input_ids (int64)", inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
+              "the token batch on the device"),
+             ("cublas_workspace", "cuBLAS workspaces", ws, "one per matmul thread (forward + autograd)",
+              "CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)"),
+             ("zero_buffers", "ZeRO buckets / gathered weights", st.zero_buffers,
+              "reduce bucket (stage 2) or gathered layer weights + prefetch (stage 3)",
+              "DeepSpeed defaults in calc.parallel")]
+    if tl.phases[i] == "optimizer":
+        named += [("optimizer_temporaries", "optimizer.step() temporaries", st.opt_temp,
+                   f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),
+                  ("fp32_grads", "fp32 gradient copies for the master step", st.grad_fp32_step,
+                   f"{st.trainable:,} params x 4 B", "*-mixed: grads are upcast before the fp32 step")]
+    for key, label, n, formula, source in named:
+        n = min(n, other)
+        if n:
+            out.append(Component(key=key, category="other", label=label, bytes=n, formula=formula, source=source))
+            other -= n
+    if other:
+        out.append(Component(key="transients", category="other", label=f"Transients at '{tl.events[i]}'",
+                             bytes=other, formula="block-local temporaries alive at this moment (logits and loss "
+                             "gradients, activation gradients, autocast copies, attention scores)",
+                             source="autograd simulator (calc.graph) over calc.layers"))
+    return out
+
+
+def _zero_note(stage: int, from_stage: int, sc: Scenario) -> str:
+    return f" / {sc.data_parallel} (ZeRO-{stage})" if stage >= from_stage and sc.data_parallel > 1 else ""

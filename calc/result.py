@@ -70,7 +70,8 @@ class DeviceTotal(BaseModel):
     expected: int
     high: int
     cuda_context_bytes: int
-    workspace_bytes: int = Field(description="cuBLAS/NCCL workspaces not already in peak allocated")
+    workspace_bytes: int = Field(description="NCCL communicator buffers (outside the caching allocator; "
+                                 "cuBLAS workspaces are inside peak allocated)")
     reserve_low_bytes: int
     reserve_expected_bytes: int
     reserve_high_bytes: int

@@ -214,3 +214,17 @@ def test_validation_errors_are_clear(bad, msg):
     data = {"model": TINY_LLAMA, **bad}
     with pytest.raises(ValueError, match=msg):
         Scenario.model_validate(data)
+
+
+@pytest.mark.parametrize("data", [
+    {"model": "llama-2-7b", "training": {"precision": "bf16-mixed"}},
+    {"model": "gpt2", "training": {"precision": "amp-bf16", "micro_batch_size": 8, "seq_len": 1024}},
+    {"model": "llama-2-7b", "hardware": {"gpu": "a100-80gb", "num_gpus": 8},
+     "training": {"precision": "bf16-mixed", "zero_stage": 2}},
+])
+def test_components_sum_to_peak_with_formulas(data):
+    est = estimate(Scenario.model_validate(data))
+    assert sum(c.bytes for c in est.components) == est.peak_allocated_bytes
+    for cat in ("parameters", "gradients", "optimizer_states", "activations", "other"):
+        assert sum(c.bytes for c in est.components if c.category == cat) == getattr(est.breakdown, cat)
+    assert all(c.formula and c.source for c in est.components)
