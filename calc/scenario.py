@@ -182,11 +182,15 @@ class Scenario(BaseModel):
 
     def resolved_hardware(self) -> HardwareConfig:
         """Hardware with a cluster preset expanded into gpu / num_gpus / gpus_per_node."""
+        return self._hardware
+
+    @cached_property
+    def _hardware(self) -> HardwareConfig:
         from calc.presets import resolve_hardware
 
         return resolve_hardware(self.hardware)
 
-    @property
+    @cached_property
     def data_parallel(self) -> int:
         t = self.training
         return self.resolved_hardware().num_gpus // (t.tensor_parallel * t.pipeline_parallel)
