@@ -345,8 +345,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     # optimizer
     # *-mixed: each 16-bit grad is converted into an fp32 master grad and freed before the step
     step_grads = 0 if t.precision.is_mixed and t.offload_optimizer == Offload.none else st.grads
-    tl.add("optimizer step", "optimizer", w, step_grads, opt, 0,
-           inputs + st.zero_buffers + st.opt_temp + st.grad_fp32_step)
+    tl.add("optimizer step", "optimizer", w, step_grads + st.grad_fp32_step, opt, 0,
+           inputs + st.zero_buffers + st.opt_temp)
     return tl
 
 
@@ -451,7 +451,10 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
     out = list(st.components)  # weights
     grads = tl.gradients[i]
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
-    share = f" ({grads / st.grads:.0%} created so far)" if st.grads and grads < st.grads else ""
+    if tl.phases[i] == "optimizer" and st.grad_fp32_step:
+        gb = 4  # *-mixed: the step works on fp32 copies of the gradients
+    full = st.grads if gb != 4 or not st.grad_fp32_step else st.grad_fp32_step
+    share = f" ({grads / full:.0%} created so far)" if full and grads < full else ""
     out.append(Component(key="gradients", category="gradients", label="Parameter gradients (.grad)", bytes=grads,
                          formula=f"{st.trainable:,} trainable params x {gb} B{_zero_note(t.zero_stage, 2, sc)}{share}",
                          source="AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) "
@@ -482,8 +485,7 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
     if tl.phases[i] == "optimizer":
         named += [("optimizer_temporaries", "optimizer.step() temporaries", st.opt_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),
-                  ("fp32_grads", "fp32 gradient copies for the master step", st.grad_fp32_step,
-                   f"{st.trainable:,} params x 4 B", "*-mixed: grads are upcast before the fp32 step")]
+                  ]
     for key, label, n, formula, source in named:
         n = min(n, other)
         if n:

@@ -88,8 +88,13 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     comp: dict[str, float] = {}
     cats = rec.categories_at_peak_bytes
     if cats is not None and sc.mode == Mode.train and est.peak_phase == "optimizer" == rec.peak_phase:
-        for key, m, p in (("parameters", cats.parameters, est.breakdown.parameters),
-                          ("gradients", cats.gradients, est.breakdown.gradients)):
+        pairs = [("parameters", cats.parameters, est.breakdown.parameters),
+                 ("gradients", cats.gradients, est.breakdown.gradients)]
+        if not sc.training.precision.is_mixed:  # MemTracker's OPT = states + what step() allocates
+            opt = sum(c.bytes for c in est.components
+                      if c.category == "optimizer_states" or c.key == "optimizer_temporaries")
+            pairs.append(("optimizer", cats.optimizer_states, opt))
+        for key, m, p in pairs:
             if m:
                 comp[key] = round(100.0 * (p - m) / m, 3)
     t = sc.training
