@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.result import CATEGORIES, CATEGORY_LABELS
+from calc.result import CATEGORY_LABELS
 from ui import charts, compute, fmt
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
@@ -60,19 +60,30 @@ st.plotly_chart(charts.timeline_area(est), key="calc_timeline")
 left, right = st.columns([3, 2])
 with left:
     st.subheader("Components")
-    rows = [{"Component": CATEGORY_LABELS[c], "GiB": getattr(est.breakdown, c) / fmt.GiB,
-             "bytes": f"{getattr(est.breakdown, c):,}"} for c in CATEGORIES]
-    rows += [{"Component": label, "GiB": n / fmt.GiB, "bytes": f"{n:,}"} for label, n in (
-        ("CUDA context (outside the allocator)", dt.cuda_context_bytes),
-        ("NCCL communicator buffers", dt.workspace_bytes),
-        ("Caching-allocator reserve (expected)", dt.reserve_expected_bytes))]
-    rows.append({"Component": "Device total (expected)", "GiB": dt.expected / fmt.GiB, "bytes": f"{dt.expected:,}"})
+    st.caption("What is alive at the peak, term by term (they sum to the peak allocated), then what nvidia-smi "
+               "adds on top. Hover a formula cell or open the sources below.")
+    rows = [{"Component": c.label, "Category": CATEGORY_LABELS[c.category].split(" (")[0], "GiB": c.bytes / fmt.GiB,
+             "bytes": f"{c.bytes:,}", "Formula": c.formula} for c in est.components]
+    rows += [
+        {"Component": "Peak allocated", "Category": "total", "GiB": est.peak_allocated_bytes / fmt.GiB,
+         "bytes": f"{est.peak_allocated_bytes:,}", "Formula": "sum of the rows above"},
+        {"Component": "CUDA context", "Category": "outside the allocator", "GiB": dt.cuda_context_bytes / fmt.GiB,
+         "bytes": f"{dt.cuda_context_bytes:,}", "Formula": "driver context + loaded kernels (expected)"},
+        {"Component": "NCCL communicator buffers", "Category": "outside the allocator",
+         "GiB": dt.workspace_bytes / fmt.GiB, "bytes": f"{dt.workspace_bytes:,}",
+         "Formula": "multi-GPU jobs only (expected)"},
+        {"Component": "Caching-allocator reserve", "Category": "reserved, not allocated",
+         "GiB": dt.reserve_expected_bytes / fmt.GiB, "bytes": f"{dt.reserve_expected_bytes:,}",
+         "Formula": f"expected; range {fmt.gib(dt.reserve_low_bytes)} to {fmt.gib(dt.reserve_high_bytes)}"},
+        {"Component": "Device total (expected)", "Category": "total", "GiB": dt.expected / fmt.GiB,
+         "bytes": f"{dt.expected:,}", "Formula": f"range {fmt.gib(dt.low)} to {fmt.gib(dt.high)}"},
+    ]
     st.dataframe(rows, hide_index=True, key="calc_components",
-                 column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f")})
-    for comp in est.components:
-        with st.expander(f"{comp.label}: {fmt.gib(comp.bytes)}"):
-            st.markdown(f"**Formula:** `{comp.formula}`  \n**Source:** {comp.source}  \n"
-                        f"**Bytes:** {fmt.bytes_exact(comp.bytes)} ({comp.category})")
+                 column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f"),
+                                "Formula": st.column_config.TextColumn("Formula", width="large")})
+    with st.expander("Sources of each term"):
+        st.markdown("\n".join(f"- **{c.label}** ({fmt.gib(c.bytes)}): `{c.formula}`. Source: {c.source}"
+                                for c in est.components))
 with right:
     st.subheader("What fits")
     key = sc.model_dump_json()

@@ -62,9 +62,10 @@ def check_numbers(at, expected: Scenario) -> None:
     assert tl["Peak"]["y"][0] == pytest.approx(est.peak_allocated_bytes / GiB)
     # the components table carries exact bytes
     table = at.dataframe[0].value
-    got = dict(zip(table["Component"], table["bytes"], strict=True))
-    assert got["Device total (expected)"] == f"{dt.expected:,}"
-    assert got["Gradients"] == f"{est.breakdown.gradients:,}"
+    got = list(zip(table["Component"], table["bytes"], table["Formula"], strict=True))
+    assert got[:len(est.components)] == [(c.label, f"{c.bytes:,}", c.formula) for c in est.components]
+    assert dict((a, b) for a, b, _ in got)["Device total (expected)"] == f"{dt.expected:,}"
+    assert dict((a, b) for a, b, _ in got)["Peak allocated"] == f"{est.peak_allocated_bytes:,}"
     # the URL holds the scenario
     assert dict(at.query_params) == state.scenario_to_params(expected)
 
