@@ -157,12 +157,31 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "training.seq_len" in res.stderr
 
 
-def test_cli_unsupported_on_device_exits_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("training", "device", "message"), [
+    ({"optimizer": "adamw-8bit"}, "cpu", "adamw-8bit .* unsupported on this device"),
+    ({"lora": {"base_weights": "nf4"}, "precision": "amp-bf16"}, "fake", "nf4 .* unsupported on this device"),
+    ({"optimizer": "adafactor", "optimizer_impl": "fused"}, "cpu", "no fused implementation"),
+    ({"optimizer": "adafactor"}, "fake", "adafactor is unsupported on this device"),
+])
+def test_unsupported_on_device_is_a_clear_error(training: dict, device: str, message: str) -> None:
     pytest.importorskip("torch")
+    from measure.runner import measure
+    from measure.workload import UnsupportedError
+
+    sc = _scenario(seq_len=8, **training)
+    with pytest.raises(UnsupportedError, match=message):
+        measure(sc, device, steps=1)
+
+
+def test_cli_maps_unsupported_to_exit_2(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("torch")
+    from measure.__main__ import main
+
     sc = tmp_path / "s.json"
     sc.write_text(json.dumps({"model": TINY_LLAMA, "training": {"optimizer": "adamw-8bit", "seq_len": 8}}))
-    res = _cli(str(sc), "--device", "cpu", tmp=tmp_path)
-    assert res.returncode == 2 and "unsupported on this device" in res.stderr and res.stderr.count("\n") == 1
+    assert main([str(sc), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unsupported on this device" in err
 
 
 # ---- fake mode -----------------------------------------------------------------------------------
@@ -206,7 +225,7 @@ def test_fake_extrapolation_equals_full_depth(training: dict) -> None:
 
 # ---- the committed data set cannot drift -----------------------------------------------------------
 
-REMEASURE = ["llama-gqa-fp32-adamw-foreach", "gpt2-dropout-amp-bf16", "llama-bf16-mixed-full-every2"]
+REMEASURE = ["llama-fp32-b1-seq32", "gpt2-dropout-amp-bf16", "llama-bf16-mixed-full-every2"]
 
 
 @pytest.mark.parametrize("name", REMEASURE)

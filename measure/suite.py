@@ -1,0 +1,334 @@
+"""The measured data set: named scenarios and the devices each one runs on.
+
+    python -m measure.suite --device cpu|fake|cuda [--only NAME ...] [-o data/measured_cpu.jsonl]
+
+runs every entry meant for that device and appends one record per entry (JSON lines). `--list` prints
+the names. The small entries (hidden 64-256, 2-6 layers) run in seconds on two CPU cores and on any GPU;
+the preset entries (1B-70B) run under FakeTensorMode (nothing allocated), and some of them on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+SMALL = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    model: str | dict[str, Any]
+    training: dict[str, Any] = field(default_factory=dict)
+    mode: str = "train"
+    devices: tuple[str, ...] = SMALL
+    extrapolate: bool = False  # fake: measure two short depths and extrapolate in the layer count
+    hardware: dict[str, Any] | None = None
+
+    def scenario(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model, "mode": self.mode, "training": self.training}
+        if self.hardware:
+            out["hardware"] = self.hardware
+        return out
+
+
+# ---- small configs (random weights; vocab 2000 unless the point is the logits) ----------------------
+V = 2000
+LLAMA_GQA = {"model_type": "llama", "vocab_size": V, "hidden_size": 128, "intermediate_size": 344,
+             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 2048}
+LLAMA_TIED = {**LLAMA_GQA, "tie_word_embeddings": True}
+GPT2 = {"model_type": "gpt2", "vocab_size": V, "n_embd": 128, "n_layer": 4, "n_head": 4, "n_positions": 1024,
+        "bos_token_id": 0, "eos_token_id": 0}  # dropout 0.1 everywhere (GPT-2's defaults)
+GPT_NEOX = {"model_type": "gpt_neox", "vocab_size": V, "hidden_size": 128, "intermediate_size": 512,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "max_position_embeddings": 2048,
+            "bos_token_id": 0, "eos_token_id": 0}
+QWEN2 = {"model_type": "qwen2", "vocab_size": V, "hidden_size": 128, "intermediate_size": 344,
+         "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+         "bos_token_id": 0, "eos_token_id": 0}
+PHI3 = {"model_type": "phi3", "vocab_size": V, "hidden_size": 128, "intermediate_size": 344,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+GEMMA2 = {"model_type": "gemma2", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+          "sliding_window": 64, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+MIXTRAL = {"model_type": "mixtral", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_local_experts": 4, "num_experts_per_tok": 2}
+# Long sequences: logits (vocab 32000) or eager attention scores dominate.
+LLAMA_BIGVOCAB = {**LLAMA_GQA, "vocab_size": 32000, "num_hidden_layers": 2}
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "llama-gqa": LLAMA_GQA, "llama-tied": LLAMA_TIED, "gpt2-dropout": GPT2, "gpt-neox": GPT_NEOX,
+    "qwen2-tied": QWEN2, "phi3": PHI3, "gemma2": GEMMA2, "mixtral": MIXTRAL,
+}
+BASE = {"micro_batch_size": 2, "seq_len": 128}
+
+
+def _t(**kw: Any) -> dict[str, Any]:
+    return {**BASE, **kw}
+
+
+def _small_entries() -> list[Entry]:
+    out: list[Entry] = []
+    # Every family x four precisions / modes.
+    for fam, cfg in FAMILIES.items():
+        attn = {"attention": "eager"} if fam == "gemma2" else {}  # transformers 5.23: gemma2 has no SDPA path
+        out += [
+            Entry(f"{fam}-fp32-adamw-foreach", cfg, _t(precision="fp32", **attn)),
+            Entry(f"{fam}-amp-bf16", cfg, _t(precision="amp-bf16", **attn)),
+            Entry(f"{fam}-bf16-mixed", cfg, _t(precision="bf16-mixed", **attn)),
+            Entry(f"{fam}-inference-bf16", cfg, _t(precision="bf16", **attn), mode="inference"),
+        ]
+    L = LLAMA_GQA
+    out += [
+        # precisions
+        Entry("llama-bf16-adamw", L, _t(precision="bf16")),
+        Entry("llama-amp-fp16-gradscaler", L, _t(precision="amp-fp16")),
+        Entry("llama-fp16-mixed", L, _t(precision="fp16-mixed")),
+        # optimizers and their implementations
+        Entry("llama-fp32-adam", L, _t(precision="fp32", optimizer="adam")),
+        Entry("llama-fp32-sgd", L, _t(precision="fp32", optimizer="sgd")),
+        Entry("llama-fp32-sgd-momentum", L, _t(precision="fp32", optimizer="sgd-momentum")),
+        Entry("llama-fp32-adafactor-foreach", L, _t(precision="fp32", optimizer="adafactor")),
+        Entry("llama-fp32-adafactor-for-loop", L, _t(precision="fp32", optimizer="adafactor",
+                                                     optimizer_impl="for-loop")),
+        Entry("llama-fp32-adamw-for-loop", L, _t(precision="fp32", optimizer_impl="for-loop")),
+        Entry("llama-fp32-adamw-fused", L, _t(precision="fp32", optimizer_impl="fused")),
+        Entry("llama-fp32-adam-fused", L, _t(precision="fp32", optimizer="adam", optimizer_impl="fused")),
+        Entry("llama-fp32-sgd-momentum-fused", L, _t(precision="fp32", optimizer="sgd-momentum",
+                                                     optimizer_impl="fused")),
+        Entry("llama-fp32-sgd-momentum-for-loop", L, _t(precision="fp32", optimizer="sgd-momentum",
+                                                        optimizer_impl="for-loop")),
+        Entry("llama-bf16-mixed-adamw-for-loop", L, _t(precision="bf16-mixed", optimizer_impl="for-loop")),
+        Entry("llama-bf16-adamw-fused", L, _t(precision="bf16", optimizer_impl="fused")),
+        # attention
+        Entry("llama-fp32-eager", L, _t(precision="fp32", attention="eager")),
+        Entry("llama-amp-bf16-eager", L, _t(precision="amp-bf16", attention="eager")),
+        Entry("llama-bf16-eager-seq512", L, _t(precision="bf16", attention="eager", seq_len=512)),
+        Entry("llama-bf16-sdpa-seq512", L, _t(precision="bf16", seq_len=512)),
+        # activation checkpointing
+        Entry("llama-fp32-full", L, _t(precision="fp32", activation_checkpointing="full", seq_len=512)),
+        Entry("llama-fp32-full-every2", L, _t(precision="fp32", activation_checkpointing="full",
+                                              checkpoint_every=2, seq_len=512)),
+        Entry("llama-bf16-mixed-full-every2", L, _t(precision="bf16-mixed", activation_checkpointing="full",
+                                                    checkpoint_every=2, seq_len=256)),
+        Entry("llama-amp-bf16-full", L, _t(precision="amp-bf16", activation_checkpointing="full", seq_len=512)),
+        Entry("llama-fp32-selective-sdpa", L, _t(precision="fp32", activation_checkpointing="selective",
+                                                 seq_len=512)),
+        Entry("llama-fp32-selective-eager", L, _t(precision="fp32", activation_checkpointing="selective",
+                                                  attention="eager", seq_len=512)),
+        Entry("llama-fp32-none-seq512", L, _t(precision="fp32", seq_len=512)),
+        # gradient accumulation
+        Entry("llama-fp32-accum2", L, _t(precision="fp32", gradient_accumulation_steps=2)),
+        Entry("llama-amp-bf16-accum2", L, _t(precision="amp-bf16", gradient_accumulation_steps=2, seq_len=256)),
+        Entry("llama-bf16-mixed-accum2", L, _t(precision="bf16-mixed", gradient_accumulation_steps=2)),
+        # inference
+        Entry("llama-inference-fp32", L, _t(precision="fp32"), mode="inference"),
+        Entry("llama-inference-amp-bf16", L, _t(precision="amp-bf16"), mode="inference"),
+        Entry("llama-inference-bf16-eager-b4", L, _t(precision="bf16", attention="eager", micro_batch_size=4,
+                                                     seq_len=256), mode="inference"),
+        # LoRA (bf16 frozen base)
+        Entry("llama-lora-all-linear-amp-bf16", L, _t(precision="amp-bf16", lora={"rank": 8})),
+        Entry("llama-lora-attention-bf16", L, _t(precision="bf16", lora={"rank": 16, "targets": "attention"})),
+        Entry("llama-lora-full-ckpt-bf16-mixed", L, _t(precision="bf16-mixed", lora={"rank": 8},
+                                                       activation_checkpointing="full", seq_len=512)),
+        Entry("llama-lora-inference", L, _t(precision="bf16", lora={"rank": 8}), mode="inference"),
+        # shapes
+        Entry("llama-fp32-b1-seq32", L, {"micro_batch_size": 1, "seq_len": 32, "precision": "fp32"}),
+        Entry("llama-amp-bf16-b4-seq512", L, {"micro_batch_size": 4, "seq_len": 512, "precision": "amp-bf16"}),
+        # long sequences: logits (vocab 32000) and eager scores dominate
+        Entry("llama-vocab32k-seq1024-amp-bf16", LLAMA_BIGVOCAB,
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "amp-bf16"}),
+        Entry("llama-vocab32k-seq1024-fp32", LLAMA_BIGVOCAB,
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "fp32"}),
+        Entry("llama-vocab32k-seq1024-bf16-full", LLAMA_BIGVOCAB,
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "bf16", "activation_checkpointing": "full"}),
+        Entry("llama-seq1024-eager-fp32", {**LLAMA_GQA, "num_hidden_layers": 2},
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "fp32", "attention": "eager"}),
+        Entry("llama-vocab32k-seq1024-inference", LLAMA_BIGVOCAB,
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "bf16"}, mode="inference"),
+        # other families beyond the base four
+        Entry("gpt2-dropout-full", GPT2, _t(precision="fp32", activation_checkpointing="full", seq_len=512)),
+        Entry("gpt2-dropout-selective-eager", GPT2, _t(precision="amp-bf16", activation_checkpointing="selective",
+                                                       attention="eager")),
+        Entry("gpt2-dropout-eager-fp32", GPT2, _t(precision="fp32", attention="eager", seq_len=512)),
+        Entry("gpt2-dropout-sgd-for-loop", GPT2, _t(precision="fp32", optimizer="sgd", optimizer_impl="for-loop")),
+        Entry("gpt-neox-full-every2", GPT_NEOX, _t(precision="bf16-mixed", activation_checkpointing="full",
+                                                   checkpoint_every=2, seq_len=512)),
+        Entry("qwen2-selective", QWEN2, _t(precision="amp-bf16", activation_checkpointing="selective",
+                                           seq_len=512)),
+        Entry("phi3-eager-amp-bf16", PHI3, _t(precision="amp-bf16", attention="eager", seq_len=256)),
+        Entry("gemma2-full-eager", GEMMA2, _t(precision="bf16", attention="eager",
+                                             activation_checkpointing="full", seq_len=256)),
+        Entry("mixtral-full", MIXTRAL, _t(precision="fp32", activation_checkpointing="full", seq_len=256)),
+        Entry("mixtral-accum2-bf16", MIXTRAL, _t(precision="bf16", gradient_accumulation_steps=2)),
+    ]
+    return out
+
+
+# ---- 1B-70B presets: fake mode (and a GPU where they fit) -------------------------------------------
+FAKE = ("fake",)
+FAKE_AND_GPU = ("fake", "cuda")
+
+
+def _fake_entries() -> list[Entry]:
+    return [
+        Entry("llama-3.2-1b-amp-bf16-b1-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "amp-bf16"}, devices=FAKE_AND_GPU),
+        Entry("llama-3.2-1b-bf16-mixed-full-b4-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "bf16-mixed",
+               "activation_checkpointing": "full"}, devices=FAKE_AND_GPU),
+        Entry("llama-2-7b-amp-bf16-b1-s512", "llama-2-7b",
+              {"micro_batch_size": 1, "seq_len": 512, "precision": "amp-bf16"}, devices=FAKE_AND_GPU),
+        Entry("llama-2-7b-amp-bf16-b1-s512-extrapolated", "llama-2-7b",
+              {"micro_batch_size": 1, "seq_len": 512, "precision": "amp-bf16"}, devices=FAKE, extrapolate=True),
+        Entry("llama-2-7b-bf16-mixed-full-b4-s2048", "llama-2-7b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "bf16-mixed",
+               "activation_checkpointing": "full"}, devices=FAKE_AND_GPU),
+        Entry("qwen2.5-0.5b-amp-bf16-b8-s1024", "qwen2.5-0.5b",
+              {"micro_batch_size": 8, "seq_len": 1024, "precision": "amp-bf16"}, devices=FAKE_AND_GPU),
+        Entry("qwen2.5-0.5b-inference-bf16-b8-s2048", "qwen2.5-0.5b",
+              {"micro_batch_size": 8, "seq_len": 2048, "precision": "bf16"}, mode="inference",
+              devices=FAKE_AND_GPU),
+        Entry("tinyllama-1.1b-bf16-selective-b8-s2048", "tinyllama-1.1b",
+              {"micro_batch_size": 8, "seq_len": 2048, "precision": "bf16",
+               "activation_checkpointing": "selective"}, devices=FAKE_AND_GPU),
+        Entry("mistral-7b-bf16-full-b1-s4096", "mistral-7b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "activation_checkpointing": "full"},
+              devices=FAKE_AND_GPU),
+        Entry("mistral-7b-lora-amp-bf16-b4-s2048", "mistral-7b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16", "lora": {"rank": 16}},
+              devices=FAKE_AND_GPU),
+        Entry("llama-3-8b-lora-attention-bf16-full-b1-s8192", "llama-3-8b",
+              {"micro_batch_size": 1, "seq_len": 8192, "precision": "bf16", "activation_checkpointing": "full",
+               "lora": {"rank": 16, "targets": "attention"}}, devices=FAKE_AND_GPU),
+        Entry("gemma-2-2b-amp-bf16-eager-b2-s1024", "gemma-2-2b",
+              {"micro_batch_size": 2, "seq_len": 1024, "precision": "amp-bf16", "attention": "eager"},
+              devices=FAKE_AND_GPU),
+        Entry("phi-3-mini-bf16-mixed-full-b2-s4096", "phi-3-mini",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16-mixed",
+               "activation_checkpointing": "full"}, devices=FAKE_AND_GPU),
+        Entry("pythia-1.4b-amp-fp16-b8-s2048", "pythia-1.4b",
+              {"micro_batch_size": 8, "seq_len": 2048, "precision": "amp-fp16"}, devices=FAKE_AND_GPU),
+        Entry("gpt2-xl-fp32-eager-b4-s1024", "gpt2-xl",
+              {"micro_batch_size": 4, "seq_len": 1024, "precision": "fp32", "attention": "eager"},
+              devices=FAKE_AND_GPU),
+        Entry("qwen2.5-7b-bf16-sgd-full-b2-s4096", "qwen2.5-7b",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd",
+               "activation_checkpointing": "full"}, devices=FAKE_AND_GPU),
+        Entry("llama-2-70b-bf16-mixed-full-b1-s4096-extrapolated", "llama-2-70b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16-mixed",
+               "activation_checkpointing": "full"}, devices=FAKE, extrapolate=True),
+        Entry("llama-2-70b-inference-bf16-b1-s4096-extrapolated", "llama-2-70b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16"}, mode="inference", devices=FAKE,
+              extrapolate=True),
+        Entry("llama-3.1-70b-lora-amp-bf16-full-b1-s2048-extrapolated", "llama-3.1-70b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "amp-bf16", "activation_checkpointing": "full",
+               "lora": {"rank": 16}}, devices=FAKE, extrapolate=True),
+        Entry("mixtral-8x7b-inference-bf16-b1-s2048-extrapolated", "mixtral-8x7b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16"}, mode="inference", devices=FAKE,
+              extrapolate=True),
+    ]
+
+
+# ---- GPU-only: too slow for two CPU cores, too big to be interesting at tiny scale ----------------
+GPU = ("cuda",)
+
+
+def _gpu_entries() -> list[Entry]:
+    return [
+        Entry("gpu-llama-3.2-1b-bf16-adamw-b4-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "bf16"}, devices=GPU),
+        Entry("gpu-llama-3.2-1b-amp-bf16-adamw-b4-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16"}, devices=GPU),
+        Entry("gpu-llama-3.2-1b-amp-bf16-full-b8-s4096", "llama-3.2-1b",
+              {"micro_batch_size": 8, "seq_len": 4096, "precision": "amp-bf16", "activation_checkpointing": "full"},
+              devices=GPU),
+        Entry("gpu-qwen2.5-1.5b-bf16-mixed-b4-s2048", "qwen2.5-1.5b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "bf16-mixed"}, devices=GPU),
+        Entry("gpu-llama-3.1-8b-inference-bf16-b8-s4096", "llama-3.1-8b",
+              {"micro_batch_size": 8, "seq_len": 4096, "precision": "bf16"}, mode="inference", devices=GPU),
+        Entry("gpu-llama-3.1-8b-lora-nf4-b4-s2048", "llama-3.1-8b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16",
+               "lora": {"rank": 16, "base_weights": "nf4"}, "activation_checkpointing": "full"}, devices=GPU),
+        Entry("gpu-llama-3.2-1b-adamw-8bit-b4-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16", "optimizer": "adamw-8bit"},
+              devices=GPU),
+    ]
+
+
+def _sharded_entries() -> list[Entry]:
+    return []
+
+
+def entries() -> list[Entry]:
+    return _small_entries() + _fake_entries() + _gpu_entries() + _sharded_entries()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m measure.suite", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "fake", "cuda"), required=True)
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run only these entries")
+    ap.add_argument("-o", "--output", help="append records to this JSON-lines file")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--list", action="store_true", help="print the entries for this device and exit")
+    args = ap.parse_args(argv)
+
+    chosen = [e for e in entries() if args.device in e.devices]
+    if args.only:
+        known = {e.name for e in entries()}
+        unknown = [n for n in args.only if n not in known]
+        if unknown:
+            print(f"error: unknown suite entries: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        chosen = [e for e in chosen if e.name in args.only]
+    if args.list:
+        for e in chosen:
+            print(e.name)
+        return 0
+
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    from calc.scenario import Scenario
+    from measure.runner import measure
+    from measure.workload import UnsupportedError
+
+    failed, skipped, started = [], [], time.perf_counter()
+    for i, e in enumerate(chosen, 1):
+        t0 = time.perf_counter()
+        try:
+            sc = Scenario.model_validate(e.scenario())
+            rec = measure(sc, args.device, steps=args.steps, name=e.name, extrapolate_layers=e.extrapolate)
+        except UnsupportedError as exc:
+            skipped.append(e.name)
+            print(f"[{i}/{len(chosen)}] {e.name}: skipped: {exc}", file=sys.stderr, flush=True)
+            continue
+        except Exception as exc:  # noqa: BLE001 - report and go on with the rest of the suite
+            failed.append(e.name)
+            print(f"[{i}/{len(chosen)}] {e.name}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            continue
+        line = rec.to_json_line()
+        if args.output:
+            with open(args.output, "a") as f:
+                f.write(line + "\n")
+        else:
+            print(line, flush=True)
+        print(f"[{i}/{len(chosen)}] {e.name}: peak {rec.peak_allocated_bytes / 2**20:.2f} MiB in {rec.peak_phase}"
+              f" ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    total = time.perf_counter() - started
+    print(f"{len(chosen) - len(failed) - len(skipped)} measured, {len(skipped)} skipped, {len(failed)} failed "
+          f"in {total:.0f} s", file=sys.stderr)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
