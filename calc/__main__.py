@@ -13,11 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from calc.errors import UserError
 from calc.units import fmt_gib
 
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
+__all__ = ["UserError", "load_scenario", "main", "one_line"]
 
 
 def load_scenario(path: str) -> Any:

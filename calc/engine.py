@@ -125,19 +125,21 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
     master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
     temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
     grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
-    zero_buf = parallel.stage2_bucket_bytes(grad_b, t.zero_stage, dp)
+    zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage)
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
     zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp)
     cpu = nvme = 0
     off_opt = states + master + grad32
     if t.offload_optimizer != Offload.none:
+        # ZeRO-Offload: the partitioned gradients are accumulated in pinned host memory (fp32),
+        # only the reduce buckets stay on the GPU (stage_1_and_2.py / stage3.py, cpu_offload)
         if t.offload_optimizer == Offload.cpu:
             cpu += off_opt
         else:
             nvme += off_opt
-            cpu += grad32  # fp32 grads are staged in pinned host memory
-        states, master, temp, grad32 = 0, 0, 0, 0
+        cpu += round(trainable * 4 * shard.optimizer) if not grad32 else 0
+        states, master, temp, grad32, grads = 0, 0, 0, 0, 0
     if t.offload_params != Offload.none:
         if t.offload_params == Offload.cpu:
             cpu += weights

@@ -16,6 +16,7 @@ ALLGATHER_BUCKET_ELEMENTS = 500_000_000  # allgather_bucket_size
 STAGE3_PREFETCH_ELEMENTS = 50_000_000  # stage3_prefetch_bucket_size
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters
 STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000  # params below this stay unpartitioned
+OVERLAP_COMM = True  # overlap_comm: reduction on a side stream (the export writes it; doubles the IPG bucket)
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,13 @@ def zero_model_state_bytes(params: int, stage: int, dp: int, k_bytes: int = 12,
     return round(params * (weight_bytes * s.weights + grad_bytes * s.gradients + k_bytes * s.optimizer))
 
 
-def stage2_bucket_bytes(grad_bytes: int, stage: int, dp: int) -> int:
-    """ZeRO-2 with contiguous_gradients keeps an IPG bucket of reduce_bucket_size elements in the
-    gradient dtype (deepspeed/runtime/zero/stage_1_and_2.py, ipg_buffer) when dp > 1."""
-    return REDUCE_BUCKET_ELEMENTS * grad_bytes if stage == 2 and dp > 1 else 0
+def reduce_bucket_bytes(grad_bytes: int, stage: int) -> int:
+    """ZeRO-1/2 reduce gradients through an IPG bucket of reduce_bucket_size elements in the
+    gradient dtype, two of them when overlap_comm is on, allocated by DeepSpeed whatever the
+    data-parallel size (deepspeed/runtime/zero/stage_1_and_2.py, ipg_buffer)."""
+    if stage not in (1, 2):
+        return 0
+    return REDUCE_BUCKET_ELEMENTS * grad_bytes * (2 if OVERLAP_COMM else 1)
 
 
 def stage3_live_param_bytes(layer_params: int, edge_params: int, weight_bytes: int, stage: int, dp: int) -> int:

@@ -75,6 +75,7 @@ class ClusterPreset(BaseModel):
     )
     cpu_ram_bytes_per_node: int = Field(gt=0)
     nvme_bandwidth_bytes_per_s: float = Field(3.5e9, gt=0)
+    nvme_bytes_per_node: int | None = Field(None, gt=0, description="NVMe capacity for ZeRO-Infinity offload")
     notes: str | None = None
 
     @model_validator(mode="after")
@@ -148,7 +149,8 @@ def resolve_hardware(hw: Any) -> Any:
             raise ValueError(f"unknown cluster preset {hw.cluster!r}; known: {', '.join(sorted(clusters))}")
         c = clusters[hw.cluster]
         update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
-                  "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node}
+                  "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
+                  "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}
     gpu = update.get("gpu", hw.gpu)
     if gpu is not None and gpu not in gpu_presets():
         raise ValueError(f"unknown GPU preset {gpu!r}; run `python -m calc presets` to list them")

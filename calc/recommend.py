@@ -346,6 +346,7 @@ class _Search:
     usable: int
     gpu_memory: int
     cpu_ram: int | None
+    nvme: int | None
     target_seqs: int
     stats: dict[str, int] = field(default_factory=lambda: dict(
         combinations=0, pruned_dominated=0, pruned_infeasible_group=0, pruned_bound=0, memory_estimates=0,
@@ -387,6 +388,9 @@ class _Search:
         elif self.cpu_ram is not None and est.cpu_ram_bytes > self.cpu_ram:
             f = _Fit(est, False, f"offload needs {fmt_gib(est.cpu_ram_bytes)} host RAM per node "
                                  f"(has {fmt_gib(self.cpu_ram)})")
+        elif self.nvme is not None and est.nvme_bytes > self.nvme:
+            f = _Fit(est, False, f"offload needs {fmt_gib(est.nvme_bytes)} of NVMe per node "
+                                 f"(has {fmt_gib(self.nvme)})")
         else:
             f = _Fit(est, True)
         self.cache[key] = f
@@ -484,7 +488,7 @@ def _setup(req: RecommendRequest) -> _Search:
     rhw = sc.resolved_hardware()
     mem = rhw.memory_bytes or hw.gpu.memory_bytes
     usable = int(mem * (1 - req.safety_margin))
-    return _Search(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, _target_sequences(req))
+    return _Search(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, rhw.nvme_bytes, _target_sequences(req))
 
 
 def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
@@ -860,7 +864,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
             peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
             device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
             fits=None if mem is None else (need <= mem * (1 - safety_margin)
-                                           and (ram is None or est.cpu_ram_bytes <= ram)),
+                                           and (ram is None or est.cpu_ram_bytes <= ram)
+                                           and (hwc.nvme_bytes is None or est.nvme_bytes <= hwc.nvme_bytes)),
             tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None))
     return out
 
@@ -869,7 +874,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
 
 def load_request(path: str, top: int | None = None) -> RecommendRequest:
     """A scenario file, or a RecommendRequest file (a JSON object with a "scenario" key)."""
-    from calc.__main__ import UserError, load_scenario, one_line
+    from calc.__main__ import load_scenario, one_line
+    from calc.errors import UserError
 
     if path != "-":
         try:
@@ -916,7 +922,7 @@ def cli_main(args: Any) -> int:
     """python -m calc recommend FILE [--top N] [--format table|json]. Errors leave as ValueError: under
     `python -m calc` the running module is __main__, so calc.__main__.UserError raised here would be a
     different class from the one main() catches; main() maps ValueError to one line and exit code 2."""
-    from calc.__main__ import UserError
+    from calc.errors import UserError
 
     try:
         req = load_request(args.scenario, getattr(args, "top", None))

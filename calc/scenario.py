@@ -118,6 +118,10 @@ class TrainingConfig(BaseModel):
             raise ValueError("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)")
         if self.offload_optimizer != Offload.none and self.zero_stage == 0:
             raise ValueError("offload_optimizer needs zero_stage 1, 2 or 3 (DeepSpeed ZeRO-Offload)")
+        if self.offload_optimizer == Offload.nvme and self.zero_stage != 3:
+            raise ValueError("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2")
+        if self.pipeline_parallel > 1 and self.zero_stage > 1:
+            raise ValueError("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise ValueError("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)")
         if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
@@ -138,6 +142,7 @@ class HardwareConfig(BaseModel):
     cluster: str | None = Field(None, description="cluster preset id, e.g. 8x-a100-80gb")
     memory_bytes: int | None = Field(None, gt=0, description="custom GPU: usable device memory in bytes")
     cpu_ram_bytes: int | None = Field(None, gt=0, description="host RAM per node, for offload checks")
+    nvme_bytes: int | None = Field(None, gt=0, description="NVMe capacity per node, for offload checks")
 
 
 class Scenario(BaseModel):

@@ -147,7 +147,7 @@ def format_report(rep: Report) -> str:
 
 
 def cli_main(args) -> int:
-    from calc.__main__ import UserError
+    from calc.errors import UserError
     from measure.record import RecordError
 
     try:

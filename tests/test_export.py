@@ -176,14 +176,15 @@ def test_bucket_constants_are_calc_parallels():
 
 @pytest.mark.parametrize(("training", "mode", "match"), [
     ({"precision": "bf16", "zero_stage": 0}, "train", "zero_stage 1-3"),
-    ({"precision": "bf16-mixed", "zero_stage": 2, "offload_optimizer": "nvme"}, "train", "NVMe"),
+    ({"precision": "bf16-mixed", "zero_stage": 2, "offload_optimizer": "nvme"}, "train", "(?i)nvme"),
     ({"precision": "bf16-mixed", "zero_stage": 2, "pipeline_parallel": 2}, "train", "pipeline"),
     ({}, "inference", "mode"),
 ])
 def test_export_refuses_what_deepspeed_cannot_do(training, mode, match):
-    sc = Scenario(model=MODEL, hardware={"cluster": HW}, mode=mode, training=training)
+    # NVMe optimizer offload below ZeRO-3 and pipelines with ZeRO-2/3 are already refused by the
+    # scenario's own validation; the rest by the exporter
     with pytest.raises(ValueError, match=match):
-        export_deepspeed(sc)
+        export_deepspeed(Scenario(model=MODEL, hardware={"cluster": HW}, mode=mode, training=training))
 
 
 GOLDEN_CASES = {

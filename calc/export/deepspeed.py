@@ -226,14 +226,11 @@ def _scheduler_block(o: ExportOptions) -> dict[str, Any]:
 
 
 def cli_main(args: Any) -> int:
-    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Errors leave as ValueError (see
-    calc.recommend.cli_main: calc.__main__.UserError is not the class main() catches under python -m)."""
-    from calc.__main__ import UserError, load_scenario
+    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Bad input raises calc.errors.UserError."""
+    from calc.__main__ import load_scenario
+    from calc.errors import UserError
 
-    try:
-        sc = load_scenario(args.scenario)
-    except UserError as exc:
-        raise ValueError(str(exc)) from None
+    sc = load_scenario(args.scenario)
     exp = export_deepspeed(sc)
     text = json.dumps(exp.config, indent=2) + "\n"
     if getattr(args, "output", None):
@@ -241,7 +238,7 @@ def cli_main(args: Any) -> int:
             with open(args.output, "w") as fh:
                 fh.write(text)
         except OSError as exc:
-            raise ValueError(f"cannot write {args.output}: {exc.strerror}") from None
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
     else:
         sys.stdout.write(text)
     for n in exp.notes:
