@@ -267,7 +267,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     sel_drop = _attention_saved(ctx, eager) if ckpt == Checkpointing.selective and sc.spec.family not in (
         "gpt2", "gpt_neox") else 0
-    h_bytes = ctx.r * ctx.tokens * sc.spec.hidden_size
+    h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
 
     def saved(i: int) -> int:
         if every and i % every == 0:

@@ -382,30 +382,50 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
 # ---- whole blocks ------------------------------------------------------------------------
 
 def decoder_layer(c: Ctx, eager: bool) -> Graph:
-    """One decoder layer of the family, input = the residual stream."""
+    """One decoder layer of the family, input = the residual stream. With Megatron-style
+    sequence parallelism the norms, dropouts and residual adds run on S / tp tokens; an all-gather
+    before attention and the MLP and a reduce-scatter after them connect to the tensor-parallel
+    parts (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2)."""
     fam = c.spec.family
     if fam == "gpt2":
         return _gpt2_layer(c, eager)
     if fam == "gpt_neox":
         return _neox_layer(c, eager)
-    g = Graph(input_bytes=c.r * c.tokens * c.spec.hidden_size, round_to=512 if c.cuda else 1)
+    h = c.spec.hidden_size
+    ts = c.tokens // c.tp if c.sp else c.tokens  # tokens of the residual stream on this GPU
+    g = Graph(input_bytes=c.r * ts * h, round_to=512 if c.cuda else 1)
     gemma = fam == "gemma2"
-    y, _ = rms_norm(g, 0, c.r, c, gemma=gemma)
-    att = llama_attention(g, y, c, eager)
+    drop = c.spec.hidden_dropout if fam == "phi3" else 0.0
+    y, yb = rms_norm(g, 0, c.r, c, gemma=gemma, tokens=ts)
+    att = llama_attention(g, _sp_gather(g, y, yb, c), c, eager)
+    att = _sp_scatter(g, att, c)
     if gemma:
-        att, _ = rms_norm(g, att, c.a, c, gemma=True)
-    att = dropout(g, att, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
-                  c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
-    mid = g.op(c.r * c.tokens * c.spec.hidden_size, ins=(0, att), name="residual add")
-    y2, _ = rms_norm(g, mid, c.r, c, gemma=gemma)
+        att, _ = rms_norm(g, att, c.a, c, gemma=True, tokens=ts)
+    att = dropout(g, att, ts * h, c.a * ts * h, drop, c)
+    mid = g.op(c.r * ts * h, ins=(0, att), name="residual add")
+    y2, yb2 = rms_norm(g, mid, c.r, c, gemma=gemma, tokens=ts)
+    y2 = _sp_gather(g, y2, yb2, c)
     m = moe_mlp(g, y2, c) if fam == "mixtral" else gated_mlp(g, y2, c)
+    m = _sp_scatter(g, m, c)
     if gemma:
-        m, _ = rms_norm(g, m, c.a, c, gemma=True)
-    m = dropout(g, m, c.tokens * c.spec.hidden_size, c.a * c.tokens * c.spec.hidden_size,
-                c.spec.hidden_dropout if fam == "phi3" else 0.0, c)
-    g.op(c.r * c.tokens * c.spec.hidden_size, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
+        m, _ = rms_norm(g, m, c.a, c, gemma=True, tokens=ts)
+    m = dropout(g, m, ts * h, c.a * ts * h, drop, c)
+    g.op(c.r * ts * h, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
     g.keep(0)  # the model's layer loop still references the layer input until the layer returns
     return g
+
+
+def _sp_gather(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
+    """Sequence parallel: all-gather the S/tp norm output into the full sequence (kept by the
+    tensor-parallel matmuls that read it)."""
+    return g.op(y_bytes * c.tokens * c.spec.hidden_size, ins=(y,), name="SP all-gather") if c.sp else y
+
+
+def _sp_scatter(g: Graph, x: int, c: Ctx) -> int:
+    """Sequence parallel: reduce-scatter the row-parallel output back to S/tp tokens."""
+    if not c.sp:
+        return x
+    return g.op(c.a * c.tokens // c.tp * c.spec.hidden_size, ins=(x,), name="SP reduce-scatter")
 
 
 def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
