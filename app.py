@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.result import CATEGORY_LABELS
 from ui import charts, compute, fmt
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
@@ -57,34 +56,8 @@ st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
 st.subheader("Memory across one step")
 st.plotly_chart(charts.timeline_area(est), key="calc_timeline")
 
-left, right = st.columns([3, 2])
-with left:
-    st.subheader("Components")
-    st.caption("What is alive at the peak, term by term (they sum to the peak allocated), then what nvidia-smi "
-               "adds on top. Hover a formula cell or open the sources below.")
-    rows = [{"Component": c.label, "Category": CATEGORY_LABELS[c.category].split(" (")[0], "GiB": c.bytes / fmt.GiB,
-             "bytes": f"{c.bytes:,}", "Formula": c.formula} for c in est.components]
-    rows += [
-        {"Component": "Peak allocated", "Category": "total", "GiB": est.peak_allocated_bytes / fmt.GiB,
-         "bytes": f"{est.peak_allocated_bytes:,}", "Formula": "sum of the rows above"},
-        {"Component": "CUDA context", "Category": "outside the allocator", "GiB": dt.cuda_context_bytes / fmt.GiB,
-         "bytes": f"{dt.cuda_context_bytes:,}", "Formula": "driver context + loaded kernels (expected)"},
-        {"Component": "NCCL communicator buffers", "Category": "outside the allocator",
-         "GiB": dt.workspace_bytes / fmt.GiB, "bytes": f"{dt.workspace_bytes:,}",
-         "Formula": "multi-GPU jobs only (expected)"},
-        {"Component": "Caching-allocator reserve", "Category": "reserved, not allocated",
-         "GiB": dt.reserve_expected_bytes / fmt.GiB, "bytes": f"{dt.reserve_expected_bytes:,}",
-         "Formula": f"expected; range {fmt.gib(dt.reserve_low_bytes)} to {fmt.gib(dt.reserve_high_bytes)}"},
-        {"Component": "Device total (expected)", "Category": "total", "GiB": dt.expected / fmt.GiB,
-         "bytes": f"{dt.expected:,}", "Formula": f"range {fmt.gib(dt.low)} to {fmt.gib(dt.high)}"},
-    ]
-    st.dataframe(rows, hide_index=True, key="calc_components",
-                 column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f"),
-                                "Formula": st.column_config.TextColumn("Formula", width="large")})
-    with st.expander("Sources of each term"):
-        st.markdown("\n".join(f"- **{c.label}** ({fmt.gib(c.bytes)}): `{c.formula}`. Source: {c.source}"
-                                for c in est.components))
-with right:
+fit_col, off_col, model_col = st.columns(3)
+with fit_col:
     st.subheader("What fits")
     key = sc.model_dump_json()
     mbs = compute.largest_fitting(key, "micro_batch_size")
@@ -93,13 +66,17 @@ with right:
         st.info("Choose a GPU to see the largest micro-batch and sequence that fit.")
     else:
         st.metric("Largest micro-batch that fits", f"{mbs:,}" if mbs else "none",
-                  help=f"At sequence length {sc.training.seq_len:,}, everything else unchanged.")
+                  help=f"At sequence length {sc.training.seq_len:,}, everything else unchanged (engine, bisection).")
         st.metric("Longest sequence that fits (tokens)", f"{seq:,}" if seq else "none",
                   help=f"At micro-batch {sc.training.micro_batch_size:,}. "
                        f"The model was trained with up to {sc.spec.max_position_embeddings:,} positions.")
+        if not mbs or not seq:
+            st.caption("Even 1 does not fit with everything else unchanged: the Recommend page shows what to "
+                       "turn on next.")
+with off_col:
+    st.subheader("Offload")
     hw = sc.resolved_hardware()
     if est.cpu_ram_bytes or est.nvme_bytes:
-        st.subheader("Offload")
         st.metric("CPU RAM needed per node (GiB)", fmt.gib(est.cpu_ram_bytes), help=fmt.bytes_exact(est.cpu_ram_bytes))
         st.metric("NVMe space needed per node (GiB)", fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
         if hw.cpu_ram_bytes:
@@ -107,11 +84,42 @@ with right:
             (st.success if ok else st.error)(
                 f"Host RAM per node: {fmt.gib(hw.cpu_ram_bytes)}; offload needs {fmt.gib(est.cpu_ram_bytes)} "
                 f"({'fits' if ok else 'does not fit'}).")
+    else:
+        st.caption("Nothing is offloaded. With ZeRO 1-3, optimizer states can move to CPU RAM or NVMe; with "
+                   "ZeRO-3 the weights too (sidebar, Memory savers).")
+with model_col:
     st.subheader("Model")
     m = est.model
     st.markdown(f"- {m.total_params:,} parameters, {m.trainable_params:,} trainable\n"
                 f"- {m.params_on_this_gpu:,} parameters on this GPU (before ZeRO sharding)\n"
                 f"- {m.layers_on_this_gpu} of {m.num_layers} layers on this GPU")
+
+st.subheader("Components")
+st.caption("What is alive at the peak, term by term (they sum to the peak allocated), then what nvidia-smi "
+           "adds on top. The sources are listed below the table.")
+rows = [{"Component": c.label, "Category": charts.SHORT_LABELS.get(c.category, c.category), "GiB": c.bytes / fmt.GiB,
+         "bytes": f"{c.bytes:,}", "Formula": c.formula} for c in est.components]
+rows += [
+    {"Component": "Peak allocated", "Category": "total", "GiB": est.peak_allocated_bytes / fmt.GiB,
+     "bytes": f"{est.peak_allocated_bytes:,}", "Formula": "sum of the rows above"},
+    {"Component": "CUDA context", "Category": "outside the allocator", "GiB": dt.cuda_context_bytes / fmt.GiB,
+     "bytes": f"{dt.cuda_context_bytes:,}", "Formula": "driver context + loaded kernels (expected)"},
+    {"Component": "NCCL communicator buffers", "Category": "outside the allocator",
+     "GiB": dt.workspace_bytes / fmt.GiB, "bytes": f"{dt.workspace_bytes:,}",
+     "Formula": "multi-GPU jobs only (expected)"},
+    {"Component": "Caching-allocator reserve", "Category": "reserved, not allocated",
+     "GiB": dt.reserve_expected_bytes / fmt.GiB, "bytes": f"{dt.reserve_expected_bytes:,}",
+     "Formula": f"expected; range {fmt.gib(dt.reserve_low_bytes)} to {fmt.gib(dt.reserve_high_bytes)}"},
+    {"Component": "Device total (expected)", "Category": "total", "GiB": dt.expected / fmt.GiB,
+     "bytes": f"{dt.expected:,}", "Formula": f"range {fmt.gib(dt.low)} to {fmt.gib(dt.high)}"},
+]
+st.dataframe(rows, hide_index=True, key="calc_components", height=35 * (len(rows) + 1) + 3,
+             column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f", width="small"),
+                            "bytes": st.column_config.TextColumn("bytes", width="medium"),
+                            "Formula": st.column_config.TextColumn("Formula", width="large")})
+with st.expander("Sources of each term"):
+    st.markdown("\n".join(f"- **{c.label}** ({fmt.gib(c.bytes)}): `{c.formula}`. Source: {c.source}"
+                            for c in est.components))
 
 for note in est.notes:
     st.caption(note)

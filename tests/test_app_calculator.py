@@ -119,13 +119,14 @@ STEPS: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("sc_ckpt", "full", {"training__activation_checkpointing": "full"}),
     ("sc_every", 2, {"training__checkpoint_every": 2}),
     ("sc_ckpt", "selective", {"training__activation_checkpointing": "selective"}),
+    ("sc_pp", 2, {"training__pipeline_parallel": 2}),
+    ("sc_pp", 1, {"training__pipeline_parallel": 1}),
     ("sc_zero", 2, {"training__zero_stage": 2}),
     ("sc_off_opt", "cpu", {"training__offload_optimizer": "cpu"}),
     ("sc_zero", 3, {"training__zero_stage": 3}),
     ("sc_off_par", "nvme", {"training__offload_params": "nvme"}),
     ("sc_tp", 2, {"training__tensor_parallel": 2}),
     ("sc_sp", True, {"training__sequence_parallel": True}),
-    ("sc_pp", 2, {"training__pipeline_parallel": 2}),
     ("sc_lora", True, {"training__lora": {}}),
     ("sc_lora_rank", 8, {"training__lora__rank": 8}),
     ("sc_lora_targets", "attention", {"training__lora__targets": "attention"}),
@@ -194,6 +195,16 @@ def test_impossible_combination_is_shown_next_to_the_widget():
     _widget(at, "sc_zero").set_value(1)
     at.run()
     check_numbers(at, _update(state.DEFAULT_SCENARIO, training__zero_stage=1, training__offload_optimizer="cpu"))
+
+
+def test_pipeline_with_zero3_is_refused_next_to_the_widget():
+    at = open_app(params=state.scenario_to_params(Scenario(model="llama-2-7b", hardware={"cluster": "8x-a100-80gb"},
+                                                             training={"zero_stage": 3})))
+    _widget(at, "sc_pp").set_value(2)
+    at.run()
+    assert_clean(at)
+    par = [e for e in at.sidebar.expander if e.label == "Parallelism"][0]
+    assert any("pipeline_parallel" in e.value for e in par.error), [e.value for e in at.sidebar.error]
 
 
 def test_tensor_parallel_must_divide_the_gpus():

@@ -1,0 +1,303 @@
+"""End to end in a real browser: `streamlit run app.py` in a subprocess, driven by Playwright through
+Debian's chromium (/usr/bin/chromium; never `playwright install`).
+
+The journey: open a link (GPT-2), pick Llama-2-7B in the searchable model box, switch ZeRO stage and
+offload in the sidebar, go to Compare (1x RTX 4090 vs 8x A100-80GB), switch each column's ZeRO stage and
+offload, and check after every step that the verdict on screen is the one calc.engine gives for that
+scenario; then download the DeepSpeed JSON and compare it with calc.export. Screenshots of each step
+and of every page go to artifacts/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from calc.engine import estimate
+from calc.export import export_deepspeed
+from calc.scenario import Scenario
+from ui import fmt, state
+from ui.widgets import column_name
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+VIEW_W, VIEW_H = 1500, 1300
+WAIT_MS = 90_000
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None:
+    pytest.skip("the playwright package is not installed (pip install playwright==1.65.2; uses /usr/bin/chromium, "
+                "never `playwright install`)", allow_module_level=True)
+if not CHROMIUM.exists():
+    pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install -y chromium)",
+                allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "streamlit_e2e.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start; see {ARTIFACTS / 'streamlit_e2e.log'}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        ctx = browser.new_context(viewport={"width": VIEW_W, "height": VIEW_H}, accept_downloads=True)
+        pg = ctx.new_page()
+        pg.set_default_timeout(WAIT_MS)
+        yield pg
+        ctx.close()
+        browser.close()
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def settle(pg) -> None:
+    """Wait until the script run is over and the page stops growing."""
+    last = -1
+    for _ in range(240):
+        pg.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=WAIT_MS)
+        time.sleep(0.7)
+        h = pg.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+        if h == last and not pg.locator("[data-testid='stSpinner']").count():
+            return
+        last = h
+
+
+def no_traceback(pg) -> None:
+    body = pg.locator("body").inner_text()
+    assert "Traceback" not in body and "StreamlitAPIException" not in body, body[:2000]
+
+
+def shot(pg, name: str) -> Path:
+    """The whole main column, scrolled and stitched (the sidebar from the first frame)."""
+    from PIL import Image
+
+    settle(pg)
+    main = "document.querySelector('[data-testid=\"stMain\"]')"
+    height = pg.evaluate(f"() => {main}.scrollHeight")
+    sidebar = int(pg.evaluate("() => { const s = document.querySelector('[data-testid=\"stSidebar\"]');"
+                              " return s ? s.getBoundingClientRect().right : 0 }"))
+    frames, y = [], 0
+    while True:
+        pg.evaluate(f"() => {main}.scrollTo(0, {y})")
+        time.sleep(0.8)
+        top = pg.evaluate(f"() => {main}.scrollTop")
+        frames.append((top, Image.open(io.BytesIO(pg.screenshot()))))
+        if y + VIEW_H >= height:
+            break
+        y += VIEW_H - 100
+    img = Image.new("RGB", (VIEW_W, max(t for t, _ in frames) + VIEW_H), "white")
+    for i, (top, frame) in enumerate(frames):
+        img.paste(frame if i == 0 else frame.crop((sidebar, 0, VIEW_W, VIEW_H)), (0 if i == 0 else sidebar, top))
+    pg.evaluate(f"() => {main}.scrollTo(0, 0)")
+    path = ARTIFACTS / f"{name}.png"
+    img.save(path)
+    return path
+
+
+def choose(pg, scope, label: str, option: str, type_text: str | None = None) -> None:
+    """Pick `option` in the selectbox labelled `label` inside `scope` (typing into it when asked, as a
+    user searches the model list)."""
+    settle(pg)
+    box = scope.locator("[data-testid='stSelectbox']").filter(has=pg.get_by_text(label, exact=True)).first
+    box.scroll_into_view_if_needed()
+    for _ in range(3):  # a rerun can replace the widget between the click and the list opening
+        if type_text:
+            field = box.get_by_role("combobox")
+            field.click()
+            field.fill(type_text)
+        else:
+            box.get_by_role("button", name="Open").click()
+        try:
+            pg.get_by_role("option", name=option, exact=True).click(timeout=5_000)
+            break
+        except Exception:  # noqa: BLE001 - retried, then the last attempt raises
+            pg.keyboard.press("Escape")
+            settle(pg)
+    else:
+        raise AssertionError(f"could not choose {option!r} in {label!r}")
+    settle(pg)
+
+
+def url_params(pg) -> dict[str, str]:
+    from urllib.parse import parse_qsl, urlparse
+
+    return dict(parse_qsl(urlparse(pg.evaluate("() => window.location.href")).query))
+
+
+def calc_verdict(sc: Scenario) -> str:
+    est = estimate(sc)
+    if est.fits:
+        return f"fits with {fmt.gib(est.headroom_bytes)} headroom"
+    return f"does not fit: short by {fmt.gib(-est.headroom_bytes)}"
+
+
+def compare_verdict(name: str, sc: Scenario) -> str:
+    est = estimate(sc)
+    if est.fits:
+        return f"{name}: fits, {fmt.gib(est.headroom_bytes)} headroom per GPU"
+    return f"{name}: does not fit, short by {fmt.gib(-est.headroom_bytes)} per GPU"
+
+
+def alerts(pg):
+    return pg.locator("[data-testid='stMain'] [data-testid='stAlert']")
+
+
+# ---- the journey -------------------------------------------------------------------------------
+
+def test_user_journey(page, server):
+    pg = page
+    sb = pg.locator("[data-testid='stSidebar']")
+
+    # 1. a link opens GPT-2 on one RTX 4090
+    gpt2 = Scenario(model="gpt2", hardware={"gpu": "rtx-4090"})
+    pg.goto(f"{server}/?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(gpt2).items()))
+    expect(alerts(pg).first).to_contain_text(calc_verdict(gpt2))
+    no_traceback(pg)
+
+    # 2. pick Llama-2-7B by typing into the searchable model box
+    choose(pg, sb, "Model", "Llama 2 7B (6.74 B params)", type_text="llama 2 7")
+    llama = Scenario(model="llama-2-7b", hardware={"gpu": "rtx-4090"})
+    expect(alerts(pg).first).to_contain_text("Llama 2 7B")
+    expect(alerts(pg).first).to_contain_text(calc_verdict(llama))
+    assert url_params(pg) == state.scenario_to_params(llama)
+    est = estimate(llama)
+    expect(pg.locator("[data-testid='stMetric']").first).to_contain_text(fmt.gib(est.peak_allocated_bytes))
+    shot(pg, "e2e_01_calculator_llama2_7b")
+
+    # 3. ZeRO stage and optimizer offload in the sidebar: the verdict follows the engine
+    choose(pg, sb, "ZeRO stage", "2 (+ gradients)")
+    choose(pg, sb, "Offload optimizer states", "CPU RAM")
+    z2 = Scenario(model="llama-2-7b", hardware={"gpu": "rtx-4090"},
+                  training={"zero_stage": 2, "offload_optimizer": "cpu"})
+    expect(alerts(pg).first).to_contain_text(calc_verdict(z2))
+    expect(pg.locator("[data-testid='stMain']")).to_contain_text("CPU RAM needed per node")
+    assert url_params(pg) == state.scenario_to_params(z2)
+    no_traceback(pg)
+    shot(pg, "e2e_02_calculator_zero2_offload")
+
+    # an impossible combination is a message next to the widget, not a traceback
+    choose(pg, sb, "ZeRO stage", "0 (plain data parallel)")
+    expect(sb.locator("[data-testid='stAlert']").first).to_contain_text("offload_optimizer needs zero_stage")
+    no_traceback(pg)
+    choose(pg, sb, "ZeRO stage", "2 (+ gradients)")
+    expect(alerts(pg).first).to_contain_text(calc_verdict(z2))
+
+    # 4. Compare: the same model on 1x RTX 4090 and 8x A100-80GB
+    sb.get_by_role("link", name="Compare").click()
+    expect(pg.get_by_role("heading", name="Compare scenarios")).to_be_visible()
+    cols = list(state.DEFAULT_COMPARE)
+    main = pg.locator("[data-testid='stMain']")
+
+    def check_columns() -> None:
+        for i, c in enumerate(cols):
+            expect(main).to_contain_text(compare_verdict(column_name(i, c), c.apply(z2)))
+
+    check_columns()
+    assert url_params(pg)["model"] == "llama-2-7b"
+    shot(pg, "e2e_03_compare_default")
+
+    boxes = main.locator("[data-testid='stColumn']").filter(has=pg.get_by_text("Offload parameters", exact=True))
+    before_b = estimate(cols[1].apply(z2))
+    choose(pg, boxes.nth(1), "ZeRO stage", "3 (+ weights)")
+    cols[1] = state.CompareColumn(cluster="8x-a100-80gb", zero_stage=3)
+    check_columns()
+    after_b = estimate(cols[1].apply(z2))
+    assert after_b.device_total_bytes.expected < before_b.device_total_bytes.expected
+    choose(pg, boxes.nth(0), "ZeRO stage", "3 (+ weights)")
+    choose(pg, boxes.nth(0), "Offload optimizer", "CPU RAM")
+    choose(pg, boxes.nth(0), "Offload parameters", "CPU RAM")
+    cols[0] = state.CompareColumn(cluster="1x-rtx-4090", zero_stage=3, offload_optimizer="cpu", offload_params="cpu")
+    check_columns()
+    assert url_params(pg)[state.COMPARE_PARAM] == state.compare_to_param(cols)
+    no_traceback(pg)
+    shot(pg, "e2e_04_compare_zero3_offload")
+
+    # 5. Export: download the DeepSpeed JSON for the sidebar scenario
+    sb.get_by_role("link", name="Export").click()
+    expect(pg.get_by_role("heading", name="Export the configuration")).to_be_visible()
+    with pg.expect_download() as dl:
+        pg.get_by_role("button", name="Download ds_config.json").click()
+    saved = ARTIFACTS / "e2e_ds_config.json"
+    dl.value.save_as(saved)
+    assert json.loads(saved.read_text()) == export_deepspeed(z2).config
+    shot(pg, "e2e_05_export")
+
+
+PAGES = [("Calculator", "GPU memory calculator"), ("Compare", "Compare scenarios"),
+         ("Recommend", "What fits, and what to turn on next"),
+         ("Explain", "Where GPU memory goes, and what to do about it"), ("Export", "Export the configuration"),
+         ("Validation", "Predicted vs measured")]
+
+
+def test_every_page_screenshot(page, server):
+    """Each page for one scenario, reached through the navigation links (the URL keeps the scenario)."""
+    pg = page
+    sc = Scenario(model="llama-3.1-8b", hardware={"cluster": "8x-a100-80gb"},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "activation_checkpointing": "full",
+                            "micro_batch_size": 2})
+    pg.goto(f"{server}/?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
+    expect(alerts(pg).first).to_contain_text(calc_verdict(sc))
+    sb = pg.locator("[data-testid='stSidebar']")
+    for label, title in PAGES:
+        sb.get_by_role("link", name=label).click()
+        expect(pg.get_by_role("heading", name=title)).to_be_visible()
+        settle(pg)
+        no_traceback(pg)
+        params = url_params(pg)
+        assert {k: params.get(k) for k in state.scenario_to_params(sc)} == state.scenario_to_params(sc)
+        path = shot(pg, f"page_{label.lower()}")
+        assert path.stat().st_size > 10_000
+    assert re.search(r"\d", pg.locator("body").inner_text())
