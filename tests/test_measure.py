@@ -240,3 +240,15 @@ def test_committed_cpu_records_reproduce(name: str) -> None:
     assert again.peak_allocated_bytes == rec.peak_allocated_bytes
     assert again.phase_peaks_bytes == rec.phase_peaks_bytes
     assert again.categories_at_peak_bytes == rec.categories_at_peak_bytes
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "data").glob("measured_*.jsonl")), ids=lambda p: p.name)
+def test_committed_records_load_and_match_calc_parameter_counts(path: Path) -> None:
+    """Every committed record is valid, and the measured model has calc's exact parameter count."""
+    records = load_records(path)
+    assert records
+    for r in records:
+        if r.scenario.training.lora is None and r.engine == "torch-single":
+            assert r.num_params == r.scenario.spec.total_params(), r.name
+        if r.categories_at_peak_bytes is not None:
+            assert r.categories_at_peak_bytes.total() == r.peak_allocated_bytes, r.name
