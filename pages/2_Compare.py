@@ -73,7 +73,7 @@ for metric in table[names[0]]:
             ref = table[names[0]][metric]
             row[f"{chr(65 + j)} − A"] = None if v is None or ref is None else (v - ref) / fmt.GiB
     rows.append(row)
-st.dataframe(rows, hide_index=True, key="cmp_table",
+st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1) + 3,
              column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in rows[0] if c != "GiB per GPU"})
 st.caption("Columns: " + "; ".join(names) + ". Peak at: " +
            "; ".join(f"{chr(65 + j)} {est.peak_event} ({est.peak_phase})" for j, (_, est) in enumerate(items)) + ".")

@@ -46,7 +46,7 @@ if steps:
         prev = steps[i - 1].tokens_per_s_per_gpu if i else None
         cost = None if prev in (None, 0) or s.tokens_per_s_per_gpu is None else \
             f"{(s.tokens_per_s_per_gpu / prev - 1) * 100:+.0f} %"
-        rows.append({"step": f"{s.step}. {s.name}", "turns on": s.change,
+        rows.append({"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
                      "device total": fmt.gib(s.device_total_expected_bytes),
                      "verdict": "—" if s.fits is None else ("fits" if s.fits else "does not fit"),
                      "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
@@ -79,7 +79,7 @@ if rec is not None:
     for note in rec.notes:
         st.caption(note)
     if rec.candidates:
-        st.table([{"#": c.rank, "configuration": c.label, "tokens/s per GPU": f"{c.tokens_per_s_per_gpu:,.0f}",
+        st.table([{"#": c.rank, "configuration": fmt.plain(c.label), "tokens/s per GPU": f"{c.tokens_per_s_per_gpu:,.0f}",
                    "step": f"{c.step_s:.3g} s", "device total": fmt.gib(c.device_total_expected_bytes),
                    "CPU RAM per node": fmt.gib(c.cpu_ram_bytes), "method change": "yes" if c.method_change else ""}
                   for c in rec.candidates], hide_index=True)

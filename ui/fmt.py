@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from calc.units import GB, GiB, MiB, to_gib
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "verdict", "percent"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "verdict", "percent", "plain"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -40,3 +42,17 @@ def verdict(fits: bool | None, headroom_bytes: int | None) -> str:
     if fits:
         return f"fits with {gib(headroom_bytes)} headroom"
     return f"short by {gib(-headroom_bytes)}"
+
+
+_MD_BLOCK_START = re.compile(r"^(\s*)([+\-*>#]|\d+\.)(\s)")
+
+
+def plain(text: str) -> str:
+    """Text for a cell that Streamlit renders as Markdown (st.table): a leading '+', '-', '1.' or '#'
+    would start a list or heading, so it is escaped."""
+    def esc(m: re.Match[str]) -> str:
+        mark = m.group(2)
+        mark = mark[:-1] + "\\." if mark.endswith(".") else "\\" + mark
+        return m.group(1) + mark + m.group(3)
+
+    return _MD_BLOCK_START.sub(esc, text)
