@@ -127,7 +127,7 @@ def test_invalid_column_is_a_message():
 def test_link_with_columns():
     cols = [state.CompareColumn(gpu="rtx-4090", num_gpus=4, zero_stage=2),
             state.CompareColumn(cluster="8x-h100-sxm", zero_stage=3, offload_params="cpu"),
-            state.CompareColumn(cluster="1x-a100-80gb", zero_stage=1, offload_optimizer="nvme")]
+            state.CompareColumn(cluster="1x-a100-80gb", zero_stage=3, offload_optimizer="nvme")]
     sc = Scenario(model="llama-3.2-3b", hardware={"gpu": "rtx-4090"})
     at = open_app("compare", {**state.scenario_to_params(sc), state.COMPARE_PARAM: state.compare_to_param(cols)})
     assert scenario(at) == sc

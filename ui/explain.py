@@ -173,7 +173,7 @@ def figures(scenario_json: str) -> dict[str, Any]:
     off = []
     for label, kw in (("no offload", {}),
                       ("optimizer -> CPU", {"zero_stage": z_opt, "offload_optimizer": Offload.cpu}),
-                      ("optimizer -> NVMe", {"zero_stage": z_opt, "offload_optimizer": Offload.nvme}),
+                      ("optimizer -> NVMe (ZeRO-3)", {"zero_stage": 3, "offload_optimizer": Offload.nvme}),
                       ("optimizer + parameters -> CPU", {"zero_stage": 3, "offload_optimizer": Offload.cpu,
                                                           "offload_params": Offload.cpu})):
         if not kw:
