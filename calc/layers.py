@@ -485,14 +485,16 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
 def embedding_block(c: Ctx) -> Graph:
     """Token embedding (+ GPT-2's learned positions, + Gemma's sqrt(H) scaling, + embedding
     dropout). nn.Embedding saves only the indices (the persistent input_ids); its backward
-    (embedding_dense_backward) materialises a dense V x H gradient in the weight's dtype, which a
-    tied lm_head has already created: AccumulateGrad then adds a second V x H briefly."""
+    (embedding_dense_backward) materialises a dense V x H gradient in the weight's dtype. A tied
+    lm_head has already produced its V x H contribution, which waits in the autograd InputBuffer;
+    the buffer sums the two out of place (aten.add, seen with a dispatch-mode trace), so three
+    V x H tensors are briefly alive before the sum becomes .grad."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
     g = Graph(input_bytes=0, input_requires_grad=False, round_to=512 if c.cuda else 1)
     emb_grad = 0 if c.frozen_base else s.vocab_size * h * (4 if c.amp else c.w)
     x = g.op(c.r * t * h, pgrad=0 if s.tie_word_embeddings else emb_grad,
-             ws_bwd=emb_grad if s.tie_word_embeddings else 0, name="embed_tokens")
+             ws_bwd=2 * emb_grad if s.tie_word_embeddings else 0, name="embed_tokens")
     if s.family == "gpt2":
         pos = g.op(c.r * t * h, pgrad=s.max_position_embeddings * h * c.w, name="wpe")
         x = g.op(c.r * t * h, ins=(x, pos), name="tok + pos")
