@@ -79,11 +79,15 @@ with off_col:
     if est.cpu_ram_bytes or est.nvme_bytes:
         st.metric("CPU RAM needed per node (GiB)", fmt.gib(est.cpu_ram_bytes), help=fmt.bytes_exact(est.cpu_ram_bytes))
         st.metric("NVMe space needed per node (GiB)", fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
-        if hw.cpu_ram_bytes:
-            ok = est.cpu_ram_bytes <= hw.cpu_ram_bytes
-            (st.success if ok else st.error)(
-                f"Host RAM per node: {fmt.gib(hw.cpu_ram_bytes)}; offload needs {fmt.gib(est.cpu_ram_bytes)} "
-                f"({'fits' if ok else 'does not fit'}).")
+        for have, need, what in ((hw.cpu_ram_bytes, est.cpu_ram_bytes, "Host RAM"),
+                                 (hw.nvme_bytes, est.nvme_bytes, "NVMe")):
+            if have and need:
+                ok = need <= have
+                (st.success if ok else st.error)(
+                    f"{what} per node: {fmt.gib(have)}; offload needs {fmt.gib(need)} "
+                    f"({'fits' if ok else 'does not fit'}).")
+            elif need:
+                st.caption(f"{what} per node unknown: set it under Hardware to check.")
     else:
         st.caption("Nothing is offloaded. With ZeRO 1-3, optimizer states can move to CPU RAM or NVMe; with "
                    "ZeRO-3 the weights too (sidebar, Memory savers).")

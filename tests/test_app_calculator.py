@@ -131,6 +131,8 @@ STEPS: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("sc_lora_rank", 8, {"training__lora__rank": 8}),
     ("sc_lora_targets", "attention", {"training__lora__targets": "attention"}),
     ("sc_lora_base", "bf16", None),
+    ("sc_ram_gib", 512.0, {"hardware__cpu_ram_bytes": 512 * GiB}),
+    ("sc_nvme_gib", 2048.0, {"hardware__nvme_bytes": 2048 * GiB}),
 ]
 
 
@@ -205,6 +207,24 @@ def test_pipeline_with_zero3_is_refused_next_to_the_widget():
     assert_clean(at)
     par = [e for e in at.sidebar.expander if e.label == "Parallelism"][0]
     assert any("pipeline_parallel" in e.value for e in par.error), [e.value for e in at.sidebar.error]
+
+
+def test_offload_needs_are_checked_against_the_host():
+    sc = Scenario(model="llama-2-70b", hardware={"cluster": "8x-a100-80gb"},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "cpu",
+                            "offload_params": "cpu", "activation_checkpointing": "full"})
+    at = open_app(params=state.scenario_to_params(sc))
+    check_numbers(at, sc)
+    est = estimate(sc)
+    host = sc.resolved_hardware().cpu_ram_bytes
+    assert metric(at, "CPU RAM needed per node (GiB)") == fmt.gib(est.cpu_ram_bytes)
+    verdict = "fits" if est.cpu_ram_bytes <= host else "does not fit"
+    assert f"Host RAM per node: {fmt.gib(host)}; offload needs {fmt.gib(est.cpu_ram_bytes)} ({verdict})" in all_text(at)
+    _widget(at, "sc_ram_gib").set_value(4096.0)
+    at.run()
+    sc2 = _update(sc, hardware__cpu_ram_bytes=4096 * GiB)
+    check_numbers(at, sc2)
+    assert f"Host RAM per node: {fmt.gib(4096 * GiB)}; offload needs {fmt.gib(est.cpu_ram_bytes)} (fits)" in all_text(at)
 
 
 def test_tensor_parallel_must_divide_the_gpus():

@@ -42,6 +42,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "cluster": ("hardware", "cluster"),
     "mem": ("hardware", "memory_bytes"),
     "ram": ("hardware", "cpu_ram_bytes"),
+    "nvme": ("hardware", "nvme_bytes"),
     "mode": ("mode",),
     "mbs": ("training", "micro_batch_size"),
     "seq": ("training", "seq_len"),

@@ -152,6 +152,8 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_num_gpus": hw.num_gpus,
         "sc_cluster": hw.cluster or "8x-a100-80gb",
         "sc_mem_gib": (hw.memory_bytes or 24 * GiB) / GiB,
+        "sc_ram_gib": (hw.cpu_ram_bytes or 0) / GiB,
+        "sc_nvme_gib": (hw.nvme_bytes or 0) / GiB,
         "sc_mode": sc.mode.value,
         "sc_mbs": t.micro_batch_size,
         "sc_seq": t.seq_len,
@@ -269,6 +271,12 @@ def scenario_sidebar() -> Scenario | None:
 
     with sb.expander("Hardware", expanded=True, icon=":material/memory:"):
         hardware = _hardware_section()
+        ram = st.number_input("Host RAM per node (GiB; 0 = the cluster preset's, or unknown)", 0.0, 1e6, step=64.0,
+                              format="%.0f", key="sc_ram_gib", help="Checked against what CPU offload needs.")
+        nvme = st.number_input("NVMe per node (GiB; 0 = the cluster preset's, or unknown)", 0.0, 1e7, step=512.0,
+                               format="%.0f", key="sc_nvme_gib", help="Checked against what NVMe offload needs.")
+        hardware["cpu_ram_bytes"] = round(ram * GiB) or None
+        hardware["nvme_bytes"] = round(nvme * GiB) or None
         slots["hardware"] = st.empty()
 
     with sb.expander("Batch and sequence", expanded=True, icon=":material/view_week:"):
@@ -322,9 +330,6 @@ def scenario_sidebar() -> Scenario | None:
     sc: Scenario | None = None
     if not errors:
         hw = {k: v for k, v in hardware.items() if v is not None}
-        keep_ram = base["hardware"].get("cpu_ram_bytes")
-        if keep_ram and "cluster" not in hw:
-            hw["cpu_ram_bytes"] = keep_ram
         data = {"model": model, "hardware": hw, "mode": mode, "training": tr}
         try:
             sc = Scenario.model_validate(data)
