@@ -33,6 +33,9 @@ else:
     m1.metric("Measured runs", f"{len(cases):,}")
     m2.metric("Median |error| (%)", f"{rep.median_abs_error_pct:.2f} %")
     m3.metric("Worst |error| (%)", f"{rep.worst_abs_error_pct:.2f} %")
+st.session_state.setdefault("val_log", True)
+log_axes = st.toggle("Logarithmic axes (runs span from MiB to TiB)", key="val_log")
+plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot
 
 st.subheader("Check your own measurement")
 st.markdown("Run `python -m measure` (see measure/) on your machine and upload the JSON record it prints "
@@ -61,10 +64,12 @@ if text is not None:
                    f"({c.error_pct:+.2f} %; peak measured in {c.measured_phase}, predicted in {c.predicted_phase}).",
                    icon=":material/check_circle:")
 
-if cases or mine:
-    st.plotly_chart(charts.validation_scatter(cases, mine), key="val_scatter")
+with plots:
+    if cases or mine:
+        st.plotly_chart(charts.validation_scatter(cases, mine, log=log_axes), key="val_scatter")
+    if cases:
+        st.plotly_chart(charts.error_histogram(cases), key="val_hist")
 if cases:
-    st.plotly_chart(charts.error_histogram(cases), key="val_hist")
     st.subheader("Runs")
     f1, f2, f3 = st.columns(3)
     fams = f1.multiselect("Family", sorted({c.family for c in cases}), key="val_family")

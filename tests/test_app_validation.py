@@ -62,6 +62,11 @@ def test_data_set_plot_and_filters(dataset):
     assert pts == {(round(c.measured_bytes / GiB, 9), round(c.predicted_bytes / GiB, 9)) for c in rep.cases}
     line = [t for t in fig["data"] if t.get("name") == "y = x (perfect)"][0]
     assert line["x"] == line["y"]
+    assert fig["layout"]["xaxis"]["type"] == "log"
+    [t for t in at.toggle if t.key == "val_log"][0].set_value(False)
+    at.run()
+    assert_clean(at)
+    assert chart(at, "val_scatter")["layout"]["xaxis"].get("type") != "log"
     hist = chart(at, "val_hist")
     assert sorted(hist["data"][0]["x"]) == pytest.approx(sorted(c.error_pct for c in rep.cases))
     table = [d for d in at.dataframe if "error %" in d.value.columns][0].value

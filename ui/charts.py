@@ -181,7 +181,7 @@ def figure_from_json(spec: str | dict[str, Any]) -> dict[str, Any]:
 
 # ---- Validation ------------------------------------------------------------------------------
 
-def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = ()) -> go.Figure:
+def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log: bool = False) -> go.Figure:
     """Predicted vs measured peak (GiB) per case, coloured by model family, with y = x.
     `cases` are calc.validate.Case; `highlight` are drawn as large stars (a user's upload)."""
     fig = go.Figure()
@@ -203,12 +203,14 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = ()) -> g
                                       "%{customdata[2]} bytes<br>error %{customdata[3]:+.2f} %<extra></extra>")
     allc = list(cases) + list(highlight)
     if allc:
-        top = max(max(_gib(c.measured_bytes), _gib(c.predicted_bytes)) for c in allc) * 1.05
-        fig.add_scatter(x=[0, top], y=[0, top], mode="lines", name="y = x (perfect)",
+        vals = [_gib(v) for c in allc for v in (c.measured_bytes, c.predicted_bytes) if v > 0]
+        lo, hi = (min(vals) / 1.2, max(vals) * 1.2) if log else (0.0, max(vals) * 1.05)
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x (perfect)",
                         line=dict(color="black", dash="dash", width=1), hoverinfo="skip")
-    fig.update_layout(height=460, margin=dict(l=10, r=10, t=30, b=10),
-                      xaxis_title="measured peak allocated, GiB (2^30 bytes)",
-                      yaxis_title="predicted peak allocated, GiB (2^30 bytes)",
+    axis = dict(type="log") if log else {}
+    fig.update_layout(height=480, margin=dict(l=10, r=10, t=30, b=10),
+                      xaxis=dict(title="measured peak allocated, GiB (2^30 bytes)", **axis),
+                      yaxis=dict(title="predicted peak allocated, GiB (2^30 bytes)", **axis),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
 
