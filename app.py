@@ -53,7 +53,8 @@ st.markdown(f"The peak falls at **{est.peak_event}** ({est.peak_phase}, step {es
 st.subheader("Where the memory goes (per GPU, at the peak)")
 st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
 
-st.subheader("Memory across one step")
+st.subheader("Memory across one training step" if sc.mode.value == "train" else
+             "Memory across one forward pass (inference, KV cache on)")
 st.plotly_chart(charts.timeline_area(est), key="calc_timeline")
 
 fit_col, off_col, model_col = st.columns(3)

@@ -177,7 +177,7 @@ def test_quantized_lora_needs_amp_then_fits():
     assert_clean(at)
     errs = [e.value for e in at.sidebar.error]
     assert any("quantized LoRA base weights" in e for e in errs), errs
-    assert any("not possible" in e.value for e in at.main.error)
+    assert any("The scenario is not valid" in e.value for e in at.main.error)
     assert not at.get("plotly_chart")  # nothing computed for an impossible scenario
     _widget(at, "sc_precision").set_value("amp-bf16")
     at.run()

@@ -265,8 +265,8 @@ def scenario_sidebar() -> Scenario | None:
 
     with sb.expander("Model", expanded=True, icon=":material/neurology:"):
         model = _model_section(errors)
+        slots["model"] = st.empty()  # right under the model / config.json widgets
         mode = _radio("Mode", MODE_LABELS, "sc_mode")
-        slots["model"] = st.empty()
     training = mode == Mode.train.value
 
     with sb.expander("Hardware", expanded=True, icon=":material/memory:"):
@@ -352,7 +352,7 @@ def scenario_or_stop(include_compare: bool = False) -> Scenario | None:
     state.sync_url(include_compare)
     if sc is None:
         msg = st.session_state.get(state.SCENARIO_ERROR)
-        st.error(f"This combination is not possible: {msg}. Change the setting marked in the sidebar.",
+        st.error(f"The scenario is not valid: {msg}. Change the setting marked in the sidebar.",
                  icon=":material/error:")
     return sc
 
