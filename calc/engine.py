@@ -185,12 +185,13 @@ def _attention_saved(ctx: Ctx, eager: bool) -> int:
     """Bytes the attention sub-block saves (what selective checkpointing drops), from a graph of
     the layer without its MLP half."""
     from calc.graph import Graph
-    from calc.layers import llama_attention, rms_norm
+    from calc.layers import attention_block, layer_norm, rms_norm
 
     g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size)
-    y, _ = rms_norm(g, 0, ctx.r, ctx)
+    norm = layer_norm if ctx.spec.uses_layernorm else rms_norm
+    y, _ = norm(g, 0, ctx.r, ctx)
     before = g.profile().saved
-    llama_attention(g, y, ctx, eager)
+    attention_block(g, y, ctx, eager)
     return g.profile().saved - before
 
 
@@ -265,8 +266,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     ckpt = t.activation_checkpointing
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
-    sel_drop = _attention_saved(ctx, eager) if ckpt == Checkpointing.selective and sc.spec.family not in (
-        "gpt2", "gpt_neox") else 0
+    sel_drop = _attention_saved(ctx, eager) if ckpt == Checkpointing.selective else 0
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
 
     def saved(i: int) -> int:
@@ -305,7 +305,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             amp_cache += cache_per_layer
             peak = layer.fwd_peak_nosave
         else:
-            amp_cache += sel_cache
+            amp_cache += sel_cache + layer.cached_unsaved  # + KV-cache copies nobody saved
             peak = layer.fwd_peak
         o = fwd_other + amp_cache + peak - s_i
         rows.append((names[0][i], "forward", w, ga_grads, opt, cur + s_i, o if o > 0 else 0))
@@ -366,12 +366,13 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     layer, emb, head = _profiles(ctx, eager)
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
-    kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * (ctx.e + ctx.a)
+    # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
+    kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * 2 * ctx.e if ctx.use_cache else 0
     tl = _Timeline()
     base = 8 * ctx.tokens + rope + mask + ws
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
     for i in range(layers):
-        tl.add(f"layer {i}", "inference", st.weights, 0, 0, (i + 1) * kv_layer, base + layer.fwd_peak_nosave)
+        tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer, base + layer.fwd_peak_nosave)
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
            base - mask + _inference_head_peak(ctx))
     return tl

@@ -51,6 +51,7 @@ class BlockProfile:
     fwd_peak_nosave: int  # forward peak when nothing is saved (no_grad / checkpointed forward)
     bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
     bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
+    cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Graph:
     input_requires_grad: bool = True
     round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
     held: list[int] = field(default_factory=list)  # tensors a Python local keeps until the block returns
+    cached: list[int] = field(default_factory=list)  # tensors the DynamicCache keeps until forward ends
     sizes: list[int] = field(default_factory=list)
     needs_grad: list[bool] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
@@ -119,6 +121,7 @@ class Graph:
             fwd_peak_nosave=fwd_peak_nosave,
             bwd_peak_saved=bwd_saved,
             bwd_peak_pgrad=bwd_pgrad,
+            cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
         )
 
     def _forward(self, savers: dict[int, int], last_read: dict[int, int]) -> int:

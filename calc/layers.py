@@ -61,17 +61,18 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
 
 
 def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
-           tokens: int | None = None) -> int:
+           tokens: int | None = None, x_bytes: int = 4) -> int:
     """nn.Linear: its node saves the input only when the weight needs a gradient (a frozen weight
     needs just itself for the input gradient). Under autocast the input is cast to 16-bit per call
     (not cached) and the fp32 weight once per forward (autocast's weight cache); the 16-bit copy
-    is saved and its gradient converted back into the fp32 .grad."""
+    is saved and its gradient converted back into the fp32 .grad. An input that is already 16-bit
+    (x_bytes=2: an SDPA output, an MLP product) is used as it is."""
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
     if c.frozen_base:
         y = g.op(c.a * t * out_f, ins=(x,), name=name)
     elif c.amp:
-        xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input")
+        xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
         w16 = g.op(2 * n_w, pgrad=4 * n_w, name=f"{name} autocast weight copy")
         y = g.op(2 * t * out_f, ins=(xin, w16), saves=(xin, w16), name=name)
     else:
@@ -179,7 +180,7 @@ def rope(g: Graph, x: int, width: int, c: Ctx) -> int:
 
 
 def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eager: bool,
-                   groups: int, mask: bool, q_bshd: bool = True) -> int:
+                   groups: int, mask: bool, q_bshd: bool = True, v_bytes: int = 2) -> int:
     """Scaled dot-product attention over q (B, nh, S, hd) and k, v (B, nkv, S, hd).
 
     sdpa: torch SDPA (flash / memory-efficient); the node saves q, k, v, the output and the
@@ -201,6 +202,8 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
         k = g.op(2 * t * (qw // groups), ins=(k,), name="autocast k")
+    if c.amp and v_bytes == 4:  # and v, when the KV cache promoted it to fp32
+        v = g.op(2 * t * (qw // groups), ins=(v,), name="autocast v")
     if not eager:
         if groups > 1 and mask:
             k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
@@ -214,6 +217,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     if groups > 1:
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
+    g.held += [k, v]  # eager_attention_forward's key_states / value_states locals
     ss = bsz * nh * seq * seq
     if q_bshd or s.family == "gpt2":  # bmm gets a (saved) contiguous copy of q
         q = g.op(a * t * qw, ins=(q,), name="q contiguous for bmm")
@@ -232,13 +236,16 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         sb = 4
         src = masked if mbytes == 4 else g.op(4 * ss, ins=(masked,), name="softmax input to fp32")
     p32 = g.op(sb * ss, ins=(src,), saves=(OUT,), name="softmax")
+    g.keep(masked)  # one Python call: its input is referenced until softmax(..., dtype) returns
     probs = p32
     if a != sb:  # .to(query.dtype), or autocast's cast of fp32 probs for the matmul under amp
         probs = g.op(a * ss, ins=(p32,), name="probs to 16-bit")
     probs = dropout(g, probs, ss, a * ss, s.attention_dropout, c)
     g.held.append(probs)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
     o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
-    return g.op(a * t * qw, ins=(o,), name="transpose contiguous")
+    out = g.op(a * t * qw, ins=(o,), name="transpose contiguous")
+    g.keep(k, v)
+    return out
 
 
 def _math_sdpa(g: Graph, q: int, k: int, v: int, c: Ctx, qw: int, ss: int) -> int:
@@ -276,23 +283,28 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
         k = _head_norm(g, k, kvw, c)
     qe = rope(g, q, qw, c)
     ke = rope(g, k, kvw, c)
-    ke, v = kv_cache(g, ke, v, c.e * c.tokens * kvw, c.a * c.tokens * kvw, c)
+    ke, v, vb = kv_cache(g, ke, v, c.tokens * kvw, c.e, c.a, c)
     groups = s.num_heads // s.num_kv_heads
     o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c),
-                       q_bshd=s.family != "phi3")
-    out = linear(g, o, qw, h, c, bias=s.o_bias, name="o")
-    g.keep(y)  # hidden_states stays referenced until the attention returns
+                       q_bshd=s.family != "phi3", v_bytes=vb)
+    out = linear(g, o, qw, h, c, bias=s.o_bias, name="o", x_bytes=c.a)
+    g.keep(y, qe, ke, v)  # hidden_states and the q/k/v locals stay referenced until attention returns
     return out
 
 
-def kv_cache(g: Graph, k: int, v: int, k_bytes: int, v_bytes: int, c: Ctx) -> tuple[int, int]:
+def kv_cache(g: Graph, k: int, v: int, elems: int, k_elem: int, v_elem: int, c: Ctx) -> tuple[int, int, int]:
     """With use_cache (config default, also in training without gradient checkpointing) the
     attention calls DynamicCache.update, whose first `torch.cat([empty, k])` makes fresh copies of
-    k and v; attention then reads (and saves) the copies (transformers/cache_utils.py,
-    DynamicLayer.update)."""
+    k and v; the empty tensors have the key's dtype, so v is promoted to it (fp32 under amp, where
+    RoPE promotes k). Attention then reads the copies, and the cache holds them until the model's
+    forward returns (transformers/cache_utils.py, DynamicLayer). Returns (k, v, v element bytes)."""
     if not c.use_cache:
-        return k, v
-    return g.op(k_bytes, ins=(k,), name="cache k copy"), g.op(v_bytes, ins=(v,), name="cache v copy")
+        return k, v, v_elem
+    kc = g.op(elems * k_elem, ins=(k,), name="cache k copy")
+    v_elem = max(k_elem, v_elem)
+    vc = g.op(elems * v_elem, ins=(v,), name="cache v copy")
+    g.cached += [kc, vc]
+    return kc, vc, v_elem
 
 
 def _head_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
@@ -328,7 +340,7 @@ def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None) -> int:
         act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
         up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
     prod = g.op(c.a * t * i, ins=(act, up), saves=(act, up), name="act * up")
-    out = linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t)
+    out = linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t, x_bytes=c.a)
     g.keep(y)  # forward(self, x): x stays referenced until the MLP returns
     return out
 
@@ -341,7 +353,7 @@ def plain_mlp(g: Graph, y: int, c: Ctx) -> int:
     h = s.hidden_size
     up = linear(g, y, h, i, c, bias=True, name="up")
     act = activation(g, up, t * i, c.a * t * i, s.hidden_act, c)
-    out = linear(g, act, i, h, c, bias=True, name="down")
+    out = linear(g, act, i, h, c, bias=True, name="down", x_bytes=c.a)
     g.keep(y)  # the MLP's argument lives until it returns
     return out
 
@@ -411,7 +423,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
         m, _ = rms_norm(g, m, c.a, c, gemma=True, tokens=ts)
     m = dropout(g, m, ts * h, c.a * ts * h, drop, c)
     g.op(c.r * ts * h, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
-    g.keep(0)  # the model's layer loop still references the layer input until the layer returns
+    g.keep(0, *g.cached)  # the layer loop still references the input; the cache keeps k, v
     return g
 
 
@@ -433,21 +445,15 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     -> residual; ln_2 -> c_fc -> gelu_new -> c_proj -> dropout -> residual (modeling_gpt2)."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
-    hh = h // c.tp
     g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
-    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
-    # split + view + transpose are views of the fused qkv output; k and v go through the cache
-    k, v = kv_cache(g, qkv, qkv, c.a * t * hh, c.a * t * hh, c)
-    o = attention_core(g, qkv, k, v, c, c.a, eager, 1, mask=eager)
-    o = linear(g, o, hh, h, c, bias=True, name="o")
-    o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
+    o = gpt2_attention(g, y, c, eager)
     mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
     y2, _ = layer_norm(g, mid, c.r, c)
     m = plain_mlp(g, y2, c)
     m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
     g.op(c.r * t * h, ins=(mid, m), name="residual add")
-    g.keep(0)  # the model's layer loop still references the layer input
+    g.keep(0, *g.cached)  # the layer loop still references the input; the cache keeps k, v
     return g
 
 
@@ -456,30 +462,57 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
     RoPE on the first rotary_fraction of each head (modeling_gpt_neox)."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
-    hh = h // c.tp
     g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
-    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
-    qe = rope(g, qkv, hh, c)
-    ke = rope(g, qkv, hh, c)
-    ke, v = kv_cache(g, ke, qkv, c.e * t * hh, c.a * t * hh, c)
-    o = attention_core(g, qe, ke, v, c, c.e, eager, 1, mask=eager, q_bshd=False)
-    o = linear(g, o, hh, h, c, bias=True, name="o")
-    o = dropout(g, o, t * h, c.a * t * h, s.hidden_dropout, c)
+    o = neox_attention(g, y, c, eager)
     if s.parallel_residual:
         y2, _ = layer_norm(g, 0, c.r, c)
         m = plain_mlp(g, y2, c)
         m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
         s1 = g.op(c.r * t * h, ins=(m, o), name="mlp + attn")
         g.op(c.r * t * h, ins=(s1, 0), name="residual add")
-        g.keep(0)
+        g.keep(0, *g.cached)
         return g
     mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
     y2, _ = layer_norm(g, mid, c.r, c)
     m = plain_mlp(g, y2, c)
     g.op(c.r * t * h, ins=(mid, m), name="residual add")
-    g.keep(0)
+    g.keep(0, *g.cached)
     return g
+
+
+def gpt2_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """GPT2Attention: fused c_attn, split into views, the KV cache copies k and v, attention,
+    c_proj and the residual dropout (all inside the module, so selective checkpointing covers them)."""
+    t, h = c.tokens, c.spec.hidden_size
+    hh = h // c.tp
+    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
+    k, v, _ = kv_cache(g, qkv, qkv, t * hh, c.a, c.a, c)
+    o = attention_core(g, qkv, k, v, c, c.a, eager, 1, mask=eager)
+    o = linear(g, o, hh, h, c, bias=True, name="o", x_bytes=c.a)
+    return dropout(g, o, t * h, c.a * t * h, c.spec.hidden_dropout, c)
+
+
+def neox_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """GPTNeoXAttention: fused query_key_value, partial RoPE on q and k, cache, attention, dense."""
+    t, h = c.tokens, c.spec.hidden_size
+    hh = h // c.tp
+    qkv = linear(g, y, h, 3 * hh, c, bias=True, name="qkv")
+    qe = rope(g, qkv, hh, c)
+    ke = rope(g, qkv, hh, c)
+    ke, v, vb = kv_cache(g, ke, qkv, t * hh, c.e, c.a, c)
+    o = attention_core(g, qe, ke, v, c, c.e, eager, 1, mask=eager, q_bshd=False, v_bytes=vb)
+    o = linear(g, o, hh, h, c, bias=True, name="o", x_bytes=c.a)
+    return dropout(g, o, t * h, c.a * t * h, c.spec.hidden_dropout, c)
+
+
+def attention_block(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """The family's attention module (what selective checkpointing wraps)."""
+    if c.spec.family == "gpt2":
+        return gpt2_attention(g, y, c, eager)
+    if c.spec.family == "gpt_neox":
+        return neox_attention(g, y, c, eager)
+    return llama_attention(g, y, c, eager)
 
 
 def embedding_block(c: Ctx) -> Graph:
