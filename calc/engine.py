@@ -234,6 +234,8 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
         rot = int(s.head_dim * s.rotary_fraction)
         rope = 2 * ctx.seq * rot * ctx.r
     mask = ctx.batch * ctx.seq * ctx.seq * (4 if ctx.r == 4 else ctx.a) if eager else 0
+    if s.family == "gemma2":  # a full-causal and a sliding-window mask, for alternating layers
+        mask *= 2
     return rope, mask
 
 
@@ -371,10 +373,14 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     tl = _Timeline()
     base = 8 * ctx.tokens + rope + mask + ws
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
+    # autocast caches a 16-bit copy of every fp32 weight that requires grad, even under no_grad,
+    # until the autocast region ends (aten/src/ATen/autocast_mode.cpp, cached_cast)
+    cache = _amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
     for i in range(layers):
-        tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer, base + layer.fwd_peak_nosave)
+        tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer,
+               base + i * cache + layer.fwd_peak_nosave)
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
-           base - mask + _inference_head_peak(ctx))
+           base - mask + layers * cache + _inference_head_peak(ctx))
     return tl
 
 

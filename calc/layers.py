@@ -575,8 +575,12 @@ def inference_head_block(c: Ctx) -> Graph:
         y, _ = layer_norm(g, 0, c.r, c)
     else:
         y, _ = rms_norm(g, 0, c.r, c, gemma=s.family == "gemma2")
-    logits = linear(g, y, h, s.vocab_size // c.tp, c, name="lm_head")
+    v = s.vocab_size // c.tp
+    logits = linear(g, y, h, v, c, name="lm_head")
     g.keep(y)
+    if s.final_logit_softcapping:  # logits / cap -> tanh -> * cap, each a new tensor
+        for step in ("/ softcap", "tanh", "* softcap"):
+            logits = g.op(c.a * t * v, ins=(logits,), name=step)
     return _finish(g, logits)
 
 
