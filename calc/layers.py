@@ -359,36 +359,37 @@ def plain_mlp(g: Graph, y: int, c: Ctx) -> int:
 
 
 def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
-    """MixtralSparseMoeBlock: router (H x E) + softmax/top-k; every routed (token, expert) pair
-    gathers its hidden state, runs gate_up / act / down on the expert's slice of the 3-D weight,
-    is scaled by its routing weight and index_add-ed into a zero buffer. Activations are those
-    of a gated MLP over tokens x top_k rows. Each expert's weight slice (`gate_up_proj[e]`)
-    backpropagates through SelectBackward, which materialises a zero tensor the size of the whole
-    3-D parameter before accumulating it (modeling_mixtral.MixtralExperts.forward)."""
+    """MixtralSparseMoeBlock with transformers' default grouped_mm experts: router linear (H x E),
+    fp32 softmax and top-k; the (token, expert) rows are sorted by expert and gathered
+    (rows = tokens x top_k), run through one grouped gate_up matmul on the 3-D weight, act(gate) *
+    up, a grouped down matmul, scaled by the routing weights, un-permuted and summed over top_k
+    (transformers/integrations/moe.py, grouped_mm_experts_forward). The grouped matmuls produce the
+    3-D weight gradients directly. The grouped matmul is not an autocast op, so under autocast the
+    experts run in the (fp32) dtype of the normalised input."""
     s = c.spec
     t = c.tokens
-    rows = t * s.experts_per_token
+    k = s.experts_per_token
+    rows = t * k
     h, i, e = s.hidden_size, s.intermediate_size // c.tp, s.num_experts
     logits = linear(g, y, h, e, c, name="router")
     probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
-    topw = g.op(4 * t * s.experts_per_token, ins=(probs,), saves=(OUT,), name="router top-k")
-    norm_w = g.op(c.a * t * s.experts_per_token, ins=(topw,), name="router renorm")
-    gathered = g.op(c.a * rows * h, ins=(y,), name="gather tokens")
-    # the zero tensor SelectBackward fills has the 3-D parameter's own dtype
-    gate_up_w = 2 * i * h * c.w
-    saved_in = (gathered,)
-    if c.amp:  # autocast casts each expert's weight slice (a view, so never cached) and saves it
-        saved_in += (g.op(2 * 3 * i * h * e, grad=False, name="experts autocast weight copies"),)
-    gu = g.op(c.a * rows * 2 * i, ins=(gathered,), saves=saved_in, ws_bwd=e * gate_up_w,
-              pgrad=0, name="experts gate_up")
-    gate_v = gu  # chunk: views of the gate_up output
-    act = activation(g, gate_v, rows * i, c.a * rows * i, s.hidden_act, c)
-    prod = g.op(c.a * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
-    down = g.op(c.a * rows * h, ins=(prod,), saves=(prod,), ws_bwd=e * i * h * c.w, name="experts down")
-    scaled = g.op(c.a * rows * h, ins=(down, norm_w), saves=(down, norm_w), name="* routing weight")
-    out = g.op(c.r * t * h, ins=(scaled,), name="index_add")
-    g.param_op((3 * i * h * e) * (4 if c.amp else c.w) if not c.frozen_base else 0, name="experts .grad")
-    return out
+    topw = g.op(4 * t * k, ins=(probs,), saves=(OUT,), name="router top-k")
+    idx = g.op(8 * t * k, grad=False, name="top-k indices")
+    weights = g.op(4 * t * k, ins=(topw,), name="router renorm")
+    perm = g.op(16 * rows, ins=(idx,), grad=False, name="sort expert ids")
+    xa = 4 if c.amp else c.a  # dtype the experts compute in
+    gathered = g.op(xa * rows * h, ins=(y, perm), saves=(perm,), grad_ins=(y,), name="gather rows")
+    wsorted = g.op(4 * rows, ins=(weights, perm), grad_ins=(weights,), name="routing weights sorted")
+    pg = 0 if c.frozen_base else c.w
+    gu = g.op(xa * rows * 2 * i, ins=(gathered,), saves=(gathered,), pgrad=pg * 2 * i * h * e,
+              name="experts gate_up (grouped)")
+    act = activation(g, gu, rows * i, xa * rows * i, s.hidden_act, c)  # gate is a view of gu
+    prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
+    down = g.op(xa * rows * h, ins=(prod,), saves=(prod,), pgrad=pg * i * h * e, name="experts down (grouped)")
+    scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted), name="* routing weight")
+    inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
+    unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
+    return g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
 
 
 # ---- whole blocks ------------------------------------------------------------------------
