@@ -108,7 +108,7 @@ def settle(pg) -> None:
     last = -1
     for _ in range(240):
         pg.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=WAIT_MS)
-        time.sleep(0.7)
+        time.sleep(0.4)
         h = pg.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
         if h == last and not pg.locator("[data-testid='stSpinner']").count():
             return
@@ -132,7 +132,7 @@ def shot(pg, name: str) -> Path:
     frames, y = [], 0
     while True:
         pg.evaluate(f"() => {main}.scrollTo(0, {y})")
-        time.sleep(0.8)
+        time.sleep(0.5)
         top = pg.evaluate(f"() => {main}.scrollTop")
         frames.append((top, Image.open(io.BytesIO(pg.screenshot()))))
         if y + VIEW_H >= height:
