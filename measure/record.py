@@ -113,6 +113,9 @@ class MeasurementRecord(BaseModel):
     phase_peaks_bytes: PhasePeaks
     step_phase_peaks_bytes: list[PhasePeaks] = Field(description="per optimizer step, in order")
     categories_at_peak_bytes: Categories | None = Field(None, description="cpu / fake only")
+    raw_categories_at_peak_bytes: dict[str, int] | None = Field(
+        None, description="cpu / fake: the same bytes under MemTracker's (or FSDPMemTracker's) own names"
+    )
     weights_bytes: int = Field(ge=0, description="model parameters and buffers on the device before step 1")
     initial_allocated_bytes: int = Field(
         ge=0, description="everything live before step 1: weights, input_ids, fp32 master copies"

@@ -160,6 +160,8 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             out["peak_allocated_bytes"] = mt.phase_peak[phase]
             out["categories"] = mt.phase_peak_categories[phase]
             out["categories_by_phase"] = dict(mt.phase_peak_categories)
+            out["raw"] = mt.phase_peak_raw[phase]
+            out["raw_by_phase"] = dict(mt.phase_peak_raw)
             out["memtracker_peak_bytes"] = mt.peak_total()
         out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
         out["num_params"] = sum(p.numel() for p in w.model.parameters())
@@ -179,7 +181,8 @@ def _warm_up_cuda(dev: torch.device) -> None:
 
 
 def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], started: float,
-            name: str | None, layers: list[int] | None) -> MeasurementRecord:
+            name: str | None, layers: list[int] | None, engine: str = "torch-single",
+            sharding: Any = None) -> MeasurementRecord:
     phase = _peak_phase(raw["phase"])
     notes = list(raw["notes"])
     if raw.get("baseline_allocated_bytes"):
@@ -192,7 +195,8 @@ def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], st
         name=name,
         scenario=scenario,
         device=device,  # type: ignore[arg-type]
-        engine="torch-single",
+        engine=engine,  # type: ignore[arg-type]
+        sharding=sharding,
         env=environment(device),
         peak_allocated_bytes=raw["peak_allocated_bytes"],
         peak_reserved_bytes=raw.get("peak_reserved_bytes"),
@@ -202,6 +206,7 @@ def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], st
         phase_peaks_bytes=_phase_peaks(raw["phase"]),
         step_phase_peaks_bytes=[_phase_peaks(s) for s in raw["steps_phase"]],
         categories_at_peak_bytes=Categories(**raw["categories"]) if raw["categories"] else None,
+        raw_categories_at_peak_bytes=raw.get("raw"),
         weights_bytes=raw["weights_bytes"],
         initial_allocated_bytes=raw["initial_allocated_bytes"],
         optimizer_state_bytes=raw["optimizer_state_bytes"],
@@ -233,14 +238,19 @@ def _gcd(a: int, b: int) -> int:
     return a
 
 
-def extrapolation_layers(scenario: Scenario) -> tuple[int, int]:
-    """Two short depths a < b, both >= 2, with b - a = period and (L - a) a multiple of the period."""
+MIN_EXTRAPOLATION_LAYERS = 3  # shorter models still change which event is the peak (c checks the rest)
+
+
+def extrapolation_layers(scenario: Scenario) -> tuple[int, int, int]:
+    """Three short depths a < b < c, a period apart, with (L - a) a multiple of the period.
+
+    a and b give the line; c checks it (the extrapolation to c must equal the run at c)."""
     period = layer_period(scenario)
     total = scenario.spec.num_layers
     a = period + total % period
-    while a < 2:
+    while a < MIN_EXTRAPOLATION_LAYERS:
         a += period
-    return a, a + period
+    return a, a + period, a + 2 * period
 
 
 def _lin(va: int | None, vb: int | None, k: int) -> int | None:
@@ -267,6 +277,8 @@ def extrapolate(ra: dict[str, Any], rb: dict[str, Any], k: int) -> dict[str, Any
     if ra.get("categories_by_phase") and rb.get("categories_by_phase"):
         ca, cb = ra["categories_by_phase"][phase], rb["categories_by_phase"][phase]
         out["categories"] = {c: _lin(ca[c], cb[c], k) for c in ca}
+        ca, cb = ra["raw_by_phase"][phase], rb["raw_by_phase"][phase]
+        out["raw"] = {c: _lin(ca[c], cb[c], k) for c in ca}
     out.pop("memtracker_peak_bytes", None)
     return out
 
@@ -280,25 +292,44 @@ def measure(scenario: Scenario, device: str, steps: int = 3, name: str | None = 
     """
     if device not in ("cuda", "cpu", "fake"):
         raise UnsupportedError(f"unknown device {device!r}; use cuda, cpu or fake")
-    if scenario.hardware.num_gpus > 1 or scenario.resolved_hardware().num_gpus > 1:
+    if scenario.resolved_hardware().num_gpus > 1:
         from measure.sharded import measure_sharded
 
-        return measure_sharded(scenario, device, steps=steps, name=name)
+        return measure_sharded(scenario, device, steps=steps, name=name, num_layers=num_layers,
+                               extrapolate_layers=extrapolate_layers)
     _check_single(scenario)
+    return measure_depths(_measure_once, scenario, device, steps, name, num_layers, extrapolate_layers)
+
+
+def _comparable(raw: dict[str, Any]) -> tuple[Any, ...]:
+    return (raw["phase"], raw["steps_phase"], raw.get("raw"), raw["weights_bytes"], raw["optimizer_state_bytes"])
+
+
+def measure_depths(once: Any, scenario: Scenario, device: str, steps: int, name: str | None,
+                   num_layers: int | None, extrapolate_layers: bool, engine: str = "torch-single",
+                   sharding: Any = None) -> MeasurementRecord:
+    """Run `once` at full depth, or (extrapolate_layers) at depths a, b, c and extrapolate from a and b
+    when that reproduces c exactly; otherwise fall back to full depth and say so in the notes."""
     started = time.perf_counter()
     total_layers = scenario.spec.num_layers
-    a, b = extrapolation_layers(scenario)
-    if extrapolate_layers and num_layers is None and total_layers > b:
-        ra = _measure_once(scenario, device, steps, a)
-        rb = _measure_once(scenario, device, steps, b)
-        raw = extrapolate(ra, rb, (total_layers - a) // (b - a))
-        raw["notes"] = raw["notes"] + [f"linear extrapolation from {a} and {b} layers to {total_layers}, "
-                                       "phase by phase"]
-        return _record(scenario, device, steps, raw, started, name, [a, b])
-    raw = _measure_once(scenario, device, steps, num_layers)
+    a, b, c = extrapolation_layers(scenario)
+    note = None
+    if extrapolate_layers and num_layers is None and total_layers > c:
+        ra, rb, rc = (once(scenario, device, steps, n) for n in (a, b, c))
+        check = extrapolate(ra, rb, (c - a) // (b - a))
+        if _comparable(check) == _comparable(rc):
+            raw = extrapolate(ra, rb, (total_layers - a) // (b - a))
+            raw["notes"] = raw["notes"] + [f"linear extrapolation from {a} and {b} layers to {total_layers}, "
+                                           f"phase by phase; it reproduces the run at {c} layers exactly"]
+            return _record(scenario, device, steps, raw, started, name, [a, b, c], engine=engine,
+                           sharding=sharding)
+        note = f"extrapolation from {a} and {b} layers did not reproduce {c} layers: measured at full depth"
+    raw = once(scenario, device, steps, num_layers)
     if num_layers is not None and num_layers != total_layers:
         raw["notes"].append(f"measured with {num_layers} of the model's {total_layers} layers")
-    return _record(scenario, device, steps, raw, started, name, None)
+    if note:
+        raw["notes"].append(note)
+    return _record(scenario, device, steps, raw, started, name, None, engine=engine, sharding=sharding)
 
 
 def _check_single(scenario: Scenario) -> None:

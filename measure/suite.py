@@ -261,7 +261,50 @@ def _gpu_entries() -> list[Entry]:
 
 
 def _sharded_entries() -> list[Entry]:
-    return []
+    """FSDP2 over a fake process group (measure/sharded.py): rank 0 of num_gpus ranks."""
+
+    def gpus(n: int) -> dict[str, Any]:
+        return {"num_gpus": n}
+
+    cpu_fake = ("cpu", "fake")
+    L = LLAMA_GQA
+    return [
+        Entry("fsdp-llama-zero3-ws2-fp32", L, _t(precision="fp32", zero_stage=3), hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-llama-zero3-ws4-fp32", L, _t(precision="fp32", zero_stage=3), hardware=gpus(4), devices=cpu_fake),
+        Entry("fsdp-llama-zero2-ws4-fp32", L, _t(precision="fp32", zero_stage=2), hardware=gpus(4), devices=cpu_fake),
+        Entry("fsdp-llama-zero3-ws4-bf16-mixed", L, _t(precision="bf16-mixed", zero_stage=3), hardware=gpus(4),
+              devices=cpu_fake),
+        Entry("fsdp-llama-zero2-ws4-bf16-mixed", L, _t(precision="bf16-mixed", zero_stage=2), hardware=gpus(4),
+              devices=cpu_fake),
+        Entry("fsdp-llama-zero3-ws4-amp-bf16-full", L, _t(precision="amp-bf16", zero_stage=3,
+                                                          activation_checkpointing="full", seq_len=512),
+              hardware=gpus(4), devices=cpu_fake),
+        Entry("fsdp-llama-zero3-ws8-bf16-seq512", L, _t(precision="bf16", zero_stage=3, seq_len=512),
+              hardware=gpus(8), devices=cpu_fake),
+        Entry("fsdp-gpt2-zero3-ws2-amp-bf16", GPT2, _t(precision="amp-bf16", zero_stage=3), hardware=gpus(2),
+              devices=cpu_fake),
+        Entry("fsdp-qwen2-zero2-ws2-bf16", QWEN2, _t(precision="bf16", zero_stage=2), hardware=gpus(2),
+              devices=cpu_fake),
+        Entry("fsdp-llama-vocab32k-zero3-ws4-seq1024", LLAMA_BIGVOCAB,
+              {"micro_batch_size": 1, "seq_len": 1024, "precision": "bf16-mixed", "zero_stage": 3},
+              hardware=gpus(4), devices=cpu_fake),
+        # presets, fake only
+        Entry("fsdp-llama-3.2-1b-zero3-ws4-amp-bf16-b4-s2048", "llama-3.2-1b",
+              {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16", "zero_stage": 3},
+              hardware=gpus(4), devices=FAKE),
+        Entry("fsdp-llama-2-7b-zero3-ws8-bf16-mixed-full-b1-s2048", "llama-2-7b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16-mixed", "zero_stage": 3,
+               "activation_checkpointing": "full"}, hardware=gpus(8), devices=FAKE, extrapolate=True),
+        Entry("fsdp-llama-2-7b-zero2-ws8-bf16-mixed-full-b1-s2048", "llama-2-7b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16-mixed", "zero_stage": 2,
+               "activation_checkpointing": "full"}, hardware=gpus(8), devices=FAKE, extrapolate=True),
+        Entry("fsdp-mistral-7b-zero3-ws16-bf16-full-b2-s4096", "mistral-7b",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "zero_stage": 3,
+               "activation_checkpointing": "full"}, hardware=gpus(16), devices=FAKE, extrapolate=True),
+        Entry("fsdp-llama-2-70b-zero3-ws64-bf16-mixed-full-b1-s4096", "llama-2-70b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16-mixed", "zero_stage": 3,
+               "activation_checkpointing": "full"}, hardware=gpus(64), devices=FAKE, extrapolate=True),
+    ]
 
 
 def entries() -> list[Entry]:

@@ -61,24 +61,33 @@ class _PhaseMixin:
         self._step_peak = {}
 
 
-class PhaseMemTracker(_PhaseMixin, MemTracker):
-    """torch.distributed._tools.mem_tracker.MemTracker plus per-phase peaks and forced categories.
+class _MemTrackerPhases(_PhaseMixin):
+    """Per-phase peaks and forced categories for torch's MemTracker and FSDPMemTracker.
 
     MemTracker counts every tensor storage created by an op inside its context (a TorchDispatchMode),
     drops it when the storage is freed (a weakref callback), and updates its peak after every op. We
     hook that same update (`_update_peak_stats`) so the phase peaks are taken at exactly the points
     where MemTracker takes its own peak. Works on real cpu tensors and on fake tensors.
+    Overridden private methods are those of torch 2.13 (measure/requirements.txt pins torch).
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    CATEGORY_OF: dict[Any, str] = {}  # MemTracker reference type -> record category
+    FORCE: dict[str, Any] = {}  # category(name) -> the reference type new tensors get
+
+    # attributes that MemTracker.__init__ sets
+    _curr_mem_snap: dict[torch.device, dict[Any, int]]
+    _peak_mem: dict[torch.device, int]
+    _peak_mem_snap: dict[torch.device, dict[Any, int]]
+    _param_to_grad_hook_handles: Any
+
+    def _init_tracking(self) -> None:
         self._init_phases()
         self.phase_peak_categories: dict[str, dict[str, int]] = {}
-        self._forced: _MemRefType | None = None
+        self.phase_peak_raw: dict[str, dict[str, int]] = {}
+        self._forced: Any = None
 
-    # -- MemTracker hooks (torch 2.13 private API; measure/requirements.txt pins torch) --
     def _track(self, reftype: Any, t: torch.Tensor) -> None:
-        super()._track(self._forced if self._forced is not None else reftype, t)
+        super()._track(self._forced if self._forced is not None else reftype, t)  # type: ignore[misc]
 
     def _update_peak_stats(self, peak_state: Any) -> None:
         # MemTracker's own version also keeps a per-module peak snapshot, walking every module it has
@@ -95,22 +104,31 @@ class PhaseMemTracker(_PhaseMixin, MemTracker):
         for p in module.parameters():
             if not p.requires_grad and p not in self._param_to_grad_hook_handles:
                 self._param_to_grad_hook_handles[p] = (_NO_HOOK, _NO_HOOK)
-        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)  # type: ignore[misc]
 
     # -- our interface --
     def current_total(self) -> int:
         return sum(snap[_TOTAL_KEY] for snap in self._curr_mem_snap.values())
 
     def current_categories(self) -> dict[str, int]:
-        out = dict.fromkeys(CATEGORY_OF.values(), 0)
+        out = dict.fromkeys(dict.fromkeys(self.CATEGORY_OF.values()), 0)
         for snap in self._curr_mem_snap.values():
-            for ref, name in CATEGORY_OF.items():
+            for ref, name in self.CATEGORY_OF.items():
                 out[name] += snap.get(ref, 0)
+        return out
+
+    def current_raw(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for snap in self._curr_mem_snap.values():
+            for ref, v in snap.items():
+                if ref != _TOTAL_KEY:
+                    out[ref.value] = out.get(ref.value, 0) + v
         return out
 
     def _note_now(self) -> None:
         if self._note(self.current_total()):
             self.phase_peak_categories[self.current_phase] = self.current_categories()  # type: ignore[index]
+            self.phase_peak_raw[self.current_phase] = self.current_raw()  # type: ignore[index]
 
     def peak_total(self) -> int:
         return sum(snap[_TOTAL_KEY] for snap in self._peak_mem_snap.values())
@@ -120,7 +138,7 @@ class PhaseMemTracker(_PhaseMixin, MemTracker):
         if name == "forward":
             # MemTracker refuses a second call of the root module unless the module stats are reset
             # (its docs: once per iteration); every backward has finished when a forward begins.
-            self.reset_mod_stats()
+            self.reset_mod_stats()  # type: ignore[attr-defined]
         self.current_phase = name
         self._note_now()  # what is live when the phase begins counts for the phase
         try:
@@ -130,11 +148,50 @@ class PhaseMemTracker(_PhaseMixin, MemTracker):
 
     @contextlib.contextmanager
     def category(self, name: str) -> Iterator[None]:
-        old, self._forced = self._forced, REFTYPE_OF[name]
+        old, self._forced = self._forced, self.FORCE[name]
         try:
             yield
         finally:
             self._forced = old
+
+
+class PhaseMemTracker(_MemTrackerPhases, MemTracker):
+    """torch.distributed._tools.mem_tracker.MemTracker with phase peaks (single device)."""
+
+    CATEGORY_OF = CATEGORY_OF
+    FORCE = {"optimizer_states": _MemRefType.OPT, "gradients": _MemRefType.GRAD}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._init_tracking()
+
+
+def fsdp_tracker(model: Any, optimizer: Any) -> Any:
+    """FSDPMemTracker (FSDP2: sharded / unsharded params and grads, all-gather and reduce-scatter buffers)
+    with phase peaks."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
+
+    class PhaseFSDPMemTracker(_MemTrackerPhases, FSDPMemTracker):
+        CATEGORY_OF = {
+            _FSDPRefType.SHARDED_PARAM: "parameters",
+            _FSDPRefType.UNSHARDED_PARAM: "parameters",
+            _FSDPRefType.BUFFER: "buffers",
+            _FSDPRefType.SHARDED_GRAD: "gradients",
+            _FSDPRefType.UNSHARDED_GRAD: "gradients",
+            _FSDPRefType.ACT: "activations",
+            _FSDPRefType.TEMP: "temporaries",
+            _FSDPRefType.ALL_GATHER: "temporaries",
+            _FSDPRefType.REDUCE_SCATTER: "temporaries",
+            _FSDPRefType.OPT: "optimizer_states",
+            _FSDPRefType.INP: "inputs",
+        }
+        FORCE = {"optimizer_states": _FSDPRefType.OPT, "gradients": _FSDPRefType.SHARDED_GRAD}
+
+        def __init__(self) -> None:
+            super().__init__(model, optimizer)
+            self._init_tracking()
+
+    return PhaseFSDPMemTracker()
 
 
 class CudaTracker(_PhaseMixin):

@@ -246,8 +246,11 @@ def fake_mode_patches() -> Iterator[None]:
 
 
 def build_model(scenario: Scenario, device: torch.device, num_layers: int | None = None,
-                fake: bool = False) -> nn.Module:
-    """AutoModelForCausalLM.from_config with random weights (seed 0), built in the run's dtype, on `device`."""
+                fake: bool = False, weights: torch.dtype | None = None) -> nn.Module:
+    """AutoModelForCausalLM.from_config with random weights (seed 0), built in the run's dtype, on `device`.
+
+    weights: build in this dtype instead of the precision's (sharded runs keep fp32 params for FSDP2's
+    mixed precision)."""
     from transformers import AutoModelForCausalLM
 
     t = scenario.training
@@ -259,7 +262,8 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     cfg = hf_config_dict(scenario)
     if num_layers is not None:
         cfg = with_layers(cfg, num_layers)
-    weights = torch.bfloat16 if lora is not None else plan.weights  # LoRA base weights: bf16, frozen
+    if weights is None:
+        weights = torch.bfloat16 if lora is not None else plan.weights  # LoRA base weights: bf16, frozen
     torch.manual_seed(0)
     try:
         config = build_config(cfg, t.attention.value)
@@ -374,6 +378,7 @@ def prepare_optimizer(w: Workload, tracker: Any) -> None:
     """fp32 master copies (created before step 1, one per 16-bit trainable parameter) and the optimizer."""
     if not w.training:
         return
+    tracker = tracker if tracker is not None else NullTracker()
     w.params = [p for p in w.model.parameters() if p.requires_grad]
     targets: list[torch.Tensor] = list(w.params)
     if w.plan.masters:

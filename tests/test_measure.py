@@ -23,7 +23,8 @@ def _scenario(model: dict | str = TINY_LLAMA, **training) -> object:
     from calc.scenario import Scenario
 
     mode = training.pop("mode", "train")
-    return Scenario.model_validate({"model": model, "mode": mode,
+    gpus = training.pop("hardware_gpus", 1)
+    return Scenario.model_validate({"model": model, "mode": mode, "hardware": {"num_gpus": gpus},
                                     "training": {"micro_batch_size": 2, "seq_len": 32, "precision": "fp32",
                                                  **training}})
 
@@ -202,25 +203,41 @@ def test_fake_equals_cpu(training: dict) -> None:
     assert fake.categories_at_peak_bytes == cpu.categories_at_peak_bytes
 
 
-@pytest.mark.parametrize("training", [
-    {"precision": "amp-bf16", "seq_len": 128},  # peak in backward / forward
-    {"precision": "fp32", "seq_len": 8},  # peak in the optimizer step
-    {"precision": "bf16", "activation_checkpointing": "full", "checkpoint_every": 2, "seq_len": 64},
+@pytest.mark.parametrize(("layers", "training"), [
+    (7, {"precision": "amp-bf16", "seq_len": 64}),  # depths 3, 4, 5 -> 7
+    (9, {"precision": "bf16", "activation_checkpointing": "full", "checkpoint_every": 2, "seq_len": 64}),  # 3, 5, 7
 ])
-def test_fake_extrapolation_equals_full_depth(training: dict) -> None:
+def test_fake_extrapolation_equals_full_depth(layers: int, training: dict) -> None:
     pytest.importorskip("torch")
     from measure.runner import measure
 
-    model = {**TINY_LLAMA, "num_hidden_layers": 6}
-    sc = _scenario(model, **training)
+    sc = _scenario({**TINY_LLAMA, "num_hidden_layers": layers}, **training)
     full = measure(sc, "fake", steps=2)
     extra = measure(sc, "fake", steps=2, extrapolate_layers=True)
-    assert extra.extrapolated_from_layers is not None and max(extra.extrapolated_from_layers) < 6
+    assert extra.extrapolated_from_layers is not None and max(extra.extrapolated_from_layers) < layers
     assert extra.peak_allocated_bytes == full.peak_allocated_bytes
     assert extra.phase_peaks_bytes == full.phase_peaks_bytes
     assert extra.step_phase_peaks_bytes == full.step_phase_peaks_bytes
     assert extra.categories_at_peak_bytes == full.categories_at_peak_bytes
     assert (extra.weights_bytes, extra.num_params) == (full.weights_bytes, full.num_params)
+
+
+def test_sharded_fake_equals_cpu_and_zero2_keeps_params_gathered() -> None:
+    pytest.importorskip("torch")
+    from measure.runner import measure
+
+    recs = {}
+    for stage in (2, 3):
+        sc = _scenario(hardware_gpus=4, zero_stage=stage, precision="bf16-mixed", seq_len=64)
+        cpu, fake = measure(sc, "cpu", steps=2), measure(sc, "fake", steps=2)
+        assert cpu.engine == fake.engine == "fsdp2" and cpu.sharding.world_size == 4
+        assert fake.peak_allocated_bytes == cpu.peak_allocated_bytes
+        assert fake.raw_categories_at_peak_bytes == cpu.raw_categories_at_peak_bytes
+        recs[stage] = cpu
+    # ZeRO-3 shards the weights 4 ways: rank 0 holds a quarter of the fp32 parameters
+    assert recs[3].weights_bytes * 4 == pytest.approx(recs[3].num_params * 4, rel=0.01)
+    # ZeRO-2 (reshard_after_forward=False) keeps every layer's gathered bf16 params into the backward
+    assert recs[2].phase_peaks_bytes.forward > recs[3].phase_peaks_bytes.forward
 
 
 # ---- the committed data set cannot drift -----------------------------------------------------------

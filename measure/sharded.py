@@ -1,0 +1,225 @@
+"""Multi-GPU sharding without GPUs: FSDP2 as the analogue of ZeRO-2 / ZeRO-3, measured on rank 0.
+
+The scenario's hardware.num_gpus ranks form one data-parallel group over torch's *fake* process group
+(torch.testing._internal.distributed.fake_pg: every collective returns at once, its output buffers are
+still allocated), so one process sees exactly what rank 0 of the real job allocates:
+
+  fully_shard(layer) for every decoder layer, then fully_shard(model) for the root (embeddings, final
+  norm, lm_head), on a 1-D mesh of num_gpus ranks;
+  zero_stage 3 -> reshard_after_forward=True  (parameters are gathered again for backward);
+  zero_stage 2 -> reshard_after_forward=False (parameters stay gathered from forward to backward);
+  gradients are reduce-scattered and optimizer states are sharded in both.
+
+Precision: fp32, amp-bf16 (fp32 params, autocast forward) and bf16 as for one device; bf16-mixed and
+fp16-mixed are FSDP2's MixedPrecisionPolicy(param_dtype=bf16|fp16, reduce_dtype=fp32): sharded fp32
+parameters (the masters) and gradients, 16-bit gathered parameters for compute.
+Each rank holds its own micro-batch of micro_batch_size sequences.
+On cpu the tensors are real (gathered parameters hold garbage, the bytes are right); under fake they
+are fake; on cuda the caching allocator is read, as for one device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from calc.scenario import Mode, Precision, Scenario
+from measure.record import MeasurementRecord, Sharding
+from measure.trackers import CudaTracker, fsdp_tracker
+from measure.workload import (
+    PrecisionPlan,
+    UnsupportedError,
+    Workload,
+    build_model,
+    decoder_layers,
+    fake_mode_patches,
+    precision_plan,
+    prepare_optimizer,
+    run_steps,
+)
+
+
+def check_sharded(scenario: Scenario) -> tuple[int, int]:
+    """(world_size, zero_stage), or UnsupportedError saying what is not measured."""
+    t = scenario.training
+    world = scenario.resolved_hardware().num_gpus
+    if t.tensor_parallel != 1 or t.pipeline_parallel != 1:
+        raise UnsupportedError("tensor / pipeline parallelism is not measured; sharded runs are FSDP2 data parallel")
+    if t.zero_stage not in (2, 3):
+        raise UnsupportedError(f"zero_stage {t.zero_stage} with num_gpus > 1 is not measured: sharded runs are "
+                               "FSDP2 analogues of ZeRO-2 (zero_stage 2) and ZeRO-3 (zero_stage 3)")
+    if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
+        raise UnsupportedError("offload is not measured")
+    if t.lora is not None:
+        raise UnsupportedError("LoRA is not measured in sharded runs")
+    if t.precision == Precision.amp_fp16:
+        raise UnsupportedError("amp-fp16 is not measured in sharded runs (it needs FSDP's sharded grad scaler)")
+    if t.optimizer.value == "adamw-8bit":
+        raise UnsupportedError("adamw-8bit is not measured in sharded runs")
+    if scenario.mode == Mode.inference:
+        raise UnsupportedError("sharded runs measure training (ZeRO shards training state)")
+    return world, t.zero_stage
+
+
+def _sharded_plan(precision: Precision) -> tuple[PrecisionPlan, Any]:
+    """The precision plan of the model as built, and FSDP2's MixedPrecisionPolicy (or None)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision.is_mixed:
+        low = torch.float16 if precision == Precision.fp16_mixed else torch.bfloat16
+        plan = PrecisionPlan(torch.float32, None, False, False, None)
+        return plan, MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
+    return precision_plan(precision), None
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int, device_type: str) -> Iterator[Any]:
+    """A fake process group of `world` ranks (this process is rank 0) and its 1-D device mesh."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise UnsupportedError("a process group is already initialised in this process")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield init_device_mesh(device_type, (world,))  # built outside FakeTensorMode: it reads rank values
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _sharding_propagation_outside_fake_mode() -> Iterator[None]:
+    """DTensor computes each op's global output shape by running it on global-size fake tensors, in the
+    active fake mode if there is one. Under our FakeTensorMode MemTracker would count those global
+    tensors; give the propagation its own fake mode, as it has for real tensors."""
+    import torch.distributed.tensor._sharding_prop as sharding_prop
+
+    original = sharding_prop.detect_fake_mode
+    sharding_prop.detect_fake_mode = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        sharding_prop.detect_fake_mode = original
+
+
+def _local_bytes(tensors: Any) -> int:
+    """Bytes of the distinct local storages (DTensor -> its local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    seen, total = set(), 0
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        st = local.untyped_storage()
+        if st._cdata not in seen:
+            seen.add(st._cdata)
+            total += st.nbytes()
+    return total
+
+
+def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers: int | None) -> dict[str, Any]:
+    """One sharded run; the record fields as in measure.runner._measure_once."""
+    import gc
+
+    from torch.distributed.fsdp import fully_shard
+
+    from measure.runner import _notes, _warm_up_cuda
+
+    world, stage = check_sharded(scenario)
+    t = scenario.training
+    fake = device == "fake"
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError("--device cuda: no CUDA device is available")
+    plan, mp_policy = _sharded_plan(t.precision)
+    gc.collect()
+    out: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        mesh = stack.enter_context(fake_process_group(world, dev.type))
+        if fake:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            stack.enter_context(fake_mode_patches())
+            stack.enter_context(_sharding_propagation_outside_fake_mode())
+            stack.enter_context(FakeTensorMode())
+        baseline = 0
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            _warm_up_cuda(dev)
+            baseline = torch.cuda.memory_allocated(dev)
+        model = build_model(scenario, dev, num_layers=num_layers, fake=fake, weights=plan.weights)
+        kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": stage == 3}
+        if mp_policy is not None:
+            kwargs["mp_policy"] = mp_policy
+        for layer in decoder_layers(model):
+            fully_shard(layer, **kwargs)
+        fully_shard(model, **kwargs)
+        vocab = model.config.get_text_config().vocab_size
+        input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=dev)
+        w = Workload(scenario, dev, model, input_ids, plan, fake=fake)
+        if device == "cuda":
+            tracker: Any = CudaTracker(dev)
+            prepare_optimizer(w, tracker)
+            out["initial_allocated_bytes"] = torch.cuda.memory_allocated(dev) - baseline
+            run_steps(w, tracker, steps)
+            out["phase"] = {k: v - baseline for k, v in tracker.phase_peak.items()}
+            out["steps_phase"] = [{k: v - baseline for k, v in s.items()} for s in tracker.step_peaks]
+            out["peak_reserved_bytes"] = max(tracker.phase_peak_reserved.values())
+            free, total = torch.cuda.mem_get_info(dev)
+            out["device_used_bytes"] = total - free
+            out["num_alloc_retries"] = int(torch.cuda.memory_stats(dev).get("num_alloc_retries", 0))
+            out["baseline_allocated_bytes"] = baseline
+            out["categories"] = None
+        else:
+            prepare_optimizer(w, None)
+            mt = fsdp_tracker(w.model, w.optimizer)
+            mt.track_inputs((w.input_ids,))
+            with mt:
+                out["initial_allocated_bytes"] = mt.current_total()
+                run_steps(w, mt, steps)
+            out["phase"] = dict(mt.phase_peak)
+            out["steps_phase"] = list(mt.step_peaks)
+            from measure.runner import _peak_phase
+
+            phase = _peak_phase(mt.phase_peak)
+            out["categories"] = mt.phase_peak_categories[phase]
+            out["categories_by_phase"] = dict(mt.phase_peak_categories)
+            out["raw"] = mt.phase_peak_raw[phase]
+            out["raw_by_phase"] = dict(mt.phase_peak_raw)
+            out["memtracker_peak_bytes"] = mt.peak_total()
+        out["peak_allocated_bytes"] = max(out["phase"].values())
+        out["weights_bytes"] = _local_bytes(list(model.parameters()) + list(model.buffers()))
+        states = [v for s in w.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        out["optimizer_state_bytes"] = _local_bytes(states)
+        out["num_params"] = sum(p.numel() for p in model.parameters())  # DTensor numel is the global size
+        out["trainable_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        notes = [n for n in _notes(w, device) if "master" not in n]
+        notes.append(f"FSDP2 over a fake process group of {world} ranks (rank 0 measured): fully_shard per "
+                     f"decoder layer and on the root, reshard_after_forward={stage == 3} (ZeRO-{stage} analogue)")
+        if mp_policy is not None:
+            notes.append(f"MixedPrecisionPolicy(param_dtype={mp_policy.param_dtype}, reduce_dtype=float32): "
+                         "sharded fp32 params and grads are the masters")
+        if device == "cpu":
+            notes.append("real tensors: the fake collectives leave gathered parameters uninitialised (the "
+                         "bytes are right, the numbers are garbage)")
+        out["notes"] = notes
+        del w, model
+    gc.collect()
+    return out
+
+
+def sharding_info(scenario: Scenario) -> Sharding:
+    world, stage = check_sharded(scenario)
+    return Sharding(world_size=world, zero_stage=stage, reshard_after_forward=stage == 3,  # type: ignore[arg-type]
+                    process_group="fake", rank=0)
+
+
+def measure_sharded(scenario: Scenario, device: str, steps: int = 3, name: str | None = None,
+                    num_layers: int | None = None, extrapolate_layers: bool = False) -> MeasurementRecord:
+    from measure.runner import measure_depths
+
+    return measure_depths(measure_sharded_once, scenario, device, steps, name, num_layers, extrapolate_layers,
+                          engine="fsdp2", sharding=sharding_info(scenario))
