@@ -311,6 +311,21 @@ def entries() -> list[Entry]:
     return _small_entries() + _fake_entries() + _gpu_entries() + _sharded_entries()
 
 
+def _clean_up(device: str) -> None:
+    """After a failed run: free what its traceback held, and a process group it left behind."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m measure.suite", description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "fake", "cuda"), required=True)
@@ -339,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    import torch
+
     from calc.scenario import Scenario
     from measure.runner import measure
     from measure.workload import UnsupportedError
@@ -349,13 +366,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sc = Scenario.model_validate(e.scenario())
             rec = measure(sc, args.device, steps=args.steps, name=e.name, extrapolate_layers=e.extrapolate)
-        except UnsupportedError as exc:
+        except (UnsupportedError, torch.OutOfMemoryError) as exc:
             skipped.append(e.name)
-            print(f"[{i}/{len(chosen)}] {e.name}: skipped: {exc}", file=sys.stderr, flush=True)
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            print(f"[{i}/{len(chosen)}] {e.name}: skipped: {why}", file=sys.stderr, flush=True)
+            _clean_up(args.device)
             continue
         except Exception as exc:  # noqa: BLE001 - report and go on with the rest of the suite
             failed.append(e.name)
             print(f"[{i}/{len(chosen)}] {e.name}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _clean_up(args.device)
             continue
         line = rec.to_json_line()
         if args.output:
