@@ -37,6 +37,7 @@ from calc.result import (
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
 
 Target = Literal["cuda", "cpu"]
+Sharder = Literal["deepspeed", "fsdp2"]
 _LORA_ATTENTION = frozenset({"q", "k", "v", "o", "qkv"})
 _LORA_ALL = _LORA_ATTENTION | {"gate", "up", "down"}
 _QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
@@ -60,6 +61,10 @@ class States:
     offloaded_cpu: int
     offloaded_nvme: int
     components: list[Component] = field(default_factory=list)
+    gathered_root: int = 0  # FSDP2: unsharded root weights (embedding, final norm, lm_head), fwd + bwd
+    gathered_layer: int = 0  # FSDP2: one decoder layer's unsharded weights while it runs
+    reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
+    reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
 
 
 def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
@@ -201,9 +206,11 @@ def adapter_bytes(p: Precision) -> int:
     return 2 if p == Precision.bf16 or p.is_mixed else 4
 
 
-def _ctx(sc: Scenario, target: Target) -> Ctx:
+def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
     t = sc.training
     p = t.precision
+    if fsdp and p.is_mixed:  # MixedPrecisionPolicy: forward/backward on gathered 16-bit weights
+        p = Precision.bf16
     lora = t.lora
     common = dict(spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len, cuda=target == "cuda",
                   tp=t.tensor_parallel, sp=t.sequence_parallel,
@@ -278,7 +285,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     saved_by_layer = [saved(i) for i in range(layers)]
     tl = _Timeline()
-    w = st.weights
+    w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
+    gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 else 0
     other0 = inputs + ws + st.zero_buffers
@@ -310,13 +318,17 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             amp_cache += sel_cache + layer.cached_unsaved  # + KV-cache copies nobody saved
             peak = layer.fwd_peak
         o = fwd_other + amp_cache + peak - s_i
-        rows.append((names[0][i], "forward", w, ga_grads, opt, cur + s_i, o if o > 0 else 0))
+        rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1), ga_grads, opt, cur + s_i,
+                     o if o > 0 else 0))
         cur += s_i
     if last:
-        tl.add("lm_head + loss", "loss", w, ga_grads, opt, cur + head.saved,
+        w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
+        tl.add("lm_head + loss", "loss", w_all, ga_grads, opt, cur + head.saved,
                other0 + amp_cache + head.fwd_peak - head.saved)
         g_head = round(head.param_grad_bytes * scale_g)
-        tl.add("loss backward", "backward", w, ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
+        # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
+        tl.add("loss backward", "backward", w_all if keep_gathered else w + gl,
+               ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
                cur + head.bwd_peak_saved, other0 + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
         grads = g_head
     else:
@@ -333,13 +345,22 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     else:
         again = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
                  other0 + bwd - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+    if gl:  # FSDP2: the layer's own unsharded grads are alive until its reduce-scatter
+        plain = (layer.bwd_peak_pgrad,) + plain[1:]
+        again = (layer.bwd_peak_pgrad if again[0] else 0,) + again[1:]
     for i in reversed(range(layers)):
         cur -= saved_by_layer[i]
         ckpt_i = every and i % every == 0
         pg, alive, o = again if ckpt_i else plain
         g_now = grads + pg
-        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w,
+        # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
+        gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
+        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w + gathered,
                      g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
+        if gl:  # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
+            left = gl * (i if keep_gathered else (1 if i else 0))
+            rows.append((f"reduce-scatter layer {i}", "backward", w + left, grads + layer.param_grad_bytes, opt,
+                         cur, other0 + h_bytes + st.reduce_scatter_input))
         grads += g_i
     if first:
         cur -= emb.saved
@@ -348,8 +369,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                other0 + emb.bwd_peak - emb.bwd_peak_pgrad)
     # optimizer
     # *-mixed: each 16-bit grad is converted into an fp32 master grad and freed before the step
-    step_grads = 0 if t.precision.is_mixed and t.offload_optimizer == Offload.none else st.grads
-    tl.add("optimizer step", "optimizer", w, step_grads + st.grad_fp32_step, opt, 0,
+    step_grads = 0 if t.precision.is_mixed and t.offload_optimizer == Offload.none and not gl else st.grads
+    tl.add("optimizer step", "optimizer", st.weights, step_grads + st.grad_fp32_step, opt, 0,
            inputs + st.zero_buffers + st.opt_temp)
     return tl
 
@@ -393,9 +414,10 @@ def _inference_head_peak(ctx: Ctx) -> int:
 
 # ---- entry point -------------------------------------------------------------------------
 
-def estimate(sc: Scenario, target: Target = "cuda") -> Estimate:
+def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder = "deepspeed") -> Estimate:
     """Predict per-GPU memory for `sc`. target="cpu" predicts a CPU run of the same workload
-    (dropout noise tensors instead of masks, no CUDA workspaces): used only for validation."""
+    (dropout noise tensors instead of masks, no CUDA workspaces). sharding="fsdp2" models PyTorch
+    FSDP2 (fully_shard per layer) instead of DeepSpeed ZeRO for zero_stage 2/3 with several GPUs."""
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
     gpu = gpu_presets().get(hw.gpu) if hw.gpu else None
@@ -403,11 +425,12 @@ def estimate(sc: Scenario, target: Target = "cuda") -> Estimate:
     layers = parallel.layers_on_stage(spec.num_layers, pp)
     training = sc.mode == Mode.train
     ws = cublas_workspace_bytes(gpu.architecture if gpu else "hopper", training) if target == "cuda" else 0
-    ctx = _ctx(sc, target)
+    fsdp = sharding == "fsdp2" and training and sc.data_parallel > 1 and t.zero_stage in (2, 3)
+    ctx = _ctx(sc, target, fsdp)
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Timeline, States] | None = None
     for first, last in stages:
-        st = model_states(sc, layers, first, last)
+        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last)
         tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
               else _inference_timeline(sc, _inference_states(st), ctx, layers, ws)).build()
         peak = tl.total(tl.peak_index)
@@ -416,6 +439,37 @@ def estimate(sc: Scenario, target: Target = "cuda") -> Estimate:
     assert best is not None
     peak, tl, st = best
     return _result(sc, spec, hw, gpu, peak, tl, st, layers, ws, training)
+
+
+def fsdp2_states(sc: Scenario) -> States:
+    """PyTorch FSDP2 (fully_shard on every decoder layer and on the root), the ZeRO-3 analogue
+    with reshard_after_forward=True and the ZeRO-2 analogue with False. Each parameter is sharded
+    on dim 0, padded to a multiple of the world size N; gradients are reduce-scattered into the
+    same shards and the optimizer runs on them. *-mixed uses MixedPrecisionPolicy(param_dtype=16-bit,
+    reduce_dtype=fp32): the fp32 shards are the master weights. The root's gathered weights
+    (embedding, final norm, lm_head) stay unsharded from forward to the end of backward
+    (torch/distributed/fsdp/_fully_shard, FSDPParamGroup)."""
+    spec, t = sc.spec, sc.training
+    p = t.precision
+    n = sc.data_parallel
+    store = 2 if p == Precision.bf16 else 4
+    compute = 2 if (p == Precision.bf16 or p.is_mixed) else 4
+    shapes = [((-(-s[0] // n),) + s[1:], c) for s, c in spec.param_shapes()]
+    sharded = sum(_numel(s) * c for s, c in shapes)
+    state_p = Precision.bf16 if p == Precision.bf16 else Precision.fp32
+    states = precision.optimizer_state_bytes(t.optimizer, state_p, shapes)
+    temp = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes)
+    root = spec.embedding_params() + spec.norm_params() + spec.lm_head_params()
+    comps = [Component(key="weights", category="parameters", label="Model weights (FSDP2 shards)",
+                       bytes=sharded * store, formula=f"{spec.total_params():,} params / {n} ranks x {store} B",
+                       source="FSDP2 dim-0 sharding, padded to a multiple of the world size")]
+    return States(weights=sharded * store, grads=sharded * store, optimizer=states, master=0, opt_temp=temp,
+                  grad_fp32_step=0, zero_buffers=0, trainable=spec.total_params(), params_local=spec.total_params(),
+                  offloaded_cpu=0, offloaded_nvme=0, components=comps, gathered_root=root * compute,
+                  gathered_layer=spec.layer_params() * compute, reshard_after_forward=t.zero_stage == 3,
+                  # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
+                  # copies, then copied into the flat reduce-scatter input (foreach_reduce)
+                  reduce_scatter_input=spec.layer_params() * (8 if p.is_mixed else store))
 
 
 def _inference_states(st: States) -> States:

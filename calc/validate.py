@@ -82,7 +82,7 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     """Predict one record's scenario and compare peak and, where measured, the model states."""
     sc = rec.scenario
     target = "cuda" if rec.device == "cuda" else "cpu"
-    est = estimate(sc, target=target)
+    est = estimate(sc, target=target, sharding="fsdp2" if rec.engine == "fsdp2" else "deepspeed")
     meas = rec.peak_allocated_bytes
     pred = est.peak_allocated_bytes
     comp: dict[str, float] = {}

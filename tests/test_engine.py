@@ -228,3 +228,18 @@ def test_components_sum_to_peak_with_formulas(data):
     for cat in ("parameters", "gradients", "optimizer_states", "activations", "other"):
         assert sum(c.bytes for c in est.components if c.category == cat) == getattr(est.breakdown, cat)
     assert all(c.formula and c.source for c in est.components)
+
+
+def test_fsdp2_shards_pad_dim0_and_keep_root_gathered():
+    from calc.engine import fsdp2_states
+
+    sc = Scenario.model_validate({"model": TINY_LLAMA, "hardware": {"num_gpus": 3},
+                                  "training": {"precision": "bf16-mixed", "zero_stage": 3}})
+    st = fsdp2_states(sc)
+    padded = sum(-(-s[0] // 3) * (s[1] if len(s) > 1 else 1) * c for s, c in sc.spec.param_shapes())
+    assert st.weights == st.grads == 4 * padded  # fp32 shards are the masters; fp32 grads
+    assert st.optimizer == 8 * padded and st.master == 0
+    assert st.gathered_root == 2 * (2 * 1000 * 128 + 128)  # bf16 embedding + lm_head + final norm
+    assert st.reshard_after_forward
+    est = estimate(sc, target="cpu", sharding="fsdp2")
+    assert est.breakdown.total() == est.peak_allocated_bytes
