@@ -52,6 +52,30 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 
 
+_SERVER: dict[str, subprocess.Popen] = {}
+
+
+def server_alive() -> None:
+    """Fail with the reason when the app's process has gone (not a browser timeout 90 s later)."""
+    proc = _SERVER.get("proc")
+    if proc is not None and proc.poll() is not None:
+        raise AssertionError(f"the streamlit server exited with code {proc.returncode} during the test "
+                             f"(a signal from outside the test is negative); see {ARTIFACTS / 'streamlit_e2e.log'}")
+
+
+def until(check, timeout_s: float = WAIT_MS / 1000) -> None:
+    """Retry a Playwright `expect(...)` check in short slices, checking that the server still runs."""
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            check(3_000)
+            return
+        except AssertionError:
+            server_alive()
+            if time.time() > deadline:
+                raise
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -68,6 +92,7 @@ def server():
          "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    _SERVER["proc"] = proc
     try:
         deadline = time.time() + 60
         while True:
@@ -81,6 +106,7 @@ def server():
             time.sleep(0.3)
         yield url
     finally:
+        _SERVER.pop("proc", None)
         proc.terminate()
         try:
             proc.wait(timeout=15)
@@ -107,6 +133,7 @@ def settle(pg) -> None:
     """Wait until the script run is over and the page stops growing."""
     last = -1
     for _ in range(240):
+        server_alive()
         pg.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=WAIT_MS)
         time.sleep(0.4)
         h = pg.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
@@ -116,6 +143,7 @@ def settle(pg) -> None:
 
 
 def no_traceback(pg) -> None:
+    server_alive()
     body = pg.locator("body").inner_text()
     assert "Traceback" not in body and "StreamlitAPIException" not in body, body[:2000]
 
@@ -289,11 +317,11 @@ def test_every_page_screenshot(page, server):
                   training={"precision": "bf16-mixed", "zero_stage": 3, "activation_checkpointing": "full",
                             "micro_batch_size": 2})
     pg.goto(f"{server}/?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
-    expect(alerts(pg).first).to_contain_text(calc_verdict(sc))
+    until(lambda t: expect(alerts(pg).first).to_contain_text(calc_verdict(sc), timeout=t))
     sb = pg.locator("[data-testid='stSidebar']")
     for label, title in PAGES:
         sb.get_by_role("link", name=label).click()
-        expect(pg.get_by_role("heading", name=title)).to_be_visible()
+        until(lambda t, title=title: expect(pg.get_by_role("heading", name=title)).to_be_visible(timeout=t))
         settle(pg)
         no_traceback(pg)
         params = url_params(pg)
