@@ -179,13 +179,16 @@ def recommendations(scenario_json: str, allow_method_change: bool, global_batch_
 
 def launch_lines(sc: Scenario) -> str:
     """Shell commands that start the exported run on the scenario's nodes (the file names are those of
-    the Export page's downloads). calc.export has no launch-line function yet; the node shape is the
-    resolved hardware's."""
+    the Export page's downloads). calc.export has no launch-line function yet; the node shape is
+    calc.speed's (the one the accelerate config is written for)."""
     from calc.export.hf import uses_deepspeed
+    from calc.speed import hardware_of
 
-    hw = sc.resolved_hardware()
-    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
-    nodes = hw.num_gpus // per_node
+    try:
+        node = hardware_of(sc)  # the node shape calc.speed and calc.export use
+        per_node, nodes = node.gpus_per_node, node.num_gpus // node.gpus_per_node
+    except ValueError:  # a custom GPU (memory size only): one process per GPU on one node
+        per_node, nodes = sc.resolved_hardware().num_gpus, 1
     lines = ["# Hugging Face Trainer via accelerate (train.py and accelerate.yaml from this page)"]
     if nodes > 1:
         lines.append(f"# on each of the {nodes} nodes, with --machine_rank 0..{nodes - 1}:")
