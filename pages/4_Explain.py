@@ -171,7 +171,9 @@ st.markdown(f"""
 ZeRO-Offload moves the optimizer states (and the update itself, on the CPU with DeepSpeed's CPUAdam) to
 host memory; ZeRO-Infinity can put them, or the weights (stage 3), on NVMe. Every step then moves
 gradients down and weights up over PCIe
-{f"(gen {pcie['gen']}: {pcie['bytes_per_s'] / 1e9:.0f} GB/s per direction for this GPU)" if pcie else ""}.
+{f"(gen {pcie['gen']}: {pcie['bytes_per_s'] / 1e9:.0f} GB/s per direction for this GPU)" if pcie else ""};
+NVMe is slower still{f" ({f['nvme_bytes_per_s'] / 1e9:.1f} GB/s per node assumed for this hardware)" if f["nvme_bytes_per_s"] else ""},
+so ZeRO-Infinity keeps the step waiting on the drive unless the batch is large.
 Host buffers must be **pinned** (page-locked) to reach that bandwidth, and pinned memory cannot be swapped:
 the host needs RAM for all of it.
 """)

@@ -15,7 +15,7 @@ from calc.engine import estimate
 from calc.presets import gpu_presets
 from calc.result import CATEGORIES, Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
-from calc.speed import estimate_speed
+from calc.speed import estimate_speed, hardware_of
 
 
 def variant(sc: Scenario, *, hardware: dict[str, Any] | None = None, mode: str | None = None,
@@ -184,6 +184,10 @@ def figures(scenario_json: str) -> dict[str, Any]:
                     "offload_s": s["offload_s"] if s else None})
     out["offload"] = off
     out["pcie"] = {"gen": gpu.pcie_gen, "bytes_per_s": gpu.pcie_bandwidth_bytes_per_s} if gpu else None
+    try:
+        out["nvme_bytes_per_s"] = hardware_of(sc).nvme_bytes_per_s
+    except ValueError:
+        out["nvme_bytes_per_s"] = None
 
     # attention
     att = []
