@@ -65,3 +65,20 @@ def test_presets_lists_models_and_gpus(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     assert "llama-2-7b" in out and "a100-80gb" in out and "8x-a100-80gb" in out
+
+
+def test_fit_finds_the_boundary(tmp_path, capsys):
+    from calc.engine import estimate
+    from calc.fit import largest_fitting
+    from calc.scenario import Scenario
+
+    data = {"model": "llama-3.2-1b", "hardware": {"gpu": "rtx-4090"}, "training": {"precision": "bf16"}}
+    sc = Scenario.model_validate(data)
+    best = largest_fitting(sc, "micro_batch_size")
+    assert best and best >= 1
+    at = Scenario.model_validate({**data, "training": {**data["training"], "micro_batch_size": best}})
+    over = Scenario.model_validate({**data, "training": {**data["training"], "micro_batch_size": best + 1}})
+    assert estimate(at).fits and not estimate(over).fits
+    assert main(["fit", write(tmp_path, data)]) == 0
+    assert f"micro-batch that fits at seq_len 2048: {best}" in capsys.readouterr().out
+    assert main(["fit", write(tmp_path, {"model": "gpt2"})]) == 2

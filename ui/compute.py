@@ -4,15 +4,14 @@ runs). The engine itself takes milliseconds, so single estimates are not cached 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 import streamlit as st
-from pydantic import ValidationError
 
 from calc.engine import estimate
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.result import Estimate
-from calc.scenario import Scenario, TrainingConfig
+from calc.scenario import Scenario
 from calc.units import GiB
 
 
@@ -42,48 +41,12 @@ def run(sc: Scenario) -> Estimate:
     return estimate(sc)
 
 
-def _limit(field: str) -> int:
-    for m in TrainingConfig.model_fields[field].metadata:
-        if hasattr(m, "le"):
-            return int(m.le)
-    raise KeyError(field)
-
-
-def _fits(base: dict[str, Any], field: str, value: int) -> bool:
-    data = {**base, "training": {**base["training"], field: value}}
-    try:
-        est = estimate(Scenario.model_validate(data))
-    except (ValidationError, ValueError):
-        return False
-    return bool(est.fits)
-
-
 @st.cache_data(max_entries=512, show_spinner=False)
 def largest_fitting(scenario_json: str, field: Literal["micro_batch_size", "seq_len"]) -> int | None:
-    """The largest value of `field` (others fixed) whose estimate fits the GPU, by doubling then
-    bisecting with the engine (memory grows monotonically with batch and sequence length).
-    0 when even 1 does not fit; None without a GPU memory size."""
-    sc = Scenario.model_validate_json(scenario_json)
-    if estimate(sc).fits is None:
-        return None
-    base = sc.model_dump(mode="json")
-    top = _limit(field)
-    if not _fits(base, field, 1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= top and _fits(base, field, hi):
-        lo, hi = hi, hi * 2
-    if hi > top:
-        if _fits(base, field, top):
-            return top
-        hi = top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _fits(base, field, mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    """Cached calc.fit.largest_fitting (0 when even 1 does not fit; None without a GPU size)."""
+    from calc.fit import largest_fitting as search
+
+    return search(Scenario.model_validate_json(scenario_json), field)
 
 
 # ---- Validation ------------------------------------------------------------------------------
