@@ -84,6 +84,7 @@ class ModelSpec(BaseModel):
     parallel_residual: bool = False  # gpt_neox: attn and MLP read the same input
     final_logit_softcapping: float | None = None  # gemma2: tanh(logits / c) * c
     attn_logit_softcapping: float | None = None
+    sliding_window: int | None = Field(None, ge=1, description="SDPA needs an explicit mask past this length")
     name: str | None = None
 
     @model_validator(mode="after")
@@ -286,6 +287,9 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
                       attn_logit_softcapping=cfg.get("attn_logit_softcapping"))
     elif family == "mixtral":
         fields.update(num_experts=int(cfg["num_local_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]))
+    if family in ("mistral", "mixtral") or (family in ("qwen2", "qwen3") and cfg.get("use_sliding_window")):
+        window = cfg.get("sliding_window")
+        fields["sliding_window"] = int(window) if window else None
     elif family == "phi3":
         fields["rotary_fraction"] = float(_first(rope, "partial_rotary_factor", default=1.0))
     return ModelSpec(**fields)

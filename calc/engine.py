@@ -243,6 +243,8 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     mask = ctx.batch * ctx.seq * ctx.seq * (4 if ctx.r == 4 else ctx.a) if eager else 0
     if s.family == "gemma2":  # a full-causal and a sliding-window mask, for alternating layers
         mask *= 2
+    elif not eager and s.sliding_window is not None and ctx.seq > s.sliding_window:
+        mask = ctx.batch * ctx.seq * ctx.seq  # SDPA's boolean sliding-window mask
     return rope, mask
 
 

@@ -320,8 +320,11 @@ def _head_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
 
 
 def _sdpa_needs_mask(c: Ctx) -> bool:
-    """SDPA runs with is_causal and no mask unless a sliding window is shorter than the sequence."""
-    return False
+    """SDPA runs with is_causal and no mask, except when a sliding window (Mistral, Mixtral, Qwen
+    with use_sliding_window) is shorter than the sequence: then transformers builds the mask and
+    passes repeat_kv'd keys and values (use_gqa_in_sdpa needs attention_mask is None)."""
+    w = c.spec.sliding_window
+    return w is not None and c.seq > w
 
 
 # ---- MLPs --------------------------------------------------------------------------------
