@@ -143,6 +143,8 @@ def resolve_model(model: str | dict[str, Any]) -> ModelSpec:
 def resolve_hardware(hw: Any) -> Any:
     """Expand a cluster preset and check the GPU id; returns a HardwareConfig."""
     update: dict[str, Any] = {}
+    if hw.cluster is None and hw.gpu is not None and hw.gpu not in gpu_presets() and hw.gpu in cluster_presets():
+        hw = hw.model_copy(update={"cluster": hw.gpu, "gpu": None})  # a cluster id given as the GPU
     if hw.cluster is not None:
         clusters = cluster_presets()
         if hw.cluster not in clusters:

@@ -82,3 +82,12 @@ def test_fit_finds_the_boundary(tmp_path, capsys):
     assert main(["fit", write(tmp_path, data)]) == 0
     assert f"micro-batch that fits at seq_len 2048: {best}" in capsys.readouterr().out
     assert main(["fit", write(tmp_path, {"model": "gpt2"})]) == 2
+
+
+def test_cluster_id_fills_gpu_and_count():
+    from calc.scenario import Scenario
+
+    for hw in ({"cluster": "8x-a100-80gb"}, {"gpu": "8x-a100-80gb"}):
+        sc = Scenario.model_validate({"model": "gpt2", "hardware": hw})
+        r = sc.resolved_hardware()
+        assert (r.gpu, r.num_gpus, r.gpus_per_node) == ("a100-80gb", 8, 8)
