@@ -69,6 +69,22 @@ def unique_storage_bytes(tensors: Any, round_to: int = 1) -> int:
     return total
 
 
+def measure_on_cuda(w: Workload, dev: torch.device, steps: int, baseline: int) -> dict[str, Any]:
+    """Run the steps on the GPU and read the caching allocator. The numbers are raw, as a user's
+    torch.cuda.max_memory_allocated() shows them: they include the cuBLAS workspace the warm-up
+    created (`baseline`), which the calculator also predicts."""
+    tracker = CudaTracker(dev)
+    prepare_optimizer(w, tracker)
+    out: dict[str, Any] = {"initial_allocated_bytes": torch.cuda.memory_allocated(dev)}
+    run_steps(w, tracker, steps)
+    free, total = torch.cuda.mem_get_info(dev)
+    out.update(phase=dict(tracker.phase_peak), steps_phase=[dict(s) for s in tracker.step_peaks],
+               peak_reserved_bytes=max(tracker.phase_peak_reserved.values()), device_used_bytes=total - free,
+               num_alloc_retries=int(torch.cuda.memory_stats(dev).get("num_alloc_retries", 0)),
+               baseline_allocated_bytes=baseline, categories=None)
+    return out
+
+
 def _weights_bytes(w: Workload) -> int:
     round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
     return unique_storage_bytes(list(w.model.parameters()) + list(w.model.buffers()), round_to)
@@ -129,23 +145,9 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             _warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
             w = build_workload(scenario, dev, num_layers=num_layers)
-            tracker: Any = CudaTracker(dev)
-            prepare_optimizer(w, tracker)
             out["weights_bytes"] = _weights_bytes(w)
-            out["initial_allocated_bytes"] = torch.cuda.memory_allocated(dev)
-            run_steps(w, tracker, steps)
-            peak = max(tracker.phase_peak.values())
-            # Raw allocator numbers, as a user's torch.cuda.max_memory_allocated() shows them: they include
-            # the cuBLAS workspace the warm-up created (baseline), which the calculator also predicts.
-            out["peak_allocated_bytes"] = peak
-            out["phase"] = dict(tracker.phase_peak)
-            out["steps_phase"] = [dict(s) for s in tracker.step_peaks]
-            out["peak_reserved_bytes"] = max(tracker.phase_peak_reserved.values())
-            free, total = torch.cuda.mem_get_info(dev)
-            out["device_used_bytes"] = total - free
-            out["num_alloc_retries"] = int(torch.cuda.memory_stats(dev).get("num_alloc_retries", 0))
-            out["baseline_allocated_bytes"] = baseline
-            out["categories"] = None
+            out.update(measure_on_cuda(w, dev, steps, baseline))
+            out["peak_allocated_bytes"] = max(out["phase"].values())
         else:
             w = build_workload(scenario, dev, num_layers=num_layers, fake=fake)
             mt = PhaseMemTracker()

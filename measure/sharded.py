@@ -28,7 +28,7 @@ import torch
 
 from calc.scenario import Mode, Precision, Scenario
 from measure.record import MeasurementRecord, Sharding
-from measure.trackers import CudaTracker, fsdp_tracker
+from measure.trackers import fsdp_tracker
 from measure.workload import (
     PrecisionPlan,
     UnsupportedError,
@@ -161,18 +161,9 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=dev)
         w = Workload(scenario, dev, model, input_ids, plan, fake=fake)
         if device == "cuda":
-            tracker: Any = CudaTracker(dev)
-            prepare_optimizer(w, tracker)
-            out["initial_allocated_bytes"] = torch.cuda.memory_allocated(dev)
-            run_steps(w, tracker, steps)
-            out["phase"] = dict(tracker.phase_peak)  # raw, cuBLAS workspace included (see runner.py)
-            out["steps_phase"] = [dict(s) for s in tracker.step_peaks]
-            out["peak_reserved_bytes"] = max(tracker.phase_peak_reserved.values())
-            free, total = torch.cuda.mem_get_info(dev)
-            out["device_used_bytes"] = total - free
-            out["num_alloc_retries"] = int(torch.cuda.memory_stats(dev).get("num_alloc_retries", 0))
-            out["baseline_allocated_bytes"] = baseline
-            out["categories"] = None
+            from measure.runner import measure_on_cuda
+
+            out.update(measure_on_cuda(w, dev, steps, baseline))
         else:
             prepare_optimizer(w, None)
             mt = fsdp_tracker(w.model, w.optimizer)
