@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 OUT = -1  # placeholder in `saves` for the op's own output
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     out: int  # tensor id created by this op (or an alias id), -2 when it creates nothing
     ins: tuple[int, ...]
@@ -80,9 +80,11 @@ class Graph:
         r = self.round_to
         self.sizes.append(-(-out_bytes // r) * r)
         self.needs_grad.append(grad)
-        saves = tuple(tid if s == OUT else s for s in saves)
+        if OUT in saves:
+            saves = tuple(tid if s == OUT else s for s in saves)
         if grad_ins is None:
-            grad_ins = tuple(i for i in ins if self.needs_grad[i])
+            ng = self.needs_grad
+            grad_ins = tuple([i for i in ins if ng[i]])
         self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name))
         self.output = tid
         return tid
@@ -101,13 +103,17 @@ class Graph:
         savers: dict[int, int] = {}
         last_read: dict[int, int] = {}
         for k, op in enumerate(self.ops):
-            for s in op.saves:
-                savers[s] = savers.get(s, 0) + 1
+            for t in op.saves:
+                savers[t] = savers.get(t, 0) + 1
             for i in op.ins:
                 last_read[i] = k
-        fwd_peak = self._forward(savers, last_read)
-        fwd_peak_nosave = self._forward({}, last_read)
-        saved_ids = {t for t in savers}
+        frees: list[list[int]] = [[] for _ in self.ops]
+        for i, k in last_read.items():
+            if i != self.output:
+                frees[k].append(i)
+        fwd_peak = self._forward(savers, frees)
+        fwd_peak_nosave = self._forward({}, frees)
+        saved_ids = set(savers)
         saved_bytes = sum(self.sizes[t] for t in saved_ids)
         (bwd_peak, bwd_saved, bwd_pgrad), in_grad, pgrads = self._backward(savers, saved_ids)
         return BlockProfile(
@@ -124,17 +130,19 @@ class Graph:
             cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
         )
 
-    def _forward(self, savers: dict[int, int], last_read: dict[int, int]) -> int:
+    def _forward(self, savers: dict[int, int], frees: list[list[int]]) -> int:
         """Peak live bytes of the block during forward, its input included."""
-        live_bytes = self.sizes[0]
+        sizes = self.sizes
+        live_bytes = sizes[0]
         peak = live_bytes
-        for k, op in enumerate(self.ops):
+        for op, gone in zip(self.ops, frees, strict=True):
             if op.out >= 0:
-                live_bytes += self.sizes[op.out]
-            peak = max(peak, live_bytes + op.ws_fwd)
-            for i in set(op.ins):
-                if last_read.get(i) == k and i not in savers and i != self.output:
-                    live_bytes -= self.sizes[i]
+                live_bytes += sizes[op.out]
+            if live_bytes + op.ws_fwd > peak:
+                peak = live_bytes + op.ws_fwd
+            for i in gone:
+                if i not in savers:
+                    live_bytes -= sizes[i]
         return peak
 
     def _backward(self, savers: dict[int, int], saved_ids: set[int]) -> tuple[tuple[int, int, int], int, int]:
