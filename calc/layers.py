@@ -392,6 +392,7 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted), name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
     unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
+    g.keep(y, gathered, wsorted)  # locals of the experts forward live until it returns
     return g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
 
 
