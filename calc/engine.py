@@ -39,7 +39,7 @@ from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Sc
 Target = Literal["cuda", "cpu"]
 Sharder = Literal["deepspeed", "fsdp2"]
 _LORA_ATTENTION = frozenset({"q", "k", "v", "o", "qkv"})
-_LORA_ALL = _LORA_ATTENTION | {"gate", "up", "down"}
+_LORA_ALL = _LORA_ATTENTION | {"gate", "up", "down", "gate_up"}
 _QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
 
 
@@ -80,6 +80,10 @@ def _lora_linears(spec: ModelSpec, tp: int) -> list[tuple[str, int, int, int]]:
     h, q, kv, i = spec.hidden_size, spec.q_width // tp, spec.kv_width // tp, spec.intermediate_size // tp
     if spec.family in ("gpt2", "gpt_neox"):
         return [("qkv", h, 3 * q, 1), ("o", q, h, 1), ("up", h, i, 1), ("down", i, h, 1)]
+    if spec.family == "phi3":  # fused qkv_proj and gate_up_proj
+        return [("qkv", h, q + 2 * kv, 1), ("o", q, h, 1), ("gate_up", h, 2 * i, 1), ("down", i, h, 1)]
+    if spec.num_experts > 1:  # the experts are 3-D parameters, not nn.Linear: peft's all-linear skips them
+        return [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1)]
     return [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1),
             ("gate", h, i, spec.num_experts), ("up", h, i, spec.num_experts), ("down", i, h, spec.num_experts)]
 

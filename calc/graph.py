@@ -94,10 +94,6 @@ class Graph:
         last use as an op input)."""
         self.ops.append(Op(-2, tids, (), (), 0, 0, 0, "keep alive"))
 
-    def param_op(self, pgrad: int, name: str = "") -> None:
-        """A node with no activation output that only produces a parameter gradient (e.g. AccumulateGrad)."""
-        self.ops.append(Op(-2, (), (), (), pgrad, 0, 0, name))
-
     # ---- simulation ------------------------------------------------------------------
     def profile(self) -> BlockProfile:
         savers: dict[int, int] = {}

@@ -32,7 +32,6 @@ class Ctx:
     frozen_base: bool = False  # LoRA: base weights take no gradient
     adapter_bytes: int = 4  # LoRA adapter dtype: fp32 (peft's autocast_adapter_dtype) or 16-bit
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
-    selective: bool = False  # attention block is recomputed in backward (selective checkpointing)
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
 
