@@ -420,10 +420,12 @@ def _inference_head_peak(ctx: Ctx) -> int:
 
 # ---- entry point -------------------------------------------------------------------------
 
-def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder = "deepspeed") -> Estimate:
+def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
     """Predict per-GPU memory for `sc`. target="cpu" predicts a CPU run of the same workload
-    (dropout noise tensors instead of masks, no CUDA workspaces). sharding="fsdp2" models PyTorch
-    FSDP2 (fully_shard per layer) instead of DeepSpeed ZeRO for zero_stage 2/3 with several GPUs."""
+    (dropout noise tensors instead of masks, no CUDA workspaces). `sharding` overrides the
+    scenario's training.sharding: "fsdp2" models PyTorch FSDP2 (fully_shard per layer) instead of
+    DeepSpeed ZeRO for zero_stage 2/3 with several GPUs."""
+    sharding = sharding or sc.training.sharding
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
     gpu = gpu_presets().get(hw.gpu) if hw.gpu else None

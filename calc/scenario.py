@@ -107,6 +107,9 @@ class TrainingConfig(BaseModel):
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage; 0 = plain data parallel")
     offload_optimizer: Offload = Offload.none
     offload_params: Offload = Offload.none
+    sharding: Literal["deepspeed", "fsdp2"] = Field(
+        "deepspeed", description="what implements zero_stage 2/3: DeepSpeed ZeRO, or PyTorch FSDP2 "
+        "(fully_shard per layer; stage 3 = FULL_SHARD, stage 2 = reshard_after_forward=False)")
     tensor_parallel: int = Field(1, ge=1, le=1024)
     pipeline_parallel: int = Field(1, ge=1, le=1024)
     sequence_parallel: bool = False
@@ -122,6 +125,13 @@ class TrainingConfig(BaseModel):
             raise ValueError("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2")
         if self.pipeline_parallel > 1 and self.zero_stage > 1:
             raise ValueError("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)")
+        if self.sharding == "fsdp2":
+            if self.zero_stage == 1:
+                raise ValueError("sharding fsdp2 shards gradients and weights: use zero_stage 2 or 3 (or 0)")
+            if self.offload_optimizer != Offload.none or self.offload_params != Offload.none:
+                raise ValueError("offload is modelled for DeepSpeed ZeRO; use sharding deepspeed")
+            if self.pipeline_parallel > 1 or self.tensor_parallel > 1:
+                raise ValueError("sharding fsdp2 is modelled for data parallelism only (tensor/pipeline = 1)")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise ValueError("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)")
         if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:

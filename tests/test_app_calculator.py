@@ -122,6 +122,8 @@ STEPS: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("sc_pp", 2, {"training__pipeline_parallel": 2}),
     ("sc_pp", 1, {"training__pipeline_parallel": 1}),
     ("sc_zero", 2, {"training__zero_stage": 2}),
+    ("sc_sharding", "fsdp2", {"training__sharding": "fsdp2"}),
+    ("sc_sharding", "deepspeed", {"training__sharding": "deepspeed"}),
     ("sc_off_opt", "cpu", {"training__offload_optimizer": "cpu"}),
     ("sc_zero", 3, {"training__zero_stage": 3}),
     ("sc_off_par", "nvme", {"training__offload_params": "nvme"}),

@@ -243,3 +243,18 @@ def test_fsdp2_shards_pad_dim0_and_keep_root_gathered():
     assert st.reshard_after_forward
     est = estimate(sc, target="cpu", sharding="fsdp2")
     assert est.breakdown.total() == est.peak_allocated_bytes
+
+
+def test_fsdp2_is_a_scenario_choice():
+    base = {"model": "llama-2-7b", "hardware": {"gpu": "a100-80gb", "num_gpus": 8},
+            "training": {"precision": "bf16-mixed", "zero_stage": 3, "activation_checkpointing": "full"}}
+    ds = estimate(Scenario.model_validate(base))
+    fsdp_sc = Scenario.model_validate({**base, "training": {**base["training"], "sharding": "fsdp2"}})
+    fsdp = estimate(fsdp_sc)
+    assert fsdp.peak_allocated_bytes == estimate(Scenario.model_validate(base), sharding="fsdp2").peak_allocated_bytes
+    assert fsdp.peak_allocated_bytes != ds.peak_allocated_bytes
+    with pytest.raises(ValueError, match="fsdp2"):
+        Scenario.model_validate({**base, "training": {**base["training"], "sharding": "fsdp2", "zero_stage": 1}})
+    with pytest.raises(ValueError, match="offload"):
+        Scenario.model_validate({**base, "training": {**base["training"], "sharding": "fsdp2",
+                                                      "offload_optimizer": "cpu"}})

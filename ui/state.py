@@ -54,6 +54,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "every": ("training", "checkpoint_every"),
     "attn": ("training", "attention"),
     "zero": ("training", "zero_stage"),
+    "shard": ("training", "sharding"),
     "off_opt": ("training", "offload_optimizer"),
     "off_par": ("training", "offload_params"),
     "tp": ("training", "tensor_parallel"),

@@ -67,6 +67,7 @@ ATTENTION_LABELS = {
     Attention.eager: "eager (materialises S x S scores)",
 }
 OFFLOAD_LABELS = {Offload.none: "none (on GPU)", Offload.cpu: "CPU RAM", Offload.nvme: "NVMe"}
+SHARDING_LABELS = {"deepspeed": "DeepSpeed ZeRO", "fsdp2": "PyTorch FSDP2"}
 ZERO_LABELS = {
     0: "0 (plain data parallel)", 1: "1 (shard optimizer states)",
     2: "2 (+ gradients)", 3: "3 (+ weights)",
@@ -165,6 +166,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_every": t.checkpoint_every,
         "sc_attention": t.attention.value,
         "sc_zero": t.zero_stage,
+        "sc_sharding": t.sharding,
         "sc_off_opt": t.offload_optimizer.value,
         "sc_off_par": t.offload_params.value,
         "sc_tp": t.tensor_parallel,
@@ -303,6 +305,10 @@ def scenario_sidebar() -> Scenario | None:
                 tr["checkpoint_every"] = int(st.number_input("Checkpoint 1 of every k layers", 1, 1024, step=1,
                                                              key="sc_every"))
         tr["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, "sc_zero")
+        if tr["zero_stage"] in (2, 3):
+            tr["sharding"] = _select("Sharded by", SHARDING_LABELS, "sc_sharding",
+                                     help="DeepSpeed ZeRO, or PyTorch FSDP2 (fully_shard per layer: stage 3 = "
+                                          "FULL_SHARD, stage 2 = reshard_after_forward=False).")
         tr["offload_optimizer"] = _select("Offload optimizer states", OFFLOAD_LABELS, "sc_off_opt")
         tr["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, "sc_off_par",
                                        help="Needs ZeRO stage 3.")

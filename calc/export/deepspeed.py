@@ -77,6 +77,9 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     notes: list[str] = []
     if sc.mode != Mode.train:
         raise ValueError("mode: DeepSpeed config export is for training scenarios (mode=train)")
+    if t.sharding == "fsdp2" and t.zero_stage >= 2:
+        raise ValueError("training.sharding: this scenario shards with PyTorch FSDP2, not DeepSpeed; "
+                         "set sharding to deepspeed to export a ds_config")
     if t.precision == Precision.bf16 and t.zero_stage == 0:
         raise ValueError("training.precision: pure bf16 (bf16 optimizer states) needs zero_stage 1-3 in DeepSpeed "
                          "(bf16_optimizer_states); use zero_stage 1 or precision bf16-mixed")
