@@ -16,21 +16,27 @@ from pydantic import ValidationError
 from calc.errors import UserError
 from calc.units import fmt_gib
 
-__all__ = ["UserError", "load_scenario", "main", "one_line"]
+__all__ = ["UserError", "load_scenario", "main", "one_line", "read_json"]
 
 
-def load_scenario(path: str) -> Any:
-    """Read and validate a scenario JSON file (or '-' for stdin)."""
-    from calc.scenario import Scenario
-
+def read_json(path: str) -> Any:
+    """Parse a JSON file (or '-' for stdin); UserError with a one-line reason otherwise."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def load_scenario(path: str, data: Any = None) -> Any:
+    """Read and validate a scenario JSON file (or '-' for stdin), or validate already-read `data`."""
+    from calc.scenario import Scenario
+
+    if data is None:
+        data = read_json(path)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

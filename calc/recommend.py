@@ -21,7 +21,6 @@ It stays fast by never estimating what cannot win (branch and bound):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -874,25 +873,18 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
 
 def load_request(path: str, top: int | None = None) -> RecommendRequest:
     """A scenario file, or a RecommendRequest file (a JSON object with a "scenario" key)."""
-    from calc.__main__ import load_scenario, one_line
+    from calc.__main__ import load_scenario, one_line, read_json
     from calc.errors import UserError
 
-    if path != "-":
+    data = read_json(path)
+    if isinstance(data, dict) and "scenario" in data:
+        if top is not None:
+            data = {**data, "max_candidates": top}
         try:
-            with open(path) as fh:
-                data = json.load(fh)
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        if isinstance(data, dict) and "scenario" in data:
-            if top is not None:
-                data = {**data, "max_candidates": top}
-            try:
-                return RecommendRequest.model_validate(data)
-            except ValidationError as exc:
-                raise UserError(f"{path}: {one_line(exc)}") from None
-    sc = load_scenario(path)
+            return RecommendRequest.model_validate(data)
+        except ValidationError as exc:
+            raise UserError(f"{path}: {one_line(exc)}") from None
+    sc = load_scenario(path, data)
     return RecommendRequest(scenario=sc, max_candidates=top or 10)
 
 
