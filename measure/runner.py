@@ -85,6 +85,16 @@ def measure_on_cuda(w: Workload, dev: torch.device, steps: int, baseline: int) -
     return out
 
 
+def memtracker_fields(mt: Any) -> dict[str, Any]:
+    """The record fields a finished PhaseMemTracker run yields: per-phase and per-step peaks and the
+    categories (and raw MemTracker snapshot) at the peak phase."""
+    phase = _peak_phase(mt.phase_peak)
+    return {"phase": dict(mt.phase_peak), "steps_phase": list(mt.step_peaks),
+            "categories": mt.phase_peak_categories[phase], "categories_by_phase": dict(mt.phase_peak_categories),
+            "raw": mt.phase_peak_raw[phase], "raw_by_phase": dict(mt.phase_peak_raw),
+            "memtracker_peak_bytes": mt.peak_total()}
+
+
 def _weights_bytes(w: Workload) -> int:
     round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
     return unique_storage_bytes(list(w.model.parameters()) + list(w.model.buffers()), round_to)
@@ -157,15 +167,8 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
                 out["weights_bytes"] = _weights_bytes(w)
                 out["initial_allocated_bytes"] = mt.current_total()
                 run_steps(w, mt, steps)
-            out["phase"] = dict(mt.phase_peak)
-            out["steps_phase"] = list(mt.step_peaks)
-            phase = _peak_phase(mt.phase_peak)
-            out["peak_allocated_bytes"] = mt.phase_peak[phase]
-            out["categories"] = mt.phase_peak_categories[phase]
-            out["categories_by_phase"] = dict(mt.phase_peak_categories)
-            out["raw"] = mt.phase_peak_raw[phase]
-            out["raw_by_phase"] = dict(mt.phase_peak_raw)
-            out["memtracker_peak_bytes"] = mt.peak_total()
+            out.update(memtracker_fields(mt))
+            out["peak_allocated_bytes"] = mt.phase_peak[_peak_phase(mt.phase_peak)]
         out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
         out["num_params"] = sum(p.numel() for p in w.model.parameters())
         out["trainable_params"] = sum(p.numel() for p in w.model.parameters() if p.requires_grad)

@@ -171,16 +171,9 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
             with mt:
                 out["initial_allocated_bytes"] = mt.current_total()
                 run_steps(w, mt, steps)
-            out["phase"] = dict(mt.phase_peak)
-            out["steps_phase"] = list(mt.step_peaks)
-            from measure.runner import _peak_phase
+            from measure.runner import memtracker_fields
 
-            phase = _peak_phase(mt.phase_peak)
-            out["categories"] = mt.phase_peak_categories[phase]
-            out["categories_by_phase"] = dict(mt.phase_peak_categories)
-            out["raw"] = mt.phase_peak_raw[phase]
-            out["raw_by_phase"] = dict(mt.phase_peak_raw)
-            out["memtracker_peak_bytes"] = mt.peak_total()
+            out.update(memtracker_fields(mt))
         out["peak_allocated_bytes"] = max(out["phase"].values())
         out["weights_bytes"] = _local_bytes(list(model.parameters()) + list(model.buffers()))
         states = [v for s in w.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
