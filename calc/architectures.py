@@ -159,8 +159,16 @@ class ModelSpec(BaseModel):
     def norms_per_layer(self) -> int:
         return 4 if self.family == "gemma2" else 2
 
+    def layer_norm_params(self) -> int:
+        """The layer's normalisation weights (replicated under tensor parallelism)."""
+        return self.norms_per_layer() * self.norm_params()
+
     def layer_params(self) -> int:
-        return self.attention_params() + self.mlp_params() + self.norms_per_layer() * self.norm_params()
+        return self.attention_params() + self.mlp_params() + self.layer_norm_params()
+
+    def layer_matmul_params(self) -> int:
+        """Everything in a layer but its norms: the weights matmuls use (and TP splits)."""
+        return self.attention_params() + self.mlp_params()
 
     def total_params(self) -> int:
         """Exact `sum(p.numel())` of the transformers CausalLM model (tied weights counted once)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from math import prod
 from typing import Literal
 
 from calc import parallel, precision
@@ -91,8 +92,7 @@ def _lora_linears(spec: ModelSpec, tp: int) -> list[tuple[str, int, int, int]]:
 def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> int:
     """Parameters on one GPU: layer weights / tp (norms replicated), the vocab-parallel embedding
     on the first pipeline stage and the final norm + lm_head on the last."""
-    norms = spec.norms_per_layer() * spec.norm_params()
-    n = layers * ((spec.layer_params() - norms) // tp + norms)
+    n = layers * (spec.layer_matmul_params() // tp + spec.layer_norm_params())
     if first:
         n += spec.embedding_params() // tp
     if last:
@@ -114,7 +114,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
     if t.lora is not None:
         targets = _LORA_ALL if t.lora.targets == "all-linear" else _LORA_ATTENTION
         shapes = lora_shapes(spec, t.lora.rank, targets, layers, tp)
-        trainable = sum(_numel(s) * c for s, c in shapes)
+        trainable = sum(prod(s) * c for s, c in shapes)
         base_b = _QUANT_BYTES[t.lora.base_weights]
         ad = adapter_bytes(p)
         weights = round(n_local * base_b * shard.weights) + ad * trainable
@@ -175,12 +175,6 @@ def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool
     return out
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
 
 # ---- activations -------------------------------------------------------------------------
 
@@ -231,8 +225,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
 
 def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
     """16-bit copies of one layer's matmul weights and biases (everything but the norms)."""
-    norms = spec.norms_per_layer() * spec.norm_params()
-    return 2 * (spec.layer_params() - norms) // ctx.tp
+    return 2 * spec.layer_matmul_params() // ctx.tp
 
 
 def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
@@ -463,7 +456,7 @@ def fsdp2_states(sc: Scenario) -> States:
     store = 2 if p == Precision.bf16 else 4
     compute = 2 if (p == Precision.bf16 or p.is_mixed) else 4
     shapes = [((-(-s[0] // n),) + s[1:], c) for s, c in spec.param_shapes()]
-    sharded = sum(_numel(s) * c for s, c in shapes)
+    sharded = sum(prod(s) * c for s, c in shapes)
     state_p = Precision.bf16 if p == Precision.bf16 else Precision.fp32
     states = precision.optimizer_state_bytes(t.optimizer, state_p, shapes)
     temp = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes)

@@ -8,6 +8,8 @@ bitsandbytes' blockwise 8-bit optimizers (Dettmers et al. 2022, arXiv 2110.02861
 
 from __future__ import annotations
 
+from math import prod
+
 from calc.scenario import Optimizer, OptimizerImpl, Precision
 
 FP32, BF16 = 4, 2
@@ -57,7 +59,7 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
     each; tensors under 4096 elements stay in 32-bit (min_8bit_size).
     """
     sb = state_dtype_bytes(p)
-    n = sum(_numel(s) * c for s, c in shapes)
+    n = sum(prod(s) * c for s, c in shapes)
     if opt in (Optimizer.adam, Optimizer.adamw):
         return 2 * sb * n
     if opt == Optimizer.sgd:
@@ -68,7 +70,7 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
         return sb * sum(_adafactor_elems(s) * c for s, c in shapes)
     total = 0
     for s, c in shapes:
-        k = _numel(s)
+        k = prod(s)
         total += c * (2 * 4 * k if k < 4096 else 2 * k + 2 * 4 * -(-k // 256))
     return total
 
@@ -88,8 +90,8 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
     AdamW-8bit: blockwise kernels update in place.
     """
     sb = state_dtype_bytes(p)
-    n = sum(_numel(s) * c for s, c in shapes)
-    largest = max((_numel(s) for s, _ in shapes), default=0)
+    n = sum(prod(s) * c for s, c in shapes)
+    largest = max((prod(s) for s, _ in shapes), default=0)
     if opt in (Optimizer.adam, Optimizer.adamw):
         if impl == OptimizerImpl.foreach:
             return sb * n
@@ -101,14 +103,8 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
     return 0
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
 
 def _adafactor_elems(shape: tuple[int, ...]) -> int:
     if len(shape) >= 2:
-        return _numel(shape[:-1]) + _numel(shape[:-2] + shape[-1:])
-    return _numel(shape)
+        return prod(shape[:-1]) + prod(shape[:-2] + shape[-1:])
+    return prod(shape)

@@ -218,8 +218,7 @@ def peak_flops_per_s(gpu: GpuPreset, p: Precision) -> tuple[float, str]:
 def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int]:
     """(matmul weights per layer touched per token, all matmul weights per layer, LM head V*H,
     d_attn = heads x head_dim)."""
-    norms = spec.norms_per_layer() * spec.norm_params()
-    layer_all = spec.layer_params() - norms
+    layer_all = spec.layer_matmul_params()
     inactive = (spec.num_experts - spec.experts_per_token) * spec.mlp_params_per_expert()
     return layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width
 
