@@ -1,4 +1,4 @@
-"""Command line: python -m calc {estimate,presets,recommend,export-deepspeed,validate} ...
+"""Command line: python -m calc {estimate,presets,fit,recommend,export-deepspeed,validate,calibrate} ...
 
 Bad input gives a one-line error on stderr and exit code 2, never a traceback.
 """
@@ -57,12 +57,50 @@ def one_line(exc: ValidationError) -> str:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from calc.engine import estimate
 
-    est = estimate(load_scenario(args.scenario))
+    sc = load_scenario(args.scenario)
+    est = estimate(sc)
+    calibrated = _calibrated(args.calibration, est, sc) if args.calibration else None
     if args.format == "json":
-        print(est.model_dump_json(indent=2, exclude={"timeline"} if not args.timeline else None))
+        data = est.model_dump(mode="json", exclude={"timeline"} if not args.timeline else None)
+        if calibrated is not None:
+            data["calibrated"] = calibrated.model_dump(mode="json")
+        print(json.dumps(data, indent=2))
     else:
         print(format_table(est))
+        if calibrated is not None:
+            print(format_calibrated(calibrated))
     return 0
+
+
+def _calibrated(path: str, est: Any, sc: Any) -> Any:
+    """The estimate with a calibration file's corrections (calc.calibrate); UserError on another GPU."""
+    from calc.calibrate import CalibrationError, apply, load_calibration
+
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return apply(load_calibration(text, path), est, sc)
+    except CalibrationError as exc:
+        raise UserError(f"--calibration {exc}") from None
+
+
+def format_calibrated(ce: Any) -> str:
+    """The calibrated prediction under the table, beside the uncalibrated range."""
+    dt, udt = ce.device_total_bytes, ce.uncalibrated_device_total_bytes
+    rows = [
+        ("calibrated on", ce.machine),
+        ("peak allocated, calibrated", f"{fmt_gib(ce.peak_allocated_bytes)} (+- {fmt_gib(ce.peak_allocated_sigma_bytes)})"),
+        ("device total, calibrated", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
+        ("device total, uncalibrated", f"{fmt_gib(udt.low)} / {fmt_gib(udt.expected)} / {fmt_gib(udt.high)}"),
+    ]
+    if ce.headroom_bytes is not None:
+        rows.append(("headroom, calibrated", fmt_gib(ce.headroom_bytes)))
+    rows += [("applied", a) for a in ce.applied] + [("not applied", a) for a in ce.not_applied]
+    rows += [("WARNING", w) for w in ce.warnings]
+    width = max(len(k) for k, _ in rows)
+    return "\n" + "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n(low / expected / high; 1 GiB = 2^30 bytes)"
 
 
 def format_table(est: Any) -> str:
@@ -122,7 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", help="scenario JSON file ('-' for stdin)")
     p.add_argument("--format", choices=["json", "table"], default="json")
     p.add_argument("--timeline", action="store_true", help="include the step timeline in the JSON")
+    p.add_argument("--calibration", help="calibration JSON from `calibrate`: adds the calibrated prediction")
     p.set_defaults(func=cmd_estimate)
+    p = sub.add_parser("calibrate", help="fit corrections for this machine from measured cuda records")
+    p.add_argument("records", nargs="+", help="records from `python -m measure ... --device cuda` (JSON or JSON lines)")
+    p.add_argument("-o", "--output", help="write the calibration JSON here (default: print it)")
+    p.set_defaults(func=_lazy("calc.calibrate"))
     p = sub.add_parser("presets", help="list model, GPU and cluster presets")
     p.add_argument("kind", nargs="?", choices=["all", "models", "gpus", "clusters"], default="all")
     p.set_defaults(func=cmd_presets)

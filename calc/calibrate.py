@@ -1,0 +1,524 @@
+"""Calibration from the user's own run: measure one configuration on a machine, then predict every
+other configuration on the same machine with what that run revealed.
+
+What a calculator cannot know in advance, and a CUDA record (`python -m measure ... --device cuda`)
+measures, are three named corrections:
+
+- `reserve_ratio` = peak_reserved / peak_allocated: the caching allocator's reserve on this job
+  (segment rounding, fragmentation). Applied as device reserved = peak allocated x ratio.
+- `outside_bytes` = device_used - peak_reserved: bytes the allocator does not own (the CUDA context
+  and loaded kernels, NCCL buffers, other processes on the GPU). Applied as a constant.
+- `residual`: measured - predicted peak allocated (tensors the user's framework keeps beyond the
+  reference loop, custom kernels' workspaces), fitted as bytes per token or bytes per parameter,
+  whichever leaves the smaller residual; only when at least two records vary tokens and parameters
+  differently, since one record (or records that scale both alike) cannot tell which it is.
+
+Each correction carries a one-sigma uncertainty; a calibrated device total is expected +- COVERAGE_K
+sigma. The corrections never hide a modelling error: a record whose peak allocated the engine misses
+by more than its stated accuracy is listed (with the error) wherever the calibration is applied.
+
+Pure Python + pydantic; bytes (int) inside. Measurement records are read through `_read_record` only
+(the one place that knows the record schema's module).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from calc.errors import UserError
+from calc.overhead import NCCL_BYTES
+from calc.result import Estimate
+from calc.scenario import Scenario
+from calc.units import MiB
+
+SCHEMA_VERSION = 1
+
+# The engine's stated accuracy on peak allocated (README, "Accuracy": worst |error| 3.7 % over the
+# committed runs, rounded up). A record further off than this is a modelling error to report.
+ENGINE_ACCURACY_PCT = 4.0
+
+# Input bounds: no GPU has 4 TiB of memory; a record is a few KiB; a calibration is a few records.
+MAX_DEVICE_BYTES = 2**42
+MAX_RECORD_FILE_BYTES = 2**20
+MAX_RECORDS = 64
+MAX_NAME_CHARS = 200
+
+# Uncertainties where the records cannot measure a spread (assumptions, said so in the output):
+# the allocator's reserve moves by a few percent of the peak between jobs with different tensor
+# sizes, and the context grows by the kernels a different job lazily loads (tens of MiB).
+SINGLE_RECORD_RATIO_SIGMA = 0.02
+SINGLE_RECORD_OUTSIDE_SIGMA_BYTES = 64 * MiB
+MIN_RATIO_SIGMA = 0.005
+MIN_OUTSIDE_SIGMA_BYTES = 16 * MiB
+COVERAGE_K = 2.0  # the calibrated range is expected +- 2 sigma
+
+# Records tell "per token" from "per parameter" only if their tokens/parameters ratios differ.
+MIN_FEATURE_SPREAD = 1.05
+
+Bytes = Annotated[StrictInt, Field(gt=0, le=MAX_DEVICE_BYTES)]
+Finite = Annotated[StrictFloat | StrictInt, Field(allow_inf_nan=False)]
+Name = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
+
+
+class CalibrationError(UserError):
+    """A record or calibration that cannot be used: one line naming where and why."""
+
+
+# ---- what one run measured ------------------------------------------------------------------
+
+class Observation(BaseModel):
+    """One run's three numbers and its scenario: from a record, or typed in for the current scenario."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = "your run"
+    scenario: Scenario
+    device: Literal["cuda", "cpu", "fake"] = "cuda"
+    engine: Literal["torch-single", "fsdp2"] = "torch-single"
+    device_name: Name | None = Field(None, description="torch.cuda.get_device_name(), when the record has it")
+    peak_allocated_bytes: Bytes = Field(description="torch.cuda.max_memory_allocated()")
+    peak_reserved_bytes: Bytes = Field(description="torch.cuda.max_memory_reserved()")
+    device_used_bytes: Bytes = Field(description="nvidia-smi 'used' (or mem_get_info total - free)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Observation:
+        if self.peak_reserved_bytes < self.peak_allocated_bytes:
+            raise ValueError(f"reserved ({self.peak_reserved_bytes:,} B) is below allocated "
+                             f"({self.peak_allocated_bytes:,} B): the allocator reserves at least what it hands out")
+        if self.device_used_bytes < self.peak_reserved_bytes:
+            raise ValueError(f"device used ({self.device_used_bytes:,} B) is below reserved "
+                             f"({self.peak_reserved_bytes:,} B): take nvidia-smi's reading while the job runs")
+        return self
+
+    @property
+    def gpu(self) -> str | None:
+        return self.scenario.resolved_hardware().gpu
+
+
+class Point(BaseModel):
+    """One observation next to the engine's prediction for its scenario."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    predicted_allocated_bytes: Annotated[StrictInt, Field(ge=1, le=2**62)]
+    measured_allocated_bytes: Bytes
+    error_pct: Finite = Field(description="(predicted - measured) / measured, %")
+    reserve_ratio: Finite
+    outside_bytes: Annotated[StrictInt, Field(ge=0, le=MAX_DEVICE_BYTES)]
+    tokens: Annotated[StrictInt, Field(gt=0)]
+    params: Annotated[StrictInt, Field(gt=0)]
+    num_gpus: Annotated[StrictInt, Field(ge=1, le=65536)]
+
+
+# ---- the calibration file -------------------------------------------------------------------
+
+class Correction(BaseModel):
+    """A fitted number and its one-sigma uncertainty."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Finite
+    sigma: Annotated[Finite, Field(ge=0)]
+    measured_spread: StrictBool = Field(description="sigma from the records' spread (else an assumption)")
+
+
+class Residual(BaseModel):
+    """Measured - predicted peak allocated, in bytes per token (micro-batch x sequence) or per
+    parameter on this GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scales_with: Literal["tokens", "parameters"]
+    bytes_per_unit: Annotated[Finite, Field(ge=-1e6, le=1e6)]
+    sigma: Annotated[Finite, Field(ge=0, le=1e6)]
+    rms_tokens_bytes: Annotated[Finite, Field(ge=0)] = Field(description="what per-token leaves unexplained")
+    rms_parameters_bytes: Annotated[Finite, Field(ge=0)] = Field(description="what per-parameter leaves")
+
+    def bytes_for(self, tokens: int, params: int) -> tuple[float, float]:
+        x = tokens if self.scales_with == "tokens" else params
+        return self.bytes_per_unit * x, self.sigma * x
+
+
+class Disagreement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    error_pct: Finite
+
+
+class Calibration(BaseModel):
+    """What `python -m calc calibrate` writes and `estimate --calibration` reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    gpu: Annotated[StrictStr, Field(max_length=64)] | None = Field(None, description="GPU preset id of the records")
+    device_name: Name | None = Field(None, description="the GPU's name as torch reports it")
+    records: Annotated[StrictInt, Field(ge=1, le=MAX_RECORDS)]
+    reserve_ratio: Correction
+    outside_bytes: Correction
+    outside_includes_nccl: StrictBool = Field(description="a multi-GPU record: NCCL's buffers are inside")
+    residual: Residual | None = None
+    residual_spread_pct: Annotated[Finite, Field(ge=0, le=1000)] = Field(
+        0.0, description="without a fitted residual: the records' largest |error|, kept as an uncertainty")
+    disagreements: Annotated[list[Disagreement], Field(max_length=MAX_RECORDS)] = Field(default_factory=list)
+    points: Annotated[list[Point], Field(max_length=MAX_RECORDS)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Calibration:
+        if not 1.0 <= self.reserve_ratio.value <= 4.0 or self.reserve_ratio.sigma > 1.0:
+            raise ValueError("reserve_ratio: reserved / allocated must be within 1 to 4 (sigma at most 1)")
+        if not 0 <= self.outside_bytes.value <= MAX_DEVICE_BYTES or self.outside_bytes.sigma > MAX_DEVICE_BYTES:
+            raise ValueError(f"outside_bytes: must be within 0 to {MAX_DEVICE_BYTES:,} bytes")
+        return self
+
+    def machine(self) -> str:
+        """'a100-80gb (NVIDIA A100-SXM4-80GB)' / 'an unnamed GPU'."""
+        if self.gpu and self.device_name:
+            return f"{self.gpu} ({self.device_name})"
+        return self.gpu or self.device_name or "an unnamed GPU"
+
+    def findings(self) -> list[str]:
+        """What the records determined and what they could not, in plain words."""
+        n = self.records
+        out = [f"{n} record{'s' if n > 1 else ''} from {self.machine()}."]
+        if n == 1:
+            out.append("One record fixes the reserve ratio and the bytes outside the allocator, but not their "
+                       "spread between jobs: their uncertainties are assumptions "
+                       f"(+-{SINGLE_RECORD_RATIO_SIGMA:.0%} of the peak, +-{SINGLE_RECORD_OUTSIDE_SIGMA_BYTES // MiB} MiB).")
+        if self.residual is None:
+            why = ("one record cannot tell whether it scales with tokens or with parameters" if n == 1 else
+                   "these records change tokens and parameters in the same proportion, so they cannot tell "
+                   "which it scales with (vary micro-batch or sequence length between records)")
+            out.append(f"Peak allocated is not corrected: {why}. The engine's largest miss on these records "
+                       f"({self.residual_spread_pct:.2f} %) is kept as an uncertainty instead.")
+        else:
+            r = self.residual
+            out.append(f"Peak allocated residual: {r.bytes_per_unit:+,.4g} B per {r.scales_with[:-1]} "
+                       f"(+-{r.sigma:,.2g}); per token leaves {r.rms_tokens_bytes / MiB:,.2f} MiB rms unexplained, "
+                       f"per parameter {r.rms_parameters_bytes / MiB:,.2f} MiB.")
+        return out
+
+
+# ---- reading records ------------------------------------------------------------------------
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "record"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {str(err['msg']).removeprefix('Value error, ')}{more}"
+
+
+def _loads(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise CalibrationError(f"{where}: JSON nested too deeply") from None
+
+
+def _read_record(data: Any, where: str) -> Observation:
+    """A measurement record (the schema `python -m measure` writes) -> Observation."""
+    from measure.record import MeasurementRecord
+
+    try:
+        rec = MeasurementRecord.model_validate(data)
+    except ValidationError as exc:
+        raise CalibrationError(f"{where}: {_first_error(exc)}") from None
+    except (ValueError, RecursionError) as exc:
+        raise CalibrationError(f"{where}: {str(exc).splitlines()[0] if str(exc) else 'invalid record'}") from None
+    if rec.peak_reserved_bytes is None or rec.device_used_bytes is None:
+        raise CalibrationError(f"{where}: no peak_reserved_bytes / device_used_bytes (a {rec.device} record): "
+                               "calibration needs a record from `python -m measure SCENARIO --device cuda`")
+    try:
+        return Observation(name=(rec.name or where)[:MAX_NAME_CHARS], scenario=rec.scenario, device=rec.device,
+                           engine=rec.engine, device_name=rec.env.device_name[:MAX_NAME_CHARS],
+                           peak_allocated_bytes=rec.peak_allocated_bytes, peak_reserved_bytes=rec.peak_reserved_bytes,
+                           device_used_bytes=rec.device_used_bytes)
+    except ValidationError as exc:
+        raise CalibrationError(f"{where}: {_first_error(exc)}") from None
+
+
+def observations_from_text(text: str, where: str) -> list[Observation]:
+    """One JSON record, or JSON lines (one record per line), as observations."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_RECORD_FILE_BYTES:
+        raise CalibrationError(f"{where}: larger than {MAX_RECORD_FILE_BYTES // MiB} MiB (a record is a few KiB)")
+    if not text.strip():
+        raise CalibrationError(f"{where}: empty")
+    try:
+        docs = [(where, json.loads(text))]
+    except json.JSONDecodeError:  # JSON lines, or broken: each line says which
+        docs = [(f"{where}:{i}", _loads(line, f"{where}:{i}"))
+                for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    except RecursionError:
+        raise CalibrationError(f"{where}: JSON nested too deeply") from None
+    if len(docs) > MAX_RECORDS:
+        raise CalibrationError(f"{where}: {len(docs)} records; at most {MAX_RECORDS}")
+    return [_read_record(data, w) for w, data in docs]
+
+
+def read_observations(paths: list[str]) -> list[Observation]:
+    out: list[Observation] = []
+    for p in paths:
+        path = Path(p)
+        try:
+            if path.stat().st_size > MAX_RECORD_FILE_BYTES:
+                raise CalibrationError(f"{p}: larger than {MAX_RECORD_FILE_BYTES // MiB} MiB (a record is a few KiB)")
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise CalibrationError(f"cannot read {p}: {exc.strerror}") from None
+        out.extend(observations_from_text(text, p))
+    if len(out) > MAX_RECORDS:
+        raise CalibrationError(f"{len(out)} records; at most {MAX_RECORDS}")
+    return out
+
+
+def load_calibration(text: str, where: str = "calibration") -> Calibration:
+    """A calibration file's text -> Calibration; CalibrationError names the field."""
+    if len(text) > MAX_RECORD_FILE_BYTES:
+        raise CalibrationError(f"{where}: larger than {MAX_RECORD_FILE_BYTES // MiB} MiB")
+    data = _loads(text, where)
+    try:
+        return Calibration.model_validate(data)
+    except ValidationError as exc:
+        raise CalibrationError(f"{where}: {_first_error(exc)}") from None
+
+
+# ---- fitting --------------------------------------------------------------------------------
+
+def _predict(obs: Observation) -> Estimate:
+    from calc.engine import estimate
+
+    target = "cuda" if obs.device == "cuda" else "cpu"  # cpu / fake runs ran the CPU kernels
+    try:
+        return estimate(obs.scenario, target=target, sharding="fsdp2" if obs.engine == "fsdp2" else None)
+    except ValueError as exc:
+        raise CalibrationError(f"{obs.name}: the engine cannot estimate its scenario ({exc})") from None
+
+
+def tokens_of(sc: Scenario) -> int:
+    """Tokens in one micro-batch on one GPU: what activations scale with."""
+    return sc.training.micro_batch_size * sc.training.seq_len
+
+
+def point(obs: Observation) -> Point:
+    est = _predict(obs)
+    pred, meas = est.peak_allocated_bytes, obs.peak_allocated_bytes
+    return Point(name=obs.name, predicted_allocated_bytes=max(pred, 1), measured_allocated_bytes=meas,
+                 error_pct=round(100.0 * (pred - meas) / meas, 4),
+                 reserve_ratio=obs.peak_reserved_bytes / obs.peak_allocated_bytes,
+                 outside_bytes=obs.device_used_bytes - obs.peak_reserved_bytes, tokens=tokens_of(obs.scenario),
+                 params=max(est.model.params_on_this_gpu, 1), num_gpus=obs.scenario.resolved_hardware().num_gpus)
+
+
+def _spread_fit(values: list[float], single_sigma: float, min_sigma: float) -> Correction:
+    """Mean and the spread a new job would see (sample stdev x sqrt(1 + 1/n)), or the assumption."""
+    n = len(values)
+    if n == 1:
+        return Correction(value=values[0], sigma=single_sigma, measured_spread=False)
+    sigma = statistics.stdev(values) * math.sqrt(1 + 1 / n)
+    return Correction(value=statistics.fmean(values), sigma=max(sigma, min_sigma), measured_spread=True)
+
+
+def _fit_through_origin(x: list[int], d: list[int]) -> tuple[float, float, float]:
+    """d = a x by least squares: (a, standard error of a, rms of what is left)."""
+    sxx = float(sum(v * v for v in x))
+    a = sum(v * r for v, r in zip(x, d, strict=True)) / sxx
+    rss = sum((r - a * v) ** 2 for v, r in zip(x, d, strict=True))
+    n = len(x)
+    return a, math.sqrt(rss / (n - 1) / sxx), math.sqrt(rss / n)
+
+
+def _distinguishable(points: list[Point]) -> bool:
+    ratios = [p.tokens / p.params for p in points]
+    return len(points) >= 2 and max(ratios) > MIN_FEATURE_SPREAD * min(ratios)
+
+
+def fit_residual(points: list[Point]) -> Residual | None:
+    """Per token or per parameter, whichever leaves less unexplained; None when the points cannot tell."""
+    if not _distinguishable(points):
+        return None
+    d = [p.measured_allocated_bytes - p.predicted_allocated_bytes for p in points]
+    tok = _fit_through_origin([p.tokens for p in points], d)
+    par = _fit_through_origin([p.params for p in points], d)
+    best, kind = (tok, "tokens") if tok[2] <= par[2] else (par, "parameters")
+    return Residual(scales_with=kind, bytes_per_unit=best[0], sigma=best[1], rms_tokens_bytes=tok[2],
+                    rms_parameters_bytes=par[2])
+
+
+def _same_machine(observations: list[Observation]) -> tuple[str | None, str | None]:
+    gpus = sorted({o.gpu for o in observations if o.gpu})
+    names = sorted({o.device_name for o in observations if o.device_name})
+    if len(gpus) > 1 or len(names) > 1:
+        raise CalibrationError(f"the records come from different GPUs ({', '.join(gpus + names)}): "
+                               "calibrate one machine at a time")
+    return (gpus[0] if gpus else None), (names[0] if names else None)
+
+
+def fit(observations: list[Observation]) -> Calibration:
+    """The corrections these observations determine (see the module docstring)."""
+    if not observations:
+        raise CalibrationError("no records to calibrate from")
+    if len(observations) > MAX_RECORDS:
+        raise CalibrationError(f"{len(observations)} records; at most {MAX_RECORDS}")
+    gpu, device_name = _same_machine(observations)
+    points = [point(o) for o in observations]
+    residual = fit_residual(points)
+    return Calibration(
+        gpu=gpu, device_name=device_name, records=len(points),
+        reserve_ratio=_spread_fit([p.reserve_ratio for p in points], SINGLE_RECORD_RATIO_SIGMA, MIN_RATIO_SIGMA),
+        outside_bytes=_spread_fit([float(p.outside_bytes) for p in points], SINGLE_RECORD_OUTSIDE_SIGMA_BYTES,
+                                  MIN_OUTSIDE_SIGMA_BYTES),
+        outside_includes_nccl=any(p.num_gpus > 1 for p in points), residual=residual,
+        residual_spread_pct=0.0 if residual else min(max(abs(p.error_pct) for p in points), 1000.0),
+        disagreements=[Disagreement(name=p.name, error_pct=p.error_pct) for p in points
+                       if abs(p.error_pct) > ENGINE_ACCURACY_PCT],
+        points=points,
+    )
+
+
+# ---- applying -------------------------------------------------------------------------------
+
+class DeviceRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    low: int
+    expected: int
+    high: int
+
+
+class CalibratedEstimate(BaseModel):
+    """The engine's prediction for a scenario with a calibration's corrections applied."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    machine: str = Field(description="where the calibration was measured")
+    peak_allocated_bytes: int = Field(description="engine prediction + fitted residual (if any)")
+    peak_allocated_sigma_bytes: int
+    reserved_bytes: int = Field(description="peak allocated x reserve ratio")
+    outside_allocator_bytes: int = Field(description="context, NCCL, other processes (measured, + NCCL if added)")
+    device_total_bytes: DeviceRange = Field(description=f"expected +- {COVERAGE_K:g} sigma")
+    uncalibrated_device_total_bytes: DeviceRange
+    gpu_memory_bytes: int | None = None
+    headroom_bytes: int | None = Field(None, description="GPU memory - calibrated expected device total")
+    applied: list[str] = Field(description="each correction applied, with its value and uncertainty")
+    not_applied: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list, description="modelling errors the records revealed")
+
+
+def check_machine(cal: Calibration, sc: Scenario) -> str | None:
+    """CalibrationError when `sc` runs on a different GPU; a caveat when either names none."""
+    gpu = sc.resolved_hardware().gpu
+    if cal.gpu and gpu and gpu != cal.gpu:
+        raise CalibrationError(f"this calibration was measured on {cal.machine()}, but the scenario runs on {gpu}: "
+                               "a calibration applies only to the machine it was measured on")
+    if not (cal.gpu and gpu):
+        return (f"Applied on trust: the calibration ({cal.machine()}) or the scenario names no GPU preset, "
+                "so it cannot be checked that both are the same machine.")
+    return None
+
+
+def disagreement_warnings(cal: Calibration) -> list[str]:
+    return [f"{d.name}: the engine's peak allocated is off by {d.error_pct:+.2f} % (its stated accuracy is "
+            f"+-{ENGINE_ACCURACY_PCT:g} %). That is a modelling error or a workload unlike the reference loop, not "
+            "an overhead: compare the record on the Validation page (`python -m calc validate RECORD`)."
+            for d in cal.disagreements]
+
+
+def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
+    """`est` (the engine's estimate of `sc`) with `cal`'s corrections; CalibrationError on another GPU."""
+    caveat = check_machine(cal, sc)
+    ratio, out = cal.reserve_ratio, cal.outside_bytes
+    pred = est.peak_allocated_bytes
+    applied, not_applied = [], []
+    if cal.residual is not None:
+        corr, sigma_peak = cal.residual.bytes_for(tokens_of(sc), max(est.model.params_on_this_gpu, 1))
+        applied.append(f"peak allocated residual {corr / MiB:+,.1f} MiB ({cal.residual.bytes_per_unit:+,.4g} B per "
+                       f"{cal.residual.scales_with[:-1]} +- {cal.residual.sigma:,.2g})")
+    else:
+        corr, sigma_peak = 0.0, pred * cal.residual_spread_pct / 100
+        not_applied.append(f"peak allocated residual: not determined by {cal.records} record"
+                           f"{'s' if cal.records > 1 else ''}; kept as +-{cal.residual_spread_pct:.2f} %")
+    peak = max(round(pred + corr), 0)
+    reserved = peak * ratio.value
+    applied.append(f"allocator reserve ratio x{ratio.value:.4f} (+-{ratio.sigma:.4f}"
+                   f"{'' if ratio.measured_spread else ', assumed'})")
+    applied.append(f"outside the allocator {out.value / MiB:,.0f} MiB (+-{out.sigma / MiB:,.0f} MiB"
+                   f"{'' if out.measured_spread else ', assumed'}): CUDA context, NCCL, other processes")
+    nccl = {"low": 0, "expected": 0, "high": 0}
+    if sc.resolved_hardware().num_gpus > 1 and not cal.outside_includes_nccl:
+        nccl = dict(NCCL_BYTES)
+        not_applied.append("NCCL buffers: the records are single-GPU, so the engine's uncalibrated NCCL range "
+                           f"({NCCL_BYTES['low'] // MiB}-{NCCL_BYTES['high'] // MiB} MiB) is added")
+    sigma = math.sqrt((peak * ratio.sigma) ** 2 + out.sigma ** 2 + (ratio.value * sigma_peak) ** 2)
+    expected = round(reserved + out.value + nccl["expected"])
+    spread = COVERAGE_K * sigma
+    # never below what the allocator must hold (peak allocated at its own low end)
+    low = max(round(expected - spread - (nccl["expected"] - nccl["low"])), round(peak - COVERAGE_K * sigma_peak))
+    high = round(expected + spread + (nccl["high"] - nccl["expected"]))
+    udt = est.device_total_bytes
+    mem = est.gpu_memory_bytes
+    return CalibratedEstimate(
+        machine=cal.machine(), peak_allocated_bytes=peak, peak_allocated_sigma_bytes=round(sigma_peak),
+        reserved_bytes=round(reserved), outside_allocator_bytes=round(out.value + nccl["expected"]),
+        device_total_bytes=DeviceRange(low=low, expected=expected, high=high),
+        uncalibrated_device_total_bytes=DeviceRange(low=udt.low, expected=udt.expected, high=udt.high),
+        gpu_memory_bytes=mem, headroom_bytes=None if mem is None else mem - expected,
+        applied=applied, not_applied=not_applied + ([caveat] if caveat else []),
+        warnings=disagreement_warnings(cal),
+    )
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+def format_summary(cal: Calibration) -> str:
+    """The per-record comparison and the fitted corrections, for the terminal (GiB = 2^30 B)."""
+    gib = 2**30
+    lines = [f"{'record':32s} {'predicted GiB':>13s} {'measured GiB':>12s} {'error %':>8s} "
+             f"{'reserved/alloc':>14s} {'outside MiB':>11s}"]
+    for p in cal.points:
+        lines.append(f"{p.name[:32]:32s} {p.predicted_allocated_bytes / gib:13.3f} "
+                     f"{p.measured_allocated_bytes / gib:12.3f} {p.error_pct:+8.2f} {p.reserve_ratio:14.4f} "
+                     f"{p.outside_bytes / MiB:11,.0f}")
+    lines.append("")
+    r, o = cal.reserve_ratio, cal.outside_bytes
+    lines.append(f"reserve ratio (reserved / allocated): {r.value:.4f} +- {r.sigma:.4f}"
+                 f"{'' if r.measured_spread else ' (assumed spread)'}")
+    lines.append(f"outside the allocator (used - reserved): {o.value / MiB:,.0f} +- {o.sigma / MiB:,.0f} MiB"
+                 f"{'' if o.measured_spread else ' (assumed spread)'}")
+    lines.extend(cal.findings())
+    lines.extend(f"WARNING: {w}" for w in disagreement_warnings(cal))
+    return "\n".join(lines)
+
+
+def cli_main(args) -> int:
+    cal = fit(read_observations(args.records))
+    text = cal.model_dump_json(indent=2)
+    if args.output:
+        try:
+            Path(args.output).write_text(text + "\n")
+        except OSError as exc:
+            raise CalibrationError(f"cannot write {args.output}: {exc.strerror}") from None
+        print(format_summary(cal))
+        print(f"wrote {args.output}")
+    else:
+        print(text)
+    return 0
