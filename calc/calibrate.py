@@ -248,11 +248,11 @@ def _read_record(data: Any, where: str) -> Observation:
     if rec.peak_reserved_bytes is None or rec.device_used_bytes is None:
         raise CalibrationError(f"{where}: no peak_reserved_bytes / device_used_bytes (a {rec.device} record): "
                                "calibration needs a record from `python -m measure SCENARIO --device cuda`")
+    # the three numbers as written (strict: the record schema would turn true into 1 and "7" into 7)
+    raw = {k: data[k] for k in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes")}
     try:
         return Observation(name=(rec.name or where)[:MAX_NAME_CHARS], scenario=rec.scenario, device=rec.device,
-                           engine=rec.engine, device_name=rec.env.device_name[:MAX_NAME_CHARS],
-                           peak_allocated_bytes=rec.peak_allocated_bytes, peak_reserved_bytes=rec.peak_reserved_bytes,
-                           device_used_bytes=rec.device_used_bytes)
+                           engine=rec.engine, device_name=rec.env.device_name[:MAX_NAME_CHARS], **raw)
     except ValidationError as exc:
         raise CalibrationError(f"{where}: {_first_error(exc)}") from None
 
