@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, compute, fmt
+from ui import calibration, charts, compute, fmt
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")
@@ -49,6 +49,8 @@ c4.metric("Headroom (GiB)", fmt.gib(est.headroom_bytes),
           help="GPU memory minus the expected device total; negative means it does not fit.")
 st.markdown(f"The peak falls at **{est.peak_event}** ({est.peak_phase}, step {est.peak_step}). "
             f"Device total range: {fmt.gib(dt.low)} (low) to {fmt.gib(dt.high)} (high).")
+
+calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrated (ui/calibration.py)
 
 st.subheader("Where the memory goes (per GPU, at the peak)")
 st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")

@@ -169,7 +169,8 @@ class Calibration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    gpu: Annotated[StrictStr, Field(max_length=64)] | None = Field(None, description="GPU preset id of the records")
+    gpu: Annotated[StrictStr, Field(max_length=64, pattern=r"^[a-z0-9][a-z0-9.-]*$")] | None = Field(
+        None, description="GPU preset id of the records")
     device_name: Name | None = Field(None, description="the GPU's name as torch reports it")
     records: Annotated[StrictInt, Field(ge=1, le=MAX_RECORDS)]
     reserve_ratio: Correction
@@ -418,6 +419,7 @@ class CalibratedEstimate(BaseModel):
     device_total_bytes: DeviceRange = Field(description=f"expected +- {COVERAGE_K:g} sigma")
     uncalibrated_device_total_bytes: DeviceRange
     gpu_memory_bytes: int | None = None
+    fits: bool | None = Field(None, description="calibrated expected device total <= GPU memory (the engine's rule)")
     headroom_bytes: int | None = Field(None, description="GPU memory - calibrated expected device total")
     applied: list[str] = Field(description="each correction applied, with its value and uncertainty")
     not_applied: list[str] = Field(default_factory=list)
@@ -481,7 +483,8 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
         reserved_bytes=round(reserved), outside_allocator_bytes=round(out.value + nccl["expected"]),
         device_total_bytes=DeviceRange(low=low, expected=expected, high=high),
         uncalibrated_device_total_bytes=DeviceRange(low=udt.low, expected=udt.expected, high=udt.high),
-        gpu_memory_bytes=mem, headroom_bytes=None if mem is None else mem - expected,
+        gpu_memory_bytes=mem, fits=None if mem is None else expected <= mem,
+        headroom_bytes=None if mem is None else mem - expected,
         applied=applied, not_applied=not_applied + ([caveat] if caveat else []),
         warnings=disagreement_warnings(cal),
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from calc.calibrate import Calibration
 from calc.scenario import HardwareConfig, Offload, Scenario
 
 # ---- shared, non-widget keys --------------------------------------------------------------
@@ -29,7 +30,10 @@ CONFIG_FILE_ID = "vc_config_file_id"  # the uploaded config.json already copied 
 COMPARE = "vc_compare"  # list[CompareColumn] for the Compare page
 SYNC = "vc_sync_widgets"  # set when the scenario changed outside the widgets: re-seed them
 PAGE = "vc_page"  # the page of the previous run: on a page switch all widgets are re-seeded
-WIDGET_PREFIXES = ("sc_", "cmp_", "rec_", "exp_", "val_", "explain_")
+CALIBRATION = "vc_calibration"  # calc.calibrate.Calibration from the user's own run, or absent
+CALIBRATION_UPLOAD = "vc_calibration_upload"  # file ids of the records already fitted (not refitted on rerun)
+CALIBRATION_NONCE = "vc_calibration_nonce"  # bumped by "clear" so that the uploader forgets its file
+WIDGET_PREFIXES = ("sc_", "cmp_", "rec_", "exp_", "val_", "explain_", "cal_")
 
 DEFAULT_SCENARIO = Scenario(model="llama-2-7b", hardware=HardwareConfig(gpu="rtx-4090", num_gpus=1))
 
@@ -68,7 +72,9 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
 LORA_FLAG = "lora"  # present (=1) when LoRA is on, even with all-default LoRA settings
 CONFIG_PARAM = "config"  # a Hugging Face config dict instead of a preset id
 COMPARE_PARAM = "cmp"
+CALIBRATION_PARAM = "cal"
 MAX_URL_CONFIG_CHARS = 20_000
+MAX_URL_CALIBRATION_CHARS = 1_000
 
 
 class UrlError(ValueError):
@@ -246,6 +252,80 @@ class CompareColumn(BaseModel):
             raise UrlError(f"{COMPARE_PARAM}: {validation_message(exc)}") from None
 
 
+# ---- calibration in the URL ---------------------------------------------------------------
+# `cal=v1~g_a100-80gb~n_2~r_1.06_0.005~o_629145600_16777216~x_t_65536_1.7_2e4_3e8~w_-5.2`: the fitted
+# numbers only (the per-record table and the GPU's long name stay in the calibration file). Parts:
+# g GPU preset, n records, r reserve ratio, o bytes outside the allocator (value, sigma, "a" when
+# the sigma is assumed), nccl flag, x residual (t|p, bytes per unit, sigma, rms per token, rms per
+# parameter), s residual spread %, w one per disagreeing record (error %).
+
+def _num(v: float) -> str:
+    return format(v, ".6g").replace("e+", "e")  # a '+' in a link can come back as a space
+
+
+def calibration_to_param(cal: Calibration) -> str:
+    r, o = cal.reserve_ratio, cal.outside_bytes
+    parts = ["v1"] + ([f"g_{cal.gpu}"] if cal.gpu else []) + [f"n_{cal.records}"]
+    parts.append(f"r_{_num(r.value)}_{_num(r.sigma)}" + ("" if r.measured_spread else "_a"))
+    parts.append(f"o_{round(o.value)}_{round(o.sigma)}" + ("" if o.measured_spread else "_a"))
+    if cal.outside_includes_nccl:
+        parts.append("nccl")
+    if cal.residual is not None:
+        x = cal.residual
+        parts.append(f"x_{x.scales_with[0]}_{_num(x.bytes_per_unit)}_{_num(x.sigma)}_{_num(x.rms_tokens_bytes)}_"
+                     f"{_num(x.rms_parameters_bytes)}")
+    elif cal.residual_spread_pct:
+        parts.append(f"s_{_num(cal.residual_spread_pct)}")
+    parts += [f"w_{_num(d.error_pct)}" for d in cal.disagreements]
+    return "~".join(parts)
+
+
+def _correction(values: list[str]) -> dict[str, Any]:
+    if len(values) not in (2, 3) or (len(values) == 3 and values[2] != "a"):
+        raise ValueError("expected value_sigma[_a]")
+    return {"value": float(values[0]), "sigma": float(values[1]), "measured_spread": len(values) == 2}
+
+
+def calibration_from_param(text: str) -> Calibration:
+    """The calibration a link carries; UrlError names the part that is wrong."""
+    if len(text) > MAX_URL_CALIBRATION_CHARS:
+        raise UrlError(f"{CALIBRATION_PARAM}: longer than {MAX_URL_CALIBRATION_CHARS:,} characters")
+    parts = text.split("~")
+    if parts[0] != "v1":
+        raise UrlError(f"{CALIBRATION_PARAM}: unknown version {parts[0][:10]!r}")
+    data: dict[str, Any] = {"outside_includes_nccl": False, "disagreements": []}
+    for part in parts[1:]:
+        tag, *values = part.split("_")
+        try:
+            if tag == "g" and len(values) == 1:
+                data["gpu"] = values[0]
+            elif tag == "n" and len(values) == 1:
+                data["records"] = int(values[0])
+            elif tag == "r":
+                data["reserve_ratio"] = _correction(values)
+            elif tag == "o":
+                data["outside_bytes"] = _correction(values)
+            elif tag == "nccl" and not values:
+                data["outside_includes_nccl"] = True
+            elif tag == "x" and len(values) == 5 and values[0] in ("t", "p"):
+                data["residual"] = {"scales_with": "tokens" if values[0] == "t" else "parameters",
+                                    "bytes_per_unit": float(values[1]), "sigma": float(values[2]),
+                                    "rms_tokens_bytes": float(values[3]), "rms_parameters_bytes": float(values[4])}
+            elif tag == "s" and len(values) == 1:
+                data["residual_spread_pct"] = float(values[0])
+            elif tag == "w" and len(values) == 1:
+                n = len(data["disagreements"]) + 1
+                data["disagreements"].append({"name": f"record {n}", "error_pct": float(values[0])})
+            else:
+                raise ValueError("unknown part")
+        except ValueError as exc:
+            raise UrlError(f"{CALIBRATION_PARAM}: part {part[:40]!r}: {exc}") from None
+    try:
+        return Calibration.model_validate(data)
+    except ValidationError as exc:
+        raise UrlError(f"{CALIBRATION_PARAM}: {validation_message(exc)}") from None
+
+
 DEFAULT_COMPARE: tuple[CompareColumn, ...] = (
     CompareColumn(cluster="1x-rtx-4090"),
     CompareColumn(cluster="8x-a100-80gb"),
@@ -292,6 +372,11 @@ def init_state() -> None:
             ss[COMPARE] = compare_from_param(params[COMPARE_PARAM])
         except UrlError as exc:
             ss[URL_ERROR] = f"The link's comparison is not valid ({exc}); showing the default instead."
+    if CALIBRATION_PARAM in params:
+        try:
+            ss[CALIBRATION] = calibration_from_param(params[CALIBRATION_PARAM])
+        except UrlError as exc:
+            ss[URL_ERROR] = f"The link's calibration is not valid ({exc}); showing uncalibrated predictions."
 
 
 def enter_page(page: str) -> None:
@@ -331,11 +416,29 @@ def set_compare(cols: list[CompareColumn]) -> None:
     _st().session_state[COMPARE] = list(cols)
 
 
+def get_calibration() -> Calibration | None:
+    return _st().session_state.get(CALIBRATION)
+
+
+def set_calibration(cal: Calibration | None) -> None:
+    """Make `cal` the session's calibration (None clears it, and the uploader with it)."""
+    ss = _st().session_state
+    if cal is None:
+        ss.pop(CALIBRATION, None)
+        ss.pop(CALIBRATION_UPLOAD, None)
+        ss[CALIBRATION_NONCE] = ss.get(CALIBRATION_NONCE, 0) + 1
+    else:
+        ss[CALIBRATION] = cal
+
+
 def page_params(include_compare: bool = False) -> dict[str, str]:
     """The query parameters that describe the current state (for st.query_params and links)."""
     out = scenario_to_params(get_scenario())
     if include_compare:
         out[COMPARE_PARAM] = compare_to_param(get_compare())
+    cal = get_calibration()
+    if cal is not None:
+        out[CALIBRATION_PARAM] = calibration_to_param(cal)
     return out
 
 
