@@ -91,7 +91,7 @@ def format_calibrated(ce: Any) -> str:
     dt, udt = ce.device_total_bytes, ce.uncalibrated_device_total_bytes
     rows = [
         ("calibrated on", ce.machine),
-        ("peak allocated, calibrated", f"{fmt_gib(ce.peak_allocated_bytes)} (+- {fmt_gib(ce.peak_allocated_sigma_bytes)})"),
+        ("peak allocated, calibrated", f"{fmt_gib(ce.peak_allocated_bytes)} (± {fmt_gib(ce.peak_allocated_sigma_bytes)})"),
         ("device total, calibrated", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
         ("device total, uncalibrated", f"{fmt_gib(udt.low)} / {fmt_gib(udt.expected)} / {fmt_gib(udt.high)}"),
     ]

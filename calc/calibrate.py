@@ -13,7 +13,7 @@ measures, are three named corrections:
   whichever leaves the smaller residual; only when at least two records vary tokens and parameters
   differently, since one record (or records that scale both alike) cannot tell which it is.
 
-Each correction carries a one-sigma uncertainty; a calibrated device total is expected +- COVERAGE_K
+Each correction carries a one-sigma uncertainty; a calibrated device total is expected ± COVERAGE_K
 sigma. The corrections never hide a modelling error: a record whose peak allocated the engine misses
 by more than its stated accuracy is listed (with the error) wherever the calibration is applied.
 
@@ -66,7 +66,7 @@ SINGLE_RECORD_RATIO_SIGMA = 0.02
 SINGLE_RECORD_OUTSIDE_SIGMA_BYTES = 64 * MiB
 MIN_RATIO_SIGMA = 0.005
 MIN_OUTSIDE_SIGMA_BYTES = 16 * MiB
-COVERAGE_K = 2.0  # the calibrated range is expected +- 2 sigma
+COVERAGE_K = 2.0  # the calibrated range is expected ± 2 sigma
 
 # Records tell "per token" from "per parameter" only if their tokens/parameters ratios differ.
 MIN_FEATURE_SPREAD = 1.05
@@ -203,7 +203,7 @@ class Calibration(BaseModel):
         if n == 1:
             out.append("One record fixes the reserve ratio and the bytes outside the allocator, but not their "
                        "spread between jobs: their uncertainties are assumptions "
-                       f"(+-{SINGLE_RECORD_RATIO_SIGMA:.0%} of the peak, +-{SINGLE_RECORD_OUTSIDE_SIGMA_BYTES // MiB} MiB).")
+                       f"(±{SINGLE_RECORD_RATIO_SIGMA:.0%} of the peak, ±{SINGLE_RECORD_OUTSIDE_SIGMA_BYTES // MiB} MiB).")
         if self.residual is None:
             why = ("one record cannot tell whether it scales with tokens or with parameters" if n == 1 else
                    "these records change tokens and parameters in the same proportion, so they cannot tell "
@@ -213,7 +213,7 @@ class Calibration(BaseModel):
         else:
             r = self.residual
             out.append(f"Peak allocated residual: {r.bytes_per_unit:+,.4g} B per {r.scales_with[:-1]} "
-                       f"(+-{r.sigma:,.2g}); per token leaves {r.rms_tokens_bytes / MiB:,.2f} MiB rms unexplained, "
+                       f"(±{r.sigma:,.2g}); per token leaves {r.rms_tokens_bytes / MiB:,.2f} MiB rms unexplained, "
                        f"per parameter {r.rms_parameters_bytes / MiB:,.2f} MiB.")
         return out
 
@@ -416,7 +416,7 @@ class CalibratedEstimate(BaseModel):
     peak_allocated_sigma_bytes: int
     reserved_bytes: int = Field(description="peak allocated x reserve ratio")
     outside_allocator_bytes: int = Field(description="context, NCCL, other processes (measured, + NCCL if added)")
-    device_total_bytes: DeviceRange = Field(description=f"expected +- {COVERAGE_K:g} sigma")
+    device_total_bytes: DeviceRange = Field(description=f"expected ± {COVERAGE_K:g} sigma")
     uncalibrated_device_total_bytes: DeviceRange
     gpu_memory_bytes: int | None = None
     fits: bool | None = Field(None, description="calibrated expected device total <= GPU memory (the engine's rule)")
@@ -440,7 +440,7 @@ def check_machine(cal: Calibration, sc: Scenario) -> str | None:
 
 def disagreement_warnings(cal: Calibration) -> list[str]:
     return [f"{d.name}: the engine's peak allocated is off by {d.error_pct:+.2f} % (its stated accuracy is "
-            f"+-{ENGINE_ACCURACY_PCT:g} %). That is a modelling error or a workload unlike the reference loop, not "
+            f"±{ENGINE_ACCURACY_PCT:g} %). That is a modelling error or a workload unlike the reference loop, not "
             "an overhead: compare the record on the Validation page (`python -m calc validate RECORD`)."
             for d in cal.disagreements]
 
@@ -454,16 +454,16 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
     if cal.residual is not None:
         corr, sigma_peak = cal.residual.bytes_for(tokens_of(sc), max(est.model.params_on_this_gpu, 1))
         applied.append(f"peak allocated residual {corr / MiB:+,.1f} MiB ({cal.residual.bytes_per_unit:+,.4g} B per "
-                       f"{cal.residual.scales_with[:-1]} +- {cal.residual.sigma:,.2g})")
+                       f"{cal.residual.scales_with[:-1]} ± {cal.residual.sigma:,.2g})")
     else:
         corr, sigma_peak = 0.0, pred * cal.residual_spread_pct / 100
         not_applied.append(f"peak allocated residual: not determined by {cal.records} record"
-                           f"{'s' if cal.records > 1 else ''}; kept as +-{cal.residual_spread_pct:.2f} %")
+                           f"{'s' if cal.records > 1 else ''}; kept as ±{cal.residual_spread_pct:.2f} %")
     peak = max(round(pred + corr), 0)
     reserved = peak * ratio.value
-    applied.append(f"allocator reserve ratio x{ratio.value:.4f} (+-{ratio.sigma:.4f}"
+    applied.append(f"allocator reserve ratio ×{ratio.value:.4f} (±{ratio.sigma:.4f}"
                    f"{'' if ratio.measured_spread else ', assumed'})")
-    applied.append(f"outside the allocator {out.value / MiB:,.0f} MiB (+-{out.sigma / MiB:,.0f} MiB"
+    applied.append(f"outside the allocator {out.value / MiB:,.0f} MiB (±{out.sigma / MiB:,.0f} MiB"
                    f"{'' if out.measured_spread else ', assumed'}): CUDA context, NCCL, other processes")
     nccl = {"low": 0, "expected": 0, "high": 0}
     if sc.resolved_hardware().num_gpus > 1 and not cal.outside_includes_nccl:
@@ -503,9 +503,9 @@ def format_summary(cal: Calibration) -> str:
                      f"{p.outside_bytes / MiB:11,.0f}")
     lines.append("")
     r, o = cal.reserve_ratio, cal.outside_bytes
-    lines.append(f"reserve ratio (reserved / allocated): {r.value:.4f} +- {r.sigma:.4f}"
+    lines.append(f"reserve ratio (reserved / allocated): {r.value:.4f} ± {r.sigma:.4f}"
                  f"{'' if r.measured_spread else ' (assumed spread)'}")
-    lines.append(f"outside the allocator (used - reserved): {o.value / MiB:,.0f} +- {o.sigma / MiB:,.0f} MiB"
+    lines.append(f"outside the allocator (used - reserved): {o.value / MiB:,.0f} ± {o.sigma / MiB:,.0f} MiB"
                  f"{'' if o.measured_spread else ' (assumed spread)'}")
     lines.extend(cal.findings())
     lines.extend(f"WARNING: {w}" for w in disagreement_warnings(cal))

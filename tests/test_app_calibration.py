@@ -41,7 +41,8 @@ def check_calibrated(at, cal) -> None:
     ce = apply(cal, estimate(sc), sc)
     dt = ce.device_total_bytes
     assert metric(at, "Device total, calibrated (GiB)") == fmt.gib(dt.expected)
-    assert metric(at, "Calibrated range (GiB)") == f"{fmt.gib(dt.low)} – {fmt.gib(dt.high)}"
+    assert metric(at, "Calibrated range (GiB)") == f"{dt.low / fmt.GiB:,.2f} – {dt.high / fmt.GiB:,.2f}"
+    assert "Applied: " + "; ".join(ce.applied) in all_text(at)
     assert metric(at, "Headroom, calibrated (GiB)") == fmt.gib(ce.headroom_bytes)
     table = [d for d in at.dataframe if "Calibrated (GiB)" in d.value.columns][0].value
     assert list(table["Calibrated (GiB)"])[-2] == pytest.approx(dt.expected / fmt.GiB)

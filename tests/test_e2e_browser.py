@@ -329,3 +329,54 @@ def test_every_page_screenshot(page, server):
         path = shot(pg, f"page_{label.lower()}")
         assert path.stat().st_size > 10_000
     assert re.search(r"\d", pg.locator("body").inner_text())
+
+
+def test_calibration_in_the_browser(page, server):
+    """Type the three numbers of one run, see the calibrated prediction beside the uncalibrated one,
+    follow the link to another scenario (the calibration travels), and clear it."""
+    from calc.calibrate import Observation, apply, fit
+
+    pg = page
+    sc = Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"},
+                  training={"precision": "bf16-mixed", "seq_len": 2048, "micro_batch_size": 4})
+    pg.goto(f"{server}/?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
+    until(lambda t: expect(alerts(pg).first).to_contain_text(calc_verdict(sc), timeout=t))
+    peak = estimate(sc).peak_allocated_bytes
+    numbers = {"torch.cuda.max_memory_allocated() (bytes)": peak + 96 * 2**20,
+               "torch.cuda.max_memory_reserved() (bytes)": int(peak * 1.08),
+               "nvidia-smi memory used (MiB)": int(peak * 1.08) // 2**20 + 610}
+    main = pg.locator("[data-testid='stMain']")
+    for label, value in numbers.items():
+        box = main.locator("[data-testid='stNumberInput']").filter(has=pg.get_by_text(label, exact=True)).first
+        box.scroll_into_view_if_needed()
+        box.locator("input").fill(str(value))
+        box.locator("input").press("Enter")
+        settle(pg)
+    main.get_by_role("button", name="Calibrate from these numbers").click()
+    settle(pg)
+    obs = Observation(scenario=sc, peak_allocated_bytes=peak + 96 * 2**20,
+                      peak_reserved_bytes=int(peak * 1.08), device_used_bytes=(int(peak * 1.08) // 2**20 + 610) * 2**20)
+    cal = fit([obs])
+    ce = apply(cal, estimate(sc), sc)
+    until(lambda t: expect(main).to_contain_text("Calibrated on a100-80gb", timeout=t))
+    expect(main).to_contain_text(fmt.gib(ce.device_total_bytes.expected))
+    assert url_params(pg)[state.CALIBRATION_PARAM] == state.calibration_to_param(cal)
+    no_traceback(pg)
+    main.get_by_text("Calibrate with your own run", exact=True).scroll_into_view_if_needed()
+    shot(pg, "e2e_06_calculator_calibrated")
+
+    # another scenario on the same GPU, from a link that carries the calibration
+    other = Scenario(model="llama-3.1-8b", hardware={"gpu": "a100-80gb"},
+                     training={"precision": "bf16-mixed", "activation_checkpointing": "full", "seq_len": 4096})
+    params = {**state.scenario_to_params(other), state.CALIBRATION_PARAM: state.calibration_to_param(cal)}
+    pg.goto(f"{server}/?" + "&".join(f"{k}={v}" for k, v in params.items()))
+    back = state.calibration_from_param(params[state.CALIBRATION_PARAM])
+    ce2 = apply(back, estimate(other), other)
+    until(lambda t: expect(main).to_contain_text(f"device total {fmt.gib(ce2.device_total_bytes.expected)}",
+                                                 timeout=t))
+    shot(pg, "e2e_07_calculator_calibrated_other_scenario")
+    main.get_by_role("button", name="Clear the calibration").click()
+    settle(pg)
+    until(lambda t: expect(main).to_contain_text("Ran one configuration on your GPU already?", timeout=t))
+    assert state.CALIBRATION_PARAM not in url_params(pg)
+    no_traceback(pg)

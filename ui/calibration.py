@@ -30,7 +30,7 @@ def section(sc: Scenario, est: Estimate) -> None:
     """Results first (when a calibration is set), then the inputs that make one."""
     st.subheader("Calibrate with your own run")
     results = st.container()
-    with st.expander("Enter a measurement from this machine", expanded=state.get_calibration() is None):
+    with st.expander("Enter a measurement from this machine"):
         _inputs(sc)
     cal = state.get_calibration()
     with results:
@@ -110,6 +110,7 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
         _clear_button()
         return
     _verdict(ce)
+    st.caption("Applied: " + "; ".join(ce.applied) + "." + "".join(f" Not applied: {n}." for n in ce.not_applied))
     _metrics(ce)
     st.dataframe(comparison_rows(est, ce), hide_index=True, key="cal_table",
                  column_config={"Uncalibrated (GiB)": st.column_config.NumberColumn(format="%.2f"),
@@ -119,11 +120,9 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
     if ce.warnings:
         st.page_link(VALIDATION_PAGE, label="Open the Validation page", icon=":material/fact_check:",
                      query_params=state.page_params())
-    with st.expander("What was corrected, and how sure it is"):
-        st.markdown("\n".join(f"- Applied: {fmt.plain(a)}" for a in ce.applied)
-                    + "".join(f"\n- Not applied: {fmt.plain(n)}" for n in ce.not_applied))
+    with st.expander("What the records determined, and how sure it is"):
         st.markdown("\n".join(f"- {fmt.plain(f)}" for f in cal.findings()))
-        st.caption("The calibrated range is the expected total +- 2 standard deviations of the fitted corrections; "
+        st.caption("The calibrated range is the expected total ± 2 standard deviations of the fitted corrections; "
                    "the uncalibrated range spans the calculator's assumptions for any machine.")
     _clear_button()
 
@@ -145,7 +144,7 @@ def _metrics(ce: CalibratedEstimate) -> None:
     m1.metric("Device total, calibrated (GiB)", fmt.gib(dt.expected),
               delta=f"{fmt.gib_signed(dt.expected - udt.expected)} vs uncalibrated", delta_color="off",
               help=f"Expected {fmt.bytes_exact(dt.expected)}; uncalibrated {fmt.bytes_exact(udt.expected)}.")
-    m2.metric("Calibrated range (GiB)", f"{fmt.gib(dt.low)} – {fmt.gib(dt.high)}",
+    m2.metric("Calibrated range (GiB)", range_text(dt.low, dt.high),
               delta=f"{fmt.gib(dt.high - dt.low)} wide, uncalibrated {fmt.gib(udt.high - udt.low)}", delta_color="off")
     m3.metric("Headroom, calibrated (GiB)", fmt.gib(ce.headroom_bytes),
               help="GPU memory minus the calibrated expected device total.")
@@ -164,8 +163,13 @@ def comparison_rows(est: Estimate, ce: CalibratedEstimate) -> list[dict[str, obj
         ("Device total, expected", udt.expected, cdt.expected),
         ("Device total, high", udt.high, cdt.high),
     ]
-    return [{"": name, "Uncalibrated (GiB)": u / fmt.GiB, "Calibrated (GiB)": c / fmt.GiB,
+    return [{"Term": name, "Uncalibrated (GiB)": u / fmt.GiB, "Calibrated (GiB)": c / fmt.GiB,
              "difference": fmt.gib_signed(c - u)} for name, u, c in rows]
+
+
+def range_text(low: int, high: int) -> str:
+    """'43.39 – 46.73' (the label says GiB; a metric has no room for the unit twice)."""
+    return f"{low / fmt.GiB:,.2f} – {high / fmt.GiB:,.2f}"
 
 
 def _clear_button() -> None:
