@@ -470,6 +470,9 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
         nccl = dict(NCCL_BYTES)
         not_applied.append("NCCL buffers: the records are single-GPU, so the engine's uncalibrated NCCL range "
                            f"({NCCL_BYTES['low'] // MiB}-{NCCL_BYTES['high'] // MiB} MiB) is added")
+    elif sc.resolved_hardware().num_gpus == 1 and cal.outside_includes_nccl:
+        not_applied.append("NCCL buffers: the records are multi-GPU, so their outside bytes include NCCL buffers "
+                           "this single-GPU scenario does not have (kept: an overestimate)")
     sigma = math.sqrt((peak * ratio.sigma) ** 2 + out.sigma ** 2 + (ratio.value * sigma_peak) ** 2)
     expected = round(reserved + out.value + nccl["expected"])
     spread = COVERAGE_K * sigma

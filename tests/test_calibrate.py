@@ -296,3 +296,13 @@ def test_cli_refuses_other_gpu_and_bad_records(exact_runs, tmp_path, capsys):
     assert "--device cuda" in capsys.readouterr().err
     assert main(["calibrate", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_multi_gpu_records_include_nccl():
+    sharded = [r for r in load_all() if r.engine == "fsdp2" and r.device == "fake" and abs(compare(r).error_pct) < 1]
+    cal = fit(observe(cuda_like(sharded[0])))
+    assert cal.outside_includes_nccl and not cal.disagreements
+    ce = apply(cal, estimate(other_scenario()), other_scenario())
+    assert any("an overestimate" in n for n in ce.not_applied)
+    ce8 = apply(cal, estimate(other_scenario(num_gpus=8)), other_scenario(num_gpus=8))
+    assert not any("NCCL" in n for n in ce8.not_applied)
