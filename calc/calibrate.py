@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -525,6 +526,8 @@ def cli_main(args) -> int:
             raise CalibrationError(f"cannot write {args.output}: {exc.strerror}") from None
         print(format_summary(cal))
         print(f"wrote {args.output}")
-    else:
+    else:  # JSON on stdout for a pipe; what a reader must not miss on stderr
         print(text)
+        for w in disagreement_warnings(cal):
+            print(f"WARNING: {w}", file=sys.stderr)
     return 0

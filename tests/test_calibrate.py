@@ -170,6 +170,9 @@ def test_a_record_the_engine_misses_is_reported_everywhere(exact_runs, tmp_path,
     out = tmp_path / "cal.json"
     assert main(["calibrate", *paths, "-o", str(out)]) == 0
     assert f"WARNING: {exact_runs[1].name}" in capsys.readouterr().out
+    assert main(["calibrate", *paths]) == 0
+    printed = capsys.readouterr()
+    assert Calibration.model_validate_json(printed.out).disagreements and "Validation page" in printed.err
     scen = tmp_path / "s.json"
     scen.write_text(sc.model_dump_json())
     assert main(["estimate", str(scen), "--calibration", str(out), "--format", "table"]) == 0
