@@ -137,7 +137,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
     zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage)
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
-    zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp)
+    zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
+                                                 params_offloaded=t.offload_params != Offload.none)
     cpu = nvme = 0
     off_opt = states + master + grad32
     if t.offload_optimizer != Offload.none:

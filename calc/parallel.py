@@ -56,11 +56,14 @@ def reduce_bucket_bytes(grad_bytes: int, stage: int) -> int:
     return REDUCE_BUCKET_ELEMENTS * grad_bytes * (2 if OVERLAP_COMM else 1)
 
 
-def stage3_live_param_bytes(layer_params: int, edge_params: int, weight_bytes: int, stage: int, dp: int) -> int:
+def stage3_live_param_bytes(layer_params: int, edge_params: int, weight_bytes: int, stage: int, dp: int,
+                            params_offloaded: bool = False) -> int:
     """ZeRO-3 gathers each module's full weights just before use and frees them after; with
     prefetch, the current layer and the next bucket are alive. Bounded by max_live_parameters.
-    The largest single gathered module (embedding / lm_head) is used when larger."""
-    if stage < 3 or dp == 1:
+    The largest single gathered module (embedding / lm_head) is used when larger. On one GPU
+    without offload the weights are whole already; with offload_param they live in host memory
+    and are fetched to the GPU the same way whatever the data-parallel size."""
+    if stage < 3 or (dp == 1 and not params_offloaded):
         return 0
     live = min(2 * layer_params + STAGE3_PREFETCH_ELEMENTS, STAGE3_MAX_LIVE_PARAMETERS)
     return max(live, edge_params) * weight_bytes

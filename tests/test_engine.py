@@ -258,3 +258,19 @@ def test_fsdp2_is_a_scenario_choice():
     with pytest.raises(ValueError, match="offload"):
         Scenario.model_validate({**base, "training": {**base["training"], "sharding": "fsdp2",
                                                       "offload_optimizer": "cpu"}})
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_zero3_param_offload_counts_the_gathered_layer_on_the_gpu(gpus):
+    """offload_param keeps the weights in host RAM, but each module is fetched to the GPU before it
+    runs (with prefetch): the peak holds at least one decoder layer's 16-bit weights, on one GPU too."""
+    sc = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb", "num_gpus": gpus},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "cpu",
+                            "offload_params": "cpu", "activation_checkpointing": "full", "seq_len": 512})
+    est = estimate(sc)
+    layer_weights = 2 * sc.spec.layer_params()
+    buffers = {c.key: c.bytes for c in est.components}.get("zero_buffers", 0)
+    assert est.breakdown.parameters == 0  # the sharded weights themselves live on the host
+    assert buffers >= 2 * layer_weights  # the running layer + the prefetched one
+    assert est.peak_allocated_bytes > 2 * layer_weights
+    assert est.cpu_ram_bytes > 0
