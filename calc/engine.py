@@ -368,11 +368,18 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding backward", "backward", w, max(ga_grads, grads + g_e), opt, cur,
                other0 + emb.bwd_peak - emb.bwd_peak_pgrad)
     # optimizer
-    # *-mixed: each 16-bit grad is converted into an fp32 master grad and freed before the step
-    step_grads = 0 if t.precision.is_mixed and t.offload_optimizer == Offload.none and not gl else st.grads
-    tl.add("optimizer step", "optimizer", st.weights, step_grads + st.grad_fp32_step, opt, 0,
+    tl.add("optimizer step", "optimizer", st.weights, step_gradient_bytes(sc, st), opt, 0,
            inputs + st.zero_buffers + st.opt_temp)
     return tl
+
+
+def step_gradient_bytes(sc: Scenario, st: States) -> int:
+    """Gradient bytes alive during optimizer.step(). *-mixed under DeepSpeed (no offload): each
+    16-bit gradient partition is cast to an fp32 `.grad` of its master partition and the 16-bit
+    grads are freed before the step (precision.MIXED_STEP_GRADIENTS_WHY); otherwise `.grad` itself."""
+    t = sc.training
+    keeps_16bit = not (t.precision.is_mixed and t.offload_optimizer == Offload.none and not st.gathered_layer)
+    return (st.grads if keeps_16bit else 0) + st.grad_fp32_step
 
 
 @lru_cache(maxsize=64)
@@ -516,14 +523,19 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
     out = list(st.components)  # weights
     grads = tl.gradients[i]
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
-    if tl.phases[i] == "optimizer" and st.grad_fp32_step:
-        gb = 4  # *-mixed: the step works on fp32 copies of the gradients
-    full = st.grads if gb != 4 or not st.grad_fp32_step else st.grad_fp32_step
+    fp32_copies = tl.phases[i] == "optimizer" and st.grad_fp32_step > 0
+    if fp32_copies:
+        gb = precision.FP32  # *-mixed: the step works on fp32 copies of the gradients
+    full = st.grad_fp32_step if fp32_copies else st.grads
     share = f" ({grads / full:.0%} created so far)" if full and grads < full else ""
-    out.append(Component(key="gradients", category="gradients", label="Parameter gradients (.grad)", bytes=grads,
-                         formula=f"{st.trainable:,} trainable params x {gb} B{_zero_note(t.zero_stage, 2, sc)}{share}",
-                         source="AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) "
-                                "frees them after the step"))
+    out.append(Component(
+        key="gradients", category="gradients",
+        label="fp32 gradient copies for the optimizer step" if fp32_copies else "Parameter gradients (.grad)",
+        bytes=grads,
+        formula=f"{st.trainable:,} trainable params x {gb} B{_zero_note(t.zero_stage, 1 if fp32_copies else 2, sc)}"
+                f"{share}",
+        source=precision.MIXED_STEP_GRADIENTS_WHY if fp32_copies else
+        "AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the step"))
     master = st.master if tl.optimizer_states[i] else 0
     states = tl.optimizer_states[i] - master
     out.append(Component(key="optimizer_states", category="optimizer_states", label="Optimizer states",

@@ -14,6 +14,15 @@ from calc.scenario import Optimizer, OptimizerImpl, Precision
 
 FP32, BF16 = 4, 2
 
+# Why *-mixed gradients are 2 B/param through backward but 4 B/param during the step. One text,
+# shown by the Calculator's breakdown and by Explain.
+MIXED_STEP_GRADIENTS_WHY = (
+    "DeepSpeed's mixed-precision optimizer casts each 16-bit gradient partition to an fp32 .grad of its "
+    "fp32 master partition, frees the 16-bit gradients, runs the step and then frees the fp32 copy "
+    "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "
+    "the optimizer states) during the step; modelled from DeepSpeed's source"
+)
+
 
 def weight_bytes_per_param(p: Precision) -> int:
     """Weights as stored on the GPU: fp32 for fp32 and autocast (AMP keeps fp32 weights),
