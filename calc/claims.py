@@ -29,7 +29,7 @@ from calc.variant import variant
 CLAIMS_PATH = Path(__file__).resolve().parent.parent / "data" / "claims.yaml"
 ARTICLES = {
     "000": "Why GPU memory is the hard bottleneck of DNN training (为什么GPU显存成了DNN训练的硬瓶颈)",
-    "001": "Dissecting LLM memory (大模型显存需求拆解)",
+    "001": "Dissecting LLM memory (the text carries no title; the name is the seeds README's)",
 }
 Verdict = Literal["holds", "partly holds", "does not hold", "not modelled"]
 Unit = Literal["GB", "GiB", "MiB", "B/param", "GB/s", "%", "x", "fits"]
@@ -284,3 +284,34 @@ def describe(sc: Scenario, chk: Check) -> str:
 
 def check_all(path: str = str(CLAIMS_PATH)) -> list[ClaimResult]:
     return [check(c) for c in load_claims(path)]
+
+
+# ---- the articles' formulas ----------------------------------------------------------------
+
+class BatchFormula(BaseModel):
+    """Article 001's "max_batch_size = (total memory - static overhead) / (per-sample memory x
+    parallel degree)" with its 10 % safety margin, fed with the engine's own terms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_bytes: int
+    usable_bytes: int = Field(description="GPU memory minus the safety margin")
+    static_bytes: int = Field(description="each model-state category at its largest + CUDA context + NCCL buffers")
+    per_sample_bytes: int = Field(description="activations saved for backward for one sequence, at their largest")
+    formula_batch: int = Field(description="floor((usable - static) / per-sample), 0 when static alone is too big")
+
+
+def article_batch_formula(sc: Scenario, margin: float = 0.10) -> BatchFormula | None:
+    """The article's micro-batch formula per GPU (parallel degree 1: the batch is per GPU); None
+    without a GPU size. Static = what does not grow with the batch; per-sample = what does."""
+    one = variant(sc, micro_batch_size=1)
+    est = estimate(one if one is not None else sc)
+    if est.gpu_memory_bytes is None:
+        return None
+    tl, dt = est.timeline, est.device_total_bytes
+    static = max(tl.parameters) + max(tl.gradients) + max(tl.optimizer_states)
+    static += dt.cuda_context_bytes + dt.workspace_bytes
+    per_sample = max(1, max(tl.activations))
+    usable = int(est.gpu_memory_bytes * (1 - margin))
+    return BatchFormula(gpu_bytes=est.gpu_memory_bytes, usable_bytes=usable, static_bytes=static,
+                        per_sample_bytes=per_sample, formula_batch=max(0, (usable - static) // per_sample))

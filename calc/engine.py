@@ -229,6 +229,14 @@ def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
     return 2 * spec.layer_matmul_params() // ctx.tp
 
 
+def autocast_weight_copies_bytes(sc: Scenario) -> int:
+    """Under AMP, the 16-bit copies autocast makes of every decoder layer's matmul weights on one
+    GPU (autograd saves them for backward, so they sit among the activations); 0 otherwise."""
+    ctx = _ctx(sc, "cuda")
+    layers = parallel.layers_on_stage(sc.spec.num_layers, sc.training.pipeline_parallel)
+    return _amp_cached_weight_bytes(sc.spec, ctx) * layers if ctx.amp else 0
+
+
 def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     """(saved, forward-only) model-level tensors: RoPE cos/sin (1 x S x rotary_dim each, from the
     (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S in the model

@@ -1,12 +1,19 @@
 """Explain: where GPU memory goes and what each technique does to it, with every number computed
-live by calc/ for the scenario in the sidebar (ui.explain runs the variants)."""
+live by calc/ for the scenario in the sidebar (ui.explain.figures runs the what-ifs), the lessons'
+plots (ui.explain.charts), worked recipes and the source articles' claims checked against the engine."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from calc.claims import article_batch_formula
+from calc.precision import MIXED_STEP_GRADIENTS_WHY
 from calc.result import CATEGORY_LABELS
-from ui import explain, fmt
+from ui import charts, compute, fmt, state
+from ui.explain import charts as xcharts
+from ui.explain.claims import article_names, claim_rows, verdict_counts
+from ui.explain.figures import figures
+from ui.explain.recipes import recipe_rows
 from ui.widgets import page_setup, scenario_or_stop
 
 page_setup("Explain", ":material/menu_book:")
@@ -15,48 +22,61 @@ st.title("Where GPU memory goes, and what to do about it")
 sc = scenario_or_stop()
 if sc is None:
     st.stop()
+key = sc.model_dump_json()
 try:
-    f = explain.figures(sc.model_dump_json())
-    claims = explain.claims()
+    f = figures(key)
 except ValueError as exc:
-    st.error(f"The engine cannot estimate this scenario: {exc}", icon=":material/error:")
+    st.error(f"The engine cannot estimate this scenario: {state.error_text(exc)}", icon=":material/error:")
     st.stop()
 
 g = fmt.gib
 b = f["base"]
 n = f["params"]
-hw_name = f"{f['num_gpus']} x {f['gpu_name']}" if f["gpu_name"] else f"{f['num_gpus']} custom GPU(s)"
 st.caption(f"Every figure below is computed now by the engine for **{f['name']}** ({n:,} parameters, "
-           f"{f['layers']} layers) on **{hw_name}**, and for variants of it. Change the scenario in the sidebar "
-           "and the text follows. Sizes in GiB (2^30 bytes) unless a claim is quoted in GB (10^9 bytes).")
+           f"{f['layers']} layers) on **{f['hardware']}**, and for what-ifs of it. Change the scenario in the "
+           "sidebar and the text follows. Sizes in GiB (2^30 bytes) unless a claim is quoted in GB (10^9 bytes).")
 
-TOPICS = ["Where memory goes", "Optimizer states", "Mixed precision", "Activation checkpointing", "ZeRO",
-          "Offload", "FlashAttention", "Parallelism", "Quantization and LoRA / QLoRA", "Monitoring",
-          "Troubleshooting", "Common claims, checked"]
-st.markdown(" · ".join(f"[{t}](#{t.lower().replace(' ', '-').replace('/', '').replace(',', '')})" for t in TOPICS))
+TOPICS = [("Where memory goes", "where-memory-goes"), ("Bytes per parameter", "bytes-per-parameter"),
+          ("Optimizer states", "optimizer-states"), ("Mixed precision", "mixed-precision"),
+          ("Activation checkpointing", "activation-checkpointing"), ("FlashAttention", "flashattention"),
+          ("ZeRO", "zero"), ("Offload", "offload"), ("Parallelism", "parallelism"),
+          ("Quantization and LoRA / QLoRA", "quantization-and-lora-qlora"), ("What to try, in order", "what-to-try"),
+          ("Worked recipes", "worked-recipes"), ("Model size x hardware", "model-size-x-hardware"),
+          ("The largest micro-batch", "largest-micro-batch"), ("Monitoring", "monitoring"),
+          ("Troubleshooting", "troubleshooting"), ("Common claims, checked", "common-claims-checked")]
+st.markdown(" · ".join(f"[{t}](#{a})" for t, a in TOPICS))
 
 
 def gv(x) -> str:
     return "—" if x is None else g(x)
 
 
-def num(x, digits: int = 2) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
+def bpp(x) -> str:
+    return "—" if x is None else f"{x:,.2f}"
 
 
-def verdict(fits, headroom) -> str:
-    return "—" if fits is None else ("fits" if fits else f"short by {g(-headroom)}")
+def secs(x) -> str:
+    return "—" if x is None else f"{x:,.3f} s"
 
 
-# ---- 1 ---------------------------------------------------------------------------------------
-st.header("Where memory goes", anchor="where-memory-goes")
+def peak_at(v) -> str:
+    return "—" if not v else f"{v['event']} ({v['phase']})"
+
+
+def header(i: int) -> None:
+    title, anchor = TOPICS[i]
+    st.header(title, anchor=anchor)
+
+
+# ---- where memory goes ---------------------------------------------------------------------
+header(0)
 st.markdown(f"""
 Four consumers share the GPU during training, plus transients and the runtime around them. For this
 scenario the peak ({g(b['peak'])} allocated) falls at **{b['event']}** ({b['phase']}), where the GPU holds:
 
 | consumer | at the peak | largest during the step |
 |---|---:|---:|
-""" + "\n".join(f"| {CATEGORY_LABELS[c]} | {g(b[c])} | {g(f['category_max'][c])} |"
+""" + "\n".join(f"| {CATEGORY_LABELS[c]} | {g(b[c])} | {g(b['max_' + c])} |"
                 for c in ("parameters", "gradients", "optimizer_states", "activations", "other")) + f"""
 
 Outside PyTorch's allocator, nvidia-smi also counts the CUDA context ({g(f['overhead']['context'])} expected),
@@ -64,187 +84,334 @@ NCCL buffers ({g(f['overhead']['nccl'])}) and the caching allocator's reserve ({
 to {g(f['overhead']['reserve_high'])}, expected {g(f['overhead']['reserve'])}): a device total of
 {g(b['device_low'])} to {g(b['device_high'])}, expected {g(b['device'])}.
 
-The consumers are **not** all alive at once. Adding each one's own maximum gives
-{g(f['category_max_sum'])}, {g(f['category_max_sum'] - b['peak'])} more than the real peak: activations are
-freed during backward while gradients appear, and optimizer states are created lazily in the first step.
-The peak is a moment on the timeline (see the Calculator's timeline chart), not a sum.
+The consumers are **not** all alive at once. Adding each one's own maximum gives {g(f['category_max_sum'])},
+{g(f['category_max_sum'] - b['peak'])} more than the real peak: activations are freed during backward while
+gradients appear, and optimizer states are created lazily in the first step. The timeline of one step shows
+it; the black line is the peak:
 """)
+st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
 
-# ---- 2 ---------------------------------------------------------------------------------------
-st.header("Optimizer states", anchor="optimizer-states")
-rows = [{"optimizer": r["optimizer"], "state (full model)": g(r["states"]), "bytes / param": num(r["per_param"]),
-         "peak (this scenario)": gv(r["peak"]),
-         "verdict": "—" if r["fits"] is None else ("fits" if r["fits"] else "does not fit")} for r in f["optimizers"]]
-st.markdown(f"Persistent optimizer state for all {n:,} parameters of {f['name']} in this scenario's precision "
-            "(Adafactor keeps factored row/column statistics; AdamW 8-bit keeps uint8 states plus a float "
-            "scale per 256-element block, bitsandbytes), and the peak the engine predicts with each optimizer:")
-st.table(rows, hide_index=True)
-
-# ---- 3 ---------------------------------------------------------------------------------------
-st.header("Mixed precision", anchor="mixed-precision")
-pr = {r["precision"]: r for r in f["precisions"]}
+# ---- bytes per parameter -------------------------------------------------------------------
+header(1)
+rows = f["bytes_per_param"]
 st.markdown(f"""
-**FP16 vs BF16.** Both are 16-bit. FP16 has more mantissa bits but a narrow exponent range, so small
-gradients underflow and large activations overflow: training needs **loss scaling** (PyTorch's
-`GradScaler`, DeepSpeed's dynamic `loss_scale`), which multiplies the loss before backward and skips steps
-whose gradients overflow. BF16 keeps fp32's exponent range and needs no scaling, but only Ampere (A100,
-RTX 30xx) and newer GPUs compute it natively;
-{"this GPU does" if f["gpu_bf16"] else "this GPU does not" if f["gpu_bf16"] is not None else "a custom GPU may or may not"}.
-
-**Why master weights keep model states at {pr['bf16-mixed']['total']} bytes per parameter.** With AdamW, bytes
-per parameter by precision (calc.precision):
+Model states are counted per parameter. One table, computed by the engine (`calc.per_param`, the same
+code that builds the Calculator's breakdown) for full fine-tuning of {f['name']} on one GPU without ZeRO.
+**Held** is what the ZeRO paper calls model states (weights + gradients + fp32 master weights + optimizer
+states); **at the optimizer step** is what is alive inside `optimizer.step()`: the gradients as the step
+sees them and the step's scratch memory (foreach AdamW's `sqrt(v)` list, as large as the states' dtype x
+all parameters; the fused kernel needs none).
 """)
-st.table([{"precision": r["precision"], "weights": r["weights"], "grads": r["grads"], "fp32 master": r["master"],
-           "Adam m + v": r["states"], "model states / param": r["total"],
-           "activation dtype bytes": r["activation_dtype"], "activations (this scenario)": gv(r["activations"]),
-           "peak": gv(r["peak"]), "verdict": "—" if r["fits"] is None else ("fits" if r["fits"] else "does not fit")}
-          for r in f["precisions"]], hide_index=True)
-st.markdown(f"""
-DeepSpeed-style mixed precision keeps 16-bit weights and gradients ({pr['bf16-mixed']['weights']} +
-{pr['bf16-mixed']['grads']} bytes) **plus** an fp32 master copy ({pr['bf16-mixed']['master']}) and fp32 Adam
-moments ({pr['bf16-mixed']['states']}): {pr['bf16-mixed']['total']} bytes, the same as plain fp32
-({pr['fp32']['total']}). PyTorch AMP keeps fp32 weights and gradients ({pr['amp-bf16']['total']} bytes) and
-casts to 16 bits on the fly. What 16-bit compute changes is the **activations**: saved for backward in this
-scenario, {gv(pr['fp32']['activations'])} in fp32, {gv(pr['amp-bf16']['activations'])} under AMP bf16 (autocast
-keeps the residual stream in fp32 and caches 16-bit copies of the weights) and
-{gv(pr['bf16-mixed']['activations'])} with bf16 weights (bf16 mixed). Only pure bf16, whose AdamW states are
-bf16 too, cuts model states ({pr['bf16']['total']} bytes).
-""")
-
-# ---- 4 ---------------------------------------------------------------------------------------
-st.header("Activation checkpointing", anchor="activation-checkpointing")
-ck = f["checkpointing"]
-st.markdown(f"""
-Backward needs what each layer saved in forward. Checkpointing keeps only each checkpointed layer's input
-and recomputes the rest during backward: memory for activations drops from O(L) layers' worth to one
-layer's worth plus the L inputs, and with checkpoints every sqrt(L) layers (Chen et al. 2016) to
-O(sqrt(L)). Here L = {f['layers']}, so sqrt(L) is about {f['k_sqrt']}. The cost is an extra forward of the
-checkpointed layers; selective checkpointing (Korthikanti et al. 2022) recomputes only the attention core,
-whose saved tensors grow with sequence length, for a small fraction of that compute.
-""")
-st.table([{"checkpointing": r["label"], "activations (largest)": gv(r.get("max_activations")),
-           "peak": gv(r.get("peak")),
-           "executed / model FLOPs": "—" if not r.get("exec_fpt") else num(r["exec_fpt"] / r["model_fpt"], 3),
-           "step (calc.speed)": "—" if r.get("step_s") is None else f"{r['step_s']:.3f} s",
-           "verdict": verdict(r.get("fits"), r.get("headroom"))} for r in ck], hide_index=True)
-st.markdown("""
-Caveats. Recomputation must reproduce the forward exactly: `torch.utils.checkpoint` saves and restores
-the RNG state (`preserve_rng_state=True`) so dropout masks match, which costs a little time. Layers with
-side effects in forward, such as BatchNorm's running statistics, are updated twice unless excluded.
-Use `use_reentrant=False` (the non-reentrant implementation) in current PyTorch.
-""")
-
-# ---- 5 ---------------------------------------------------------------------------------------
-st.header("ZeRO", anchor="zero")
-z = f["zero"]
-zr = z["rows"]
-st.markdown(f"""
-ZeRO (Rajbhandari et al. 2020) removes the copies plain data parallelism keeps on every GPU. Stage 1 shards
-the optimizer states (and fp32 master weights) over the N data-parallel GPUs, stage 2 also the gradients,
-stage 3 also the weights. The paper's model-state formula for this model and precision
-({z['weight_bytes']} + {z['grad_bytes']} + K = {z['k_bytes']} bytes per parameter) with N = {z['dp']}:
-""")
-st.table([{"stage": r["stage"], "model states per GPU (paper)": g(r["model_states"]), "engine peak": gv(r["peak"]),
-           "verdict": "—" if r["fits"] is None else ("fits" if r["fits"] else "does not fit"),
-           "DP communication per step": "—" if r["comm_s"] is None else f"{r['comm_s']:.3f} s"} for r in zr],
-         hide_index=True)
-if zr[0]["comm_s"] and zr[3]["comm_s"]:
+st.table([{"precision · optimizer (impl)": xcharts.row_label(r), "weights": bpp(r["weights"]),
+           "gradients (.grad)": bpp(r["gradients"]), "fp32 master weights": bpp(r["master_weights"]),
+           "optimizer states": bpp(r["optimizer_states"]), "held (model states)": bpp(r["held"]),
+           "gradients at the step": bpp(r["step_gradients"]), "step scratch": bpp(r["optimizer_temporaries"]),
+           "at the optimizer step": bpp(r["at_step"])} for r in rows], hide_index=True)
+st.plotly_chart(xcharts.bytes_per_param_bars(rows), key="explain_bpp")
+mixed = next((r for r in rows if r["precision"] == "bf16-mixed" and r["optimizer"] == "adamw"), None)
+lean = min(rows, key=lambda r: r["held"]) if rows else None
+if mixed and lean:
     st.markdown(f"""
-**Communication.** Plain data parallel all-reduces the gradients each step. Stages 1 and 2 replace it with a
-reduce-scatter of gradients and an all-gather of updated weights: the same volume
-({zr[1]['comm_s']:.3f} s and {zr[2]['comm_s']:.3f} s against {zr[0]['comm_s']:.3f} s over {zr[0]['interconnect']}
-here). Stage 3 gathers the weights in forward and again in backward:
-{zr[3]['comm_s'] / zr[0]['comm_s']:.2f} x the data-parallel volume ({zr[3]['comm_s']:.3f} s).""")
-st.markdown(f"""
-DeepSpeed settings that matter (the Export page writes them): `overlap_comm` (hide reductions behind
-backward), `contiguous_gradients` (one flat buffer, less fragmentation), `reduce_bucket_size`
-({z['bucket']:,} elements by default: a bucket of that size lives on the GPU under stage 2),
-`stage3_prefetch_bucket_size` ({z['prefetch']:,}), `stage3_max_live_parameters` ({z['max_live']:,}) and
-`stage3_param_persistence_threshold` ({z['persistence']:,}: smaller tensors stay unsharded).
+**Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per
+parameter.** {MIXED_STEP_GRADIENTS_WHY}. So bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
+fp32, and {bpp(mixed['at_step'])} B/param during a foreach step: above fp32's, because the 16-bit weights
+are kept beside the fp32 master copy. The leanest row is **{xcharts.row_label(lean)}** at
+{bpp(lean['held'])} B/param: pure bf16 halves the Adam states, and 8-bit AdamW shrinks them to about 2 B.
 """)
 
-# ---- 6 ---------------------------------------------------------------------------------------
-st.header("Offload", anchor="offload")
-off = f["offload"]
-pcie = f["pcie"]
-st.markdown(f"""
-ZeRO-Offload moves the optimizer states (and the update itself, on the CPU with DeepSpeed's CPUAdam) to
-host memory; ZeRO-Infinity can put them, or the weights (stage 3), on NVMe. Every step then moves
-gradients down and weights up over PCIe
-{f"(gen {pcie['gen']}: {pcie['bytes_per_s'] / 1e9:.0f} GB/s per direction for this GPU)" if pcie else ""};
-NVMe is slower still{f" ({f['nvme_bytes_per_s'] / 1e9:.1f} GB/s per node assumed for this hardware)" if f["nvme_bytes_per_s"] else ""},
-so ZeRO-Infinity keeps the step waiting on the drive unless the batch is large.
-Host buffers must be **pinned** (page-locked) to reach that bandwidth, and pinned memory cannot be swapped:
-the host needs RAM for all of it.
-""")
-st.table([{"setup": r["label"], "GPU peak": gv(r.get("peak")), "CPU RAM per node": gv(r.get("cpu_ram")),
-           "NVMe per node": gv(r.get("nvme")),
-           "step (calc.speed)": "—" if r.get("step_s") is None else f"{r['step_s']:.3f} s",
-           "of which offload": "—" if r.get("offload_s") is None else f"{r['offload_s']:.3f} s",
-           "slowdown": "—" if not (r.get("step_s") and off[0].get("step_s")) else f"{r['step_s'] / off[0]['step_s']:.2f} x",
-           "verdict": verdict(r.get("fits"), r.get("headroom"))} for r in off], hide_index=True)
-if f["host_ram"]:
-    st.markdown(f"This hardware has {g(f['host_ram'])} of host RAM per node.")
+# ---- optimizer states ----------------------------------------------------------------------
+header(2)
+st.markdown(f"Optimizer states for all {n:,} parameters of {f['name']} in this scenario's precision "
+            "(Adafactor keeps factored row/column statistics and no first moment; AdamW 8-bit keeps uint8 "
+            "states plus an fp32 scale per 256-element block, bitsandbytes). **Optimizer states** here are the "
+            "states alone; the fp32 master weights of mixed precision are counted separately (Bytes per "
+            "parameter, above). The step scratch is foreach's temporary list; fused AdamW has none:")
+st.table([{"optimizer": r["optimizer"], "implementation": r["impl"], "states / param": bpp(r["states_per_param"]),
+           "optimizer states": g(r["states"]), "step scratch": g(r["scratch"]),
+           "peak": gv(r["run"] and r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
+           "verdict": r["run"]["verdict"] if r["run"] else "—"} for r in f["optimizers"]], hide_index=True)
 
-# ---- 7 ---------------------------------------------------------------------------------------
-st.header("FlashAttention", anchor="flashattention")
+# ---- mixed precision -----------------------------------------------------------------------
+header(3)
+pr = {r["precision"]: r for r in f["precisions"]}
+bf16_ok = ("this GPU does" if f["gpu_bf16"] else "this GPU does not" if f["gpu_bf16"] is not None
+           else "a custom GPU may or may not")
+st.markdown(f"""
+**FP16 vs BF16.** Both are 16-bit. FP16 has more mantissa bits but a narrow exponent range (largest value
+65,504), so small gradients underflow and large activations overflow: training needs **loss scaling**
+(PyTorch's `GradScaler`, DeepSpeed's dynamic `loss_scale`), which multiplies the loss before backward and skips
+steps whose gradients overflow. BF16 keeps fp32's exponent range and needs no scaling, but only Ampere (A100,
+RTX 30xx) and newer GPUs compute it natively; {bf16_ok}.
+
+**What each precision keeps.** Bytes per parameter from the table above, and this scenario's activations and peak:
+""")
+st.table([{"precision": r["precision"], "held / param": bpp(r["per_param"]["held"]),
+           "at the step / param": bpp(r["per_param"]["at_step"]),
+           "activations (largest)": g(r["run"]["max_activations"]),
+           "of which autocast 16-bit weight copies": g(r["autocast_copies"]) if r["autocast_copies"] else "—",
+           "peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]}
+          for r in f["precisions"]], hide_index=True)
+if "amp-bf16" in pr and "bf16-mixed" in pr and "fp32" in pr:
+    amp, mx, f32 = pr["amp-bf16"], pr["bf16-mixed"], pr["fp32"]
+    st.markdown(f"""
+DeepSpeed-style mixed precision (bf16-mixed) keeps 16-bit weights and gradients **plus** fp32 master weights
+and fp32 Adam moments: {bpp(mx['per_param']['held'])} B/param, no less than fp32's
+{bpp(f32['per_param']['held'])}. PyTorch AMP (autocast) keeps everything in fp32 and casts to 16 bits on the
+fly. What 16-bit compute changes is the **activations**: {g(f32['run']['max_activations'])} in fp32,
+{g(mx['run']['max_activations'])} with bf16 weights, {g(amp['run']['max_activations'])} under AMP bf16. AMP's
+figure includes **{g(amp['autocast_copies'])} of 16-bit weight copies**: autocast casts each fp32 weight to
+bf16 for its matmul and autograd saves that copy for backward, so a whole 16-bit copy of the decoder's
+weights sits among the activations until backward frees it.
+""")
+
+# ---- activation checkpointing --------------------------------------------------------------
+header(4)
+ck, k_sqrt = f["checkpointing"], f["k_sqrt"]
+st.markdown(f"""
+Backward needs what each layer saved in forward. Checkpointing a layer keeps only its input and recomputes the
+rest during backward. Checkpointing **every layer** (Hugging Face's `gradient_checkpointing_enable()`, what
+the engine models) keeps L = {f['layers']} layer inputs plus one layer's tensors while it is recomputed: still
+O(L), but with a tiny constant (one hidden vector per token per layer). Chen et al. (2016) reach O(sqrt L) by
+checkpointing *segments* of about sqrt(L) = {k_sqrt} layers (`checkpoint_sequential`): sqrt(L) segment inputs
+plus one segment's tensors during its recompute; the engine does not model segments. Checkpointing only
+**every k-th layer** (the rows below) is the opposite trade: the other layers keep everything, so memory falls
+between "none" and "every layer". **Selective** checkpointing (Korthikanti et al. 2022) recomputes only the
+attention core, whose saved tensors grow with sequence length, for a small fraction of the compute.
+
+The lesson is in the **activations** column; the peak moves only when activations are what sets it:
+""")
+st.table([{"checkpointing": r["label"], "activations (largest)": g(r["run"]["max_activations"]),
+           "extra FLOPs (recompute)": "—" if r["recompute"] is None else f"{100 * r['recompute']:.0f} %",
+           "step (calc.speed)": secs(r["speed"] and r["speed"]["step_s"]), "peak": g(r["run"]["peak"]),
+           "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]} for r in ck], hide_index=True)
+if ck and ck[0]["run"]["phase"] == "optimizer":
+    st.info(f"Here the peak falls at the **optimizer step** ({g(ck[0]['run']['peak'])}), where no activations are "
+            "alive, so checkpointing cannot lower it: it frees activations that were never the limit. Reduce the "
+            "model states first (ZeRO, 8-bit AdamW, fused AdamW, LoRA).", icon=":material/info:")
+if any(r["recompute"] is not None for r in ck):
+    st.plotly_chart(xcharts.checkpointing_tradeoff(ck), key="explain_ckpt")
+st.markdown("""
+Caveats. Recomputation must reproduce the forward exactly: `torch.utils.checkpoint` saves and restores the RNG
+state (`preserve_rng_state=True`) so dropout masks match, which costs a little time. Layers with side effects
+in forward, such as BatchNorm's running statistics, are updated twice unless excluded. Use
+`use_reentrant=False` (the non-reentrant implementation) in current PyTorch.
+""")
+
+# ---- FlashAttention ------------------------------------------------------------------------
+header(5)
+att = f["attention"]
 st.markdown(f"""
 Eager attention materialises the scores and the softmax probabilities, each batch x heads x S x S
-({f['heads']} heads here), and keeps them for backward. FlashAttention (Dao et al. 2022) and PyTorch's
-SDPA kernels compute attention in tiles and keep only the output and the log-sum-exp: the S x S term
-disappears, and memory grows linearly with sequence length. Peak allocated for this scenario:
+({f['heads']} heads here), and keeps them for backward. FlashAttention (Dao et al. 2022) and PyTorch's SDPA
+kernels compute attention in tiles and keep only the output and the log-sum-exp: the S x S terms disappear and
+**activations** grow linearly with the sequence. The saving is in the activations; the peak follows only
+where activations set it:
 """)
-st.table([{"sequence length": f"{r['seq']:,}", "eager": gv(r["eager"]),
-           "eager verdict": "—" if r["eager_fits"] is None else ("fits" if r["eager_fits"] else "does not fit"),
-           "SDPA / Flash": gv(r["sdpa"]),
-           "SDPA verdict": "—" if r["sdpa_fits"] is None else ("fits" if r["sdpa_fits"] else "does not fit")}
-          for r in f["attention"]], hide_index=True)
-st.markdown("Other kernels with the same idea: fused AdamW (no foreach temporaries, see Optimizer "
-            "implementation), 8-bit optimizers, fused cross-entropy.")
+st.plotly_chart(xcharts.attention_sweep(att, b["gpu"]), key="explain_attention")
+st.table([{"sequence length": f"{r['seq']:,}" + (" (this scenario)" if r["current"] else ""),
+           "activations, eager": g(r["eager"]["max_activations"]), "activations, SDPA": g(r["sdpa"]["max_activations"]),
+           "saved": f"{100 * (1 - r['sdpa']['max_activations'] / r['eager']['max_activations']):.0f} %",
+           "peak eager (falls at)": f"{g(r['eager']['peak'])} ({r['eager']['phase']})",
+           "peak SDPA (falls at)": f"{g(r['sdpa']['peak'])} ({r['sdpa']['phase']})",
+           "SDPA verdict": r["sdpa"]["verdict"]} for r in att], hide_index=True)
+st.markdown("Other kernels with the same idea: **fused AdamW** (one kernel, no step scratch: compare the "
+            "foreach and fused rows under [Optimizer states](#optimizer-states)), 8-bit optimizers, fused "
+            "cross-entropy (no fp32 logits copy).")
 
-# ---- 8 ---------------------------------------------------------------------------------------
-st.header("Parallelism", anchor="parallelism")
+# ---- ZeRO -----------------------------------------------------------------------------------
+header(6)
+z = f["zero"]
+zr = z["rows"]
+where = (f"**{z['label']}**" + (f" (the sidebar's GPU, {z['dp']} of them: this scenario has {z['own_gpus']}, and "
+                                "ZeRO needs several data-parallel GPUs)" if z["switched"] else " (this scenario's hardware)"))
+st.markdown(f"""
+ZeRO (Rajbhandari et al. 2020) removes the copies plain data parallelism keeps on every GPU. Stage 1 shards the
+optimizer states and fp32 master weights over the N data-parallel GPUs, stage 2 also the gradients, stage 3 also
+the weights. The lesson is the **model states per GPU**, from the bytes-per-parameter table x {n:,} parameters;
+the engine's peak adds activations, gathered layers (stage 3) and reduce buckets (stage 2). On {where}:
+""")
+st.table([{"stage": r["stage"], "model states / param": bpp(r["per_param"] and r["per_param"]["held"]),
+           "model states per GPU": gv(r["per_param"] and r["per_param"]["held"] * r["per_param"]["params"]),
+           "at the optimizer step per GPU": gv(r["per_param"] and r["per_param"]["at_step"] * r["per_param"]["params"]),
+           "engine peak": gv(r["run"] and r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
+           "verdict": r["run"]["verdict"] if r["run"] else "—",
+           "DP communication per step": secs(r["comm_s"])} for r in zr], hide_index=True)
+st.markdown(f"Per-GPU device total as the data-parallel group grows ({z['label'].split(' x ', 1)[-1] if z['label'] else ''} "
+            "GPUs, same micro-batch per GPU, no tensor or pipeline parallelism): only stage 3 keeps falling, "
+            "because the 16-bit weights are the last replicated state.")
+st.plotly_chart(xcharts.zero_sweep(z["sweep"], z["gpu_bytes"], z["label"].split(" x ", 1)[-1] if z["label"] else "GPU"),
+                key="explain_zero")
+if zr[0]["comm_s"] and zr[3]["comm_s"]:
+    st.markdown(f"""
+**Communication.** Plain data parallelism all-reduces the gradients each step. Stages 1 and 2 replace it with a
+reduce-scatter of gradients and an all-gather of updated weights: the same volume ({secs(zr[1]['comm_s'])} and
+{secs(zr[2]['comm_s'])} against {secs(zr[0]['comm_s'])} over {zr[0]['interconnect']} here). Stage 3 gathers the
+weights in forward and again in backward: {zr[3]['comm_s'] / zr[0]['comm_s']:.2f} x the data-parallel volume
+({secs(zr[3]['comm_s'])}).""")
+st.markdown(f"""
+DeepSpeed settings that matter (the Export page writes them): `overlap_comm` (hide reductions behind backward),
+`contiguous_gradients` (one flat buffer, less fragmentation), `reduce_bucket_size` ({z['bucket']:,} elements by
+default: a bucket of that size lives on the GPU under stage 2), `stage3_prefetch_bucket_size` ({z['prefetch']:,}),
+`stage3_max_live_parameters` ({z['max_live']:,}) and `stage3_param_persistence_threshold` ({z['persistence']:,}:
+smaller tensors stay unsharded).
+""")
+
+# ---- offload --------------------------------------------------------------------------------
+header(7)
+off = f["offload"]
+pcie = f["pcie"]
+base_step = off[0]["speed"]["step_s"] if off and off[0]["speed"] else None
+st.markdown(f"""
+ZeRO-Offload moves the optimizer states, fp32 master weights and gradients to host memory and runs the update on
+the CPU (DeepSpeed's CPUAdam); ZeRO-Infinity can put them, or the weights (stage 3), on NVMe. The GPU's memory
+falls; what rises is **host RAM** and **step time**: every step moves gradients down and weights up over PCIe
+{f"(gen {pcie['gen']}: {pcie['bytes_per_s'] / 1e9:.0f} GB/s per direction for this GPU)" if pcie else ""}, and NVMe is
+slower still{f" ({f['nvme_bytes_per_s'] / 1e9:.1f} GB/s per node assumed)" if f["nvme_bytes_per_s"] else ""}. Host
+buffers are **pinned** (page-locked) to reach that bandwidth and cannot be swapped: the host needs RAM for all of it.
+""")
+st.table([{"setup": r["label"], "GPU peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
+           "host RAM per node": g(r["run"]["cpu_ram"]) + (f" of {g(f['host_ram'])}" if f["host_ram"] else ""),
+           "NVMe per node": g(r["run"]["nvme"]), "step (calc.speed)": secs(r["speed"] and r["speed"]["step_s"]),
+           "of which offload": secs(r["speed"] and r["speed"]["offload_s"]),
+           "slowdown": "—" if not (r["speed"] and base_step) else f"{r['speed']['step_s'] / base_step:.1f} x",
+           "verdict": r["run"]["verdict"]} for r in off], hide_index=True)
+if not f["host_ram"]:
+    st.caption("This hardware does not say how much host RAM it has: pick a cluster preset (or set it) to check "
+               "the offload against it.")
+
+# ---- parallelism ----------------------------------------------------------------------------
+header(8)
 st.markdown("""
 **Data parallel** replicates the model and splits the batch (memory relief only with ZeRO, above).
-**Tensor parallel** (Megatron-LM) splits each layer's matrices across GPUs: weights, gradients, optimizer
-states and most activations divide by the degree; it all-reduces activations twice per layer each way, so
-it stays inside an NVLink node. **Sequence parallel** splits the LayerNorm and dropout activations that
-tensor parallel leaves replicated. **Pipeline parallel** places consecutive layers on different GPUs; the
-first stage holds activations of up to `pp` micro-batches in flight (1F1B). Per GPU, for this model (ZeRO
-off, same micro-batch):
+**Tensor parallel** (Megatron-LM) splits each layer's matrices across GPUs: weights, gradients, optimizer states
+and most activations divide by the degree; it all-reduces activations twice per layer each way, so it stays
+inside an NVLink node. **Pipeline parallel** places consecutive layers on different GPUs; the first stage holds
+activations of up to `pp` micro-batches in flight (1F1B). Per GPU, for this model (ZeRO off, same micro-batch),
+on the hardware each row names:
 """)
-st.table([{"layout": r["label"], "GPUs": r.get("gpus"), "peak": gv(r.get("peak")), "weights": gv(r.get("parameters")),
-           "activations (largest)": gv(r.get("max_activations")),
-           "verdict": verdict(r.get("fits"), r.get("headroom"))} for r in f["parallel"]], hide_index=True)
+st.table([{"layout": r["label"], "hardware": r["hardware"], "peak": g(r["run"]["peak"]),
+           "weights": g(r["run"]["parameters"]), "activations (largest)": g(r["run"]["max_activations"]),
+           "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]} for r in f["parallel"]], hide_index=True)
+st.markdown("""
+**Sequence parallelism, two different things.** Megatron's *sequence parallelism* (Korthikanti et al. 2022)
+works only together with tensor parallelism: it splits along the sequence the LayerNorm and dropout activations
+that tensor parallelism leaves replicated (the row above with "+ sequence parallel"). **Context parallelism**
+(ring attention; Megatron-Core `context_parallel_size`, DeepSpeed Ulysses, PyTorch's `context_parallel`) splits
+the *whole* sequence across GPUs, attention included, exchanging keys and values: this is what the articles' "sequence
+parallel for 32k context" means, since it is what divides a 32k-token sequence's activations by the degree. The
+engine does not model context parallelism yet.
+
+**Choosing FSDP, DeepSpeed or Megatron.** *PyTorch FSDP2* (`fully_shard`) is ZeRO-3 (or ZeRO-2 with
+`reshard_after_forward=False`) inside PyTorch: no extra dependency, composes with `torch.compile` and tensor
+parallel (DTensor); no built-in NVMe offload. *DeepSpeed ZeRO* offers every stage, CPU and NVMe offload
+(ZeRO-Offload / Infinity) and works through the Hugging Face Trainer / accelerate with a JSON config (the Export
+page writes it): the choice when the model must spill out of GPU memory. *Megatron-LM / Megatron-Core* gives
+tensor, pipeline, sequence, context and expert parallelism with fused kernels: the choice for pre-training at
+hundreds of GPUs, at the cost of its own model code. For fine-tuning up to ~70B on one or a few nodes, FSDP2 or
+DeepSpeed ZeRO-3 is usually enough.
+""")
 if f["experts"] > 1:
-    st.markdown(f"**Expert parallel.** {f['name']} has {f['experts']} experts per layer: {n:,} parameters in "
-                f"total, {f['active_params']:,} active per token. Expert parallelism places different experts on "
-                "different GPUs; the engine does not model it yet, so its figures keep all experts on each GPU.")
+    st.markdown(f"**Expert parallel.** {f['name']} has {f['experts']} experts per layer: {n:,} parameters in total, "
+                f"{f['active_params']:,} active per token. Expert parallelism places different experts on different "
+                "GPUs; the engine does not model it yet, so its figures keep all experts on each GPU.")
 else:
     st.markdown("**Expert parallel** places the experts of mixture-of-experts models (e.g. Mixtral) on different "
                 "GPUs; this model is dense. The engine does not model expert parallelism yet.")
 
-# ---- 9 ---------------------------------------------------------------------------------------
-st.header("Quantization and LoRA / QLoRA", anchor="quantization-and-lora--qlora")
+# ---- quantization and LoRA ------------------------------------------------------------------
+header(9)
 st.markdown("""
-LoRA freezes the base model and trains small low-rank adapters: gradients and optimizer states exist only
-for the adapters. QLoRA (Dettmers et al. 2023) also stores the frozen base weights in 4-bit NF4 and
-dequantizes them to bf16 layer by layer for each matmul. It does **not** quantize the optimizer states:
-the adapters' AdamW states stay fp32. Training this model:
+LoRA freezes the base model and trains small low-rank adapters: gradients and optimizer states exist only for the
+adapters. QLoRA (Dettmers et al. 2023) also stores the frozen base weights in 4-bit NF4 and dequantizes them to
+bf16 layer by layer for each matmul. It does **not** quantize the optimizer states: the adapters' AdamW states stay
+fp32. Training this model:
 """)
-st.table([{"setup": r["label"], "trainable params": "—" if r.get("trainable") is None else f"{r['trainable']:,}",
-           "weights": gv(r.get("parameters")), "grads": gv(r.get("gradients")),
-           "optimizer states": gv(r.get("optimizer_states")), "peak": gv(r.get("peak")),
-           "verdict": verdict(r.get("fits"), r.get("headroom"))} for r in f["lora"]], hide_index=True)
+lora, inf = f["lora"], f["inference"]
+st.table([{"setup": r["label"], "trainable params": f"{r['run']['trainable']:,}", "weights": g(r["run"]["max_parameters"]),
+           "gradients": g(r["run"]["max_gradients"]), "optimizer states (+ master)": g(r["run"]["max_optimizer_states"]),
+           "peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]}
+          for r in lora], hide_index=True)
 st.markdown("Inference with quantized weights (GPTQ / AWQ / bitsandbytes store weights the same way):")
-st.table([{"weights": r["label"], "weights size": gv(r.get("parameters")), "peak": gv(r.get("peak")),
-           "verdict": verdict(r.get("fits"), r.get("headroom"))} for r in f["inference"]], hide_index=True)
+st.table([{"weights": r["label"], "weights size": g(r["run"]["max_parameters"]), "peak": g(r["run"]["peak"]),
+           "verdict": r["run"]["verdict"]} for r in inf], hide_index=True)
 
-# ---- 10 --------------------------------------------------------------------------------------
-st.header("Monitoring", anchor="monitoring")
+# ---- what to try, in order ------------------------------------------------------------------
+header(10)
+st.markdown("""
+The articles' advice: cheapest first. Mixed precision, then FlashAttention, then checkpointing, then ZeRO
+stages, then offload; change the method (8-bit optimizer, LoRA, QLoRA) when nothing else fits. The
+recommender's waterfall does exactly that for **this** scenario, each step on top of the previous ones:
+""")
+try:
+    steps = compute.waterfall(key) if sc.mode.value == "train" else []
+except ValueError as exc:
+    st.warning(f"calc.recommend cannot build the waterfall for this scenario: {state.error_text(exc)}")
+    steps = []
+if steps:
+    st.table([{"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
+               "device total": g(s.device_total_expected_bytes), "host RAM per node": g(s.cpu_ram_bytes),
+               "verdict": "—" if s.fits is None else ("fits" if s.fits else "does not fit"),
+               "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
+              for s in steps], hide_index=True)
+    first = next((s for s in steps if s.fits), None)
+    st.markdown(f"The first step that fits: **{first.step}. {first.name}**." if first else
+                "No step fits this hardware: more GPUs, a shorter sequence or a smaller model.")
+else:
+    st.markdown("Switch the sidebar to training to see the waterfall.")
+st.page_link("pages/3_Recommend.py", label="Recommend: the waterfall as a chart, and the fastest configurations that fit",
+             icon=":material/recommend:", query_params=state.page_params())
+
+# ---- worked recipes -------------------------------------------------------------------------
+header(11)
+st.markdown("Questions readers of the articles ask, answered by the engine (memory per GPU, host RAM, NVMe) and "
+            "the speed model. The sidebar's scenario does not change these.")
+for rec in recipe_rows():
+    st.subheader(rec["title"])
+    st.caption(rec["setting"])
+    st.table([{"recipe": r["label"], "device total per GPU": g(r["run"]["device"]),
+               "host RAM per node": g(r["run"]["cpu_ram"]), "verdict": r["run"]["verdict"],
+               "tokens/s per GPU": "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
+               "why": fmt.plain(r["note"])} for r in rec["rows"]], hide_index=True)
+
+# ---- model size x hardware ------------------------------------------------------------------
+header(12)
+claims = claim_rows()
+table_rows = [c for c in claims if c["id"].startswith("a0-table-")]
+st.markdown("Article 000's recommendation table, row by row, checked for the largest model of each row "
+            "(2,048 tokens, AdamW, foreach):")
+st.table([{"article's row": c["original"], "engine's setting and answer": c["engine"], "verdict": c["verdict"],
+           "why": c["why"]} for c in table_rows], hide_index=True)
+st.page_link("pages/3_Recommend.py", label="Recommend: the model-size x hardware table, every cell searched",
+             icon=":material/table:", query_params=state.page_params())
+
+# ---- largest micro-batch --------------------------------------------------------------------
+header(13)
+bf = article_batch_formula(sc)
+if bf is None:
+    st.markdown("Choose a GPU in the sidebar to compare the formula with the engine's search.")
+else:
+    found = compute.largest_fitting(key, "micro_batch_size")
+    st.markdown(f"""
+Article 001's formula: **max_batch_size = (total memory - static overhead) / (per-sample memory x parallel
+degree)**, keeping a 10 % safety margin. Fed with the engine's own terms for this scenario, per GPU (parallel
+degree 1):
+
+- usable memory: {g(bf.gpu_bytes)} - 10 % = {g(bf.usable_bytes)}
+- static: model states, each at its largest, + CUDA context + NCCL buffers = {g(bf.static_bytes)}
+- per sample: activations of one sequence at their largest = {g(bf.per_sample_bytes)}
+- formula: ({g(bf.usable_bytes)} - {g(bf.static_bytes)}) / {g(bf.per_sample_bytes)} = **{bf.formula_batch}**
+
+The engine's search (`calc.fit`, which runs the whole step at each batch size): **{found}**. The formula assumes
+memory grows in two separate blocks; in a real step the activations peak in backward while gradients are being
+created, transients (logits, attention workspaces) grow with the batch too, and the optimizer step's scratch does
+not; so it can be off in either direction. Search, or run a few steps and read `max_memory_allocated()`.
+""")
+
+# ---- monitoring -----------------------------------------------------------------------------
+header(14)
 st.markdown(f"""
-The engine predicts `torch.cuda.max_memory_allocated()` ({g(b['peak'])} here). nvidia-smi shows more: the
-CUDA context and the allocator's reserved-but-free blocks (expected device total {g(b['device'])}).
+The engine predicts `torch.cuda.max_memory_allocated()` ({g(b['peak'])} here). nvidia-smi shows more: the CUDA
+context and the allocator's reserved-but-free blocks (expected device total {g(b['device'])}).
 """)
 st.code("""import torch
 torch.cuda.reset_peak_memory_stats()
@@ -258,8 +425,10 @@ torch.cuda.memory._record_memory_history(max_entries=100_000)
 # ... a few steps ...
 torch.cuda.memory._dump_snapshot("snapshot.pickle")""", language="python")
 
-# ---- 11 --------------------------------------------------------------------------------------
-st.header("Troubleshooting", anchor="troubleshooting")
+# ---- troubleshooting ------------------------------------------------------------------------
+header(15)
+need_ram = ("this scenario needs " + g(b["cpu_ram"]) + " per node") if b["cpu_ram"] else \
+    "turn offload on in the sidebar to see how much this scenario needs"
 st.markdown(f"""
 - **OOM although nvidia-smi shows free memory.** The caching allocator holds blocks that are free but too
   fragmented for the next request; `memory_summary()` shows a large gap between reserved and allocated and
@@ -270,74 +439,27 @@ st.markdown(f"""
 - **FP16 loss becomes NaN / inf.** Overflow in fp16 activations or gradients: use bf16 if the GPU supports
   it, else dynamic loss scaling (`GradScaler`, DeepSpeed `"fp16": {{"loss_scale": 0}}`) and check that
   softmax and losses run in fp32.
-- **ZeRO-3 is slow.** Every layer's weights are gathered twice per step (see ZeRO above); raise
-  `stage3_prefetch_bucket_size`, keep small tensors persistent, keep the job inside NVLink nodes, or use
-  stage 2 when the model states fit.
+- **ZeRO-3 is slow.** Every layer's weights are gathered twice per step (the [ZeRO](#zero) section's
+  communication figures); raise `stage3_prefetch_bucket_size`, keep small tensors persistent, keep the job inside
+  NVLink nodes, or use stage 2 when the model states fit.
 - **The host runs out of RAM under offload.** Offloaded states live in pinned host memory for every GPU of the
-  node: {("this scenario needs " + g(b['cpu_ram']) + " per node") if b['cpu_ram'] else "turn offload on in the sidebar to see how much this scenario needs"}.
-  Use NVMe offload, fewer GPUs per node, or ZeRO stage 3 across more nodes.
-- **Checkpointed training is unstable or non-deterministic.** Keep `preserve_rng_state=True` and avoid
-  side effects in checkpointed forward code.
+  node: {need_ram}. Use NVMe offload, fewer GPUs per node, or ZeRO stage 3 across more nodes.
+- **Checkpointed training is unstable or non-deterministic.** Keep `preserve_rng_state=True` and avoid side
+  effects in checkpointed forward code.
 """)
 
-# ---- 12 --------------------------------------------------------------------------------------
-st.header("Common claims, checked", anchor="common-claims-checked")
-st.markdown("Rules of thumb that circulate in blog posts, next to the engine's answer. Claims quoted in GB are "
-            "compared in GB (10^9 bytes), with GiB alongside.")
-rows = []
-for c in claims:
-    kind = c["kind"]
-    if kind == "zero7b":
-        claimed = " / ".join(f"{x} GB" for x in c["claimed_gb"])
-        engine = " / ".join(fmt.gb(x, 2) for x in c["engine_bytes"]) + \
-            " (" + " / ".join(g(x) for x in c["engine_bytes"]) + ")"
-        ok = all(abs(x * fmt.GB - y) <= 0.1 * y for x, y in zip(c["claimed_gb"], c["engine_bytes"], strict=True))
-    elif kind == "bytes":
-        claimed = f"{c['claimed_gb'][0]} GB"
-        engine = f"{fmt.gb(c['engine_bytes'][0], 0)} ({g(c['engine_bytes'][0])})"
-        ok = abs(c["claimed_gb"][0] * fmt.GB - c["engine_bytes"][0]) <= 0.1 * c["engine_bytes"][0]
-    elif kind == "per_param":
-        pp_ = c["per_param"]
-        claimed = "half of fp32's bytes per parameter"
-        engine = (f"fp32 Adam {pp_['fp32']} B/param, bf16 mixed {pp_['bf16-mixed']} B/param, "
-                  f"pure bf16 {pp_['bf16']} B/param")
-        ok = pp_["bf16-mixed"] * 2 <= pp_["fp32"]
-    elif kind == "fit":
-        claimed = "fits"
-        engine = (f"{c['setup']}: device total {g(c['device'])} expected vs {g(c['gpu'])} per GPU, "
-                  f"{verdict(c['fits'], c['headroom'])} (weights {g(c['parameters'])}"
-                  + (f", optimizer states {g(c['optimizer_states'])})" if c["optimizer_states"] else ")"))
-        ok = bool(c["fits"])
-    elif kind == "breakdown":
-        claimed = " / ".join(f"{x} GB" for x in c["claimed_gb"])
-        got = [c["parameters"], c["gradients"], c["optimizer_states"], c["max_activations"]]
-        engine = (f"{c['setup']}: weights / gradients / optimizer states / activations = "
-                  + " / ".join(fmt.gb(x) for x in got) + f" per GPU at the peak; device total {g(c['device'])}, "
-                  f"{verdict(c['fits'], c['headroom'])}")
-        ok = all(abs(x * fmt.GB - y) <= 0.1 * max(y, 1) for x, y in zip(c["claimed_gb"], got, strict=True))
-    elif kind == "qlora":
-        claimed = "optimizer states in 4 bits"
-        engine = (f"{c['setup']}: {c['trainable']:,} trainable params, optimizer states "
-                  f"{g(c['optimizer_states'])} = {c['state_bytes_per_trainable']:.1f} bytes per trainable "
-                  f"parameter (fp32 m and v); the frozen base weights take {g(c['parameters'])} in nf4")
-        ok = (c["state_bytes_per_trainable"] or 0) < 1
-    elif kind == "activations":
-        claimed = g(c["claimed_bytes"])
-        engine = (f"{c['setup']}: {g(c['none'])} without checkpointing, {g(c['full'])} with full checkpointing "
-                  "(the formula counts only the stored layer inputs)")
-        ok = abs(c["none"] - c["claimed_bytes"]) < 0.1 * c["none"]
-    elif kind == "bf16states":
-        claimed = "8 bytes per parameter"
-        engine = f"{c['per_param']} bytes per parameter (bf16 exp_avg + exp_avg_sq)"
-        ok = c["per_param"] == 8
-    elif kind == "comm":
-        cs = c["comm_s"]
-        claimed = "more than plain data parallel"
-        engine = (f"{c['setup']}: " + ", ".join(f"stage {i} {s:.3f} s" for i, s in enumerate(cs)) +
-                  f" of collectives per step; stage 3 = {cs[3] / cs[0]:.2f} x stage 0")
-        ok = cs[1] > cs[0] * 1.01 or cs[2] > cs[0] * 1.01
-    else:
-        continue
-    rows.append({"claim": c["claim"], "claimed": claimed, "engine's answer": engine,
-                 "verdict": "holds" if ok else "does not hold", "note": c.get("note", "")})
-st.table(rows, hide_index=True)
+# ---- common claims, checked -----------------------------------------------------------------
+header(16)
+counts = verdict_counts(claims)
+st.markdown(f"""
+Every quantitative claim of the two source articles ({"; ".join(f"**{k}**: {v}" for k, v in article_names().items())}),
+quoted in the original with its English gist and section, next to the engine's figure for the same setting.
+{len(claims)} claims: {", ".join(f"{v} {k}" for k, v in counts.most_common())}. A claim quoted in GB is compared in
+GB (10^9 bytes), with GiB alongside; a figure within 10 % of the claim (or of a stated range or bound) holds. The
+claims and their settings live in `data/claims.yaml`; a test recomputes every verdict.
+""")
+for art in ("000", "001"):
+    st.subheader(f"Article {art}: {article_names()[art]}")
+    st.table([{"section": c["section"], "original": c["original"], "claim": c["claim"], "claimed": c["claimed"],
+               "engine (setting)": c["engine"], "verdict": c["verdict"], "why": c["why"]}
+              for c in claims if c["article"] == art], hide_index=True)
