@@ -112,8 +112,8 @@ mixed = next((r for r in rows if r["precision"] == "bf16-mixed" and r["optimizer
 lean = min(rows, key=lambda r: r["held"]) if rows else None
 if mixed and lean:
     st.markdown(f"""
-**Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per
-parameter.** {MIXED_STEP_GRADIENTS_WHY}. So bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
+**Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per parameter.**
+{MIXED_STEP_GRADIENTS_WHY}. So bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
 fp32, and {bpp(mixed['at_step'])} B/param during a foreach step: above fp32's, because the 16-bit weights
 are kept beside the fp32 master copy. The leanest row is **{xcharts.row_label(lean)}** at
 {bpp(lean['held'])} B/param: pure bf16 halves the Adam states, and 8-bit AdamW shrinks them to about 2 B.

@@ -1,28 +1,45 @@
-"""Explain page: one section per topic, every figure in the text computed by calc/ for the current
-scenario (and follows it when the sidebar changes), and the "common claims, checked" table."""
+"""Explain page: one section per topic, every figure computed by calc/ for the current scenario (and
+following the sidebar), the one bytes-per-parameter story shared with the Calculator, the lessons'
+plots, and the articles' claims table from data/claims.yaml."""
 
 from __future__ import annotations
 
-from test_app_helpers import all_text, assert_clean, open_app, scenario
+import re
 
-from calc import parallel, precision
+from test_app_helpers import all_text, chart, open_app, scenario, traces
+
+from calc.claims import check_all, load_claims
 from calc.engine import estimate
-from calc.scenario import Optimizer, Precision, Scenario
+from calc.per_param import bytes_per_param
+from calc.scenario import Scenario
+from calc.units import GiB
 from ui import fmt, state
 
-TOPICS = ["Where memory goes", "Optimizer states", "Mixed precision", "Activation checkpointing", "ZeRO", "Offload",
-          "FlashAttention", "Parallelism", "Quantization and LoRA / QLoRA", "Monitoring", "Troubleshooting",
-          "Common claims, checked"]
+TOPICS = ["Where memory goes", "Bytes per parameter", "Optimizer states", "Mixed precision",
+          "Activation checkpointing", "FlashAttention", "ZeRO", "Offload", "Parallelism",
+          "Quantization and LoRA / QLoRA", "What to try, in order", "Worked recipes", "Model size x hardware",
+          "The largest micro-batch", "Monitoring", "Troubleshooting", "Common claims, checked"]
+MIXED_7B = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
+                    training={"precision": "bf16-mixed", "activation_checkpointing": "full"})
 
 
-def _tables(at) -> list:
-    return [t.value for t in at.table]
+def _table(at, column: str):
+    return next(t.value for t in at.table if column in t.value.columns)
 
 
-def test_every_topic_has_a_section():
+def _variant(sc: Scenario, **training) -> Scenario:
+    data = sc.model_dump(mode="json")
+    data["training"].update(training)
+    return Scenario.model_validate(data)
+
+
+def test_every_topic_has_a_section_and_no_dangling_pointer():
     at = open_app("explain")
-    headers = [h.value for h in at.header]
-    assert headers == TOPICS
+    assert [h.value for h in at.header] == TOPICS
+    text = all_text(at)
+    assert "see Optimizer implementation" not in text
+    anchors = set(re.findall(r"\]\(#([a-z0-9-]+)\)", text))
+    assert anchors and all(a in {h.proto.anchor for h in at.header} for a in anchors)
 
 
 def test_numbers_are_the_engines_for_the_current_scenario():
@@ -32,58 +49,123 @@ def test_numbers_are_the_engines_for_the_current_scenario():
     text = all_text(at)
     assert f"the peak ({fmt.gib(est.peak_allocated_bytes)} allocated) falls at **{est.peak_event}**" in text
     assert f"expected {fmt.gib(est.device_total_bytes.expected)}" in text
-    assert f"{sc.spec.total_params():,} parameters" in text
-    # ZeRO: the paper's formula over 8 data-parallel GPUs (the scenario has one GPU) for AMP bf16 AdamW
-    zero = [t for t in _tables(at) if "model states per GPU (paper)" in t.columns][0]
-    p = sc.training.precision
-    k = precision.master_bytes_per_param(p) + precision.optimizer_state_bytes(Optimizer.adamw, p, [((1,), 1)])
-    want = [fmt.gib(parallel.zero_model_state_bytes(sc.spec.total_params(), s, 8, k_bytes=k, weight_bytes=4,
-                                                    grad_bytes=4)) for s in range(4)]
-    assert list(zero["model states per GPU (paper)"]) == want
-    # mixed precision: bytes per parameter straight from calc.precision
-    prec = [t for t in _tables(at) if "model states / param" in t.columns][0]
-    rows = {r["precision"]: r for r in prec.to_dict("records")}
-    for q in Precision:
-        total = (precision.weight_bytes_per_param(q) + precision.grad_bytes_per_param(q)
-                 + precision.master_bytes_per_param(q) + precision.optimizer_state_bytes(Optimizer.adamw, q, [((1,), 1)]))
-        assert int(rows[q.value]["model states / param"]) == total
-    # FlashAttention: eager vs SDPA peaks at the current sequence length
-    attn = [t for t in _tables(at) if "SDPA / Flash" in t.columns][0]
-    first = attn.to_dict("records")[0]
-    data = sc.model_dump(mode="json")
-    data["training"]["attention"] = "eager"
-    assert first["eager"] == fmt.gib(estimate(Scenario.model_validate(data)).peak_allocated_bytes)
-    assert first["SDPA / Flash"] == fmt.gib(est.peak_allocated_bytes)
+    # FlashAttention: activations at this scenario's sequence length, eager vs SDPA
+    attn = _table(at, "activations, SDPA").to_dict("records")
+    row = next(r for r in attn if "(this scenario)" in r["sequence length"])
+    eager = estimate(_variant(sc, attention="eager"))
+    assert row["activations, eager"] == fmt.gib(max(eager.timeline.activations))
+    assert row["activations, SDPA"] == fmt.gib(max(estimate(_variant(sc, attention="sdpa")).timeline.activations))
+    # checkpointing: the activations column is the lesson; every row says where its peak falls
+    ck = _table(at, "extra FLOPs (recompute)").to_dict("records")
+    full = estimate(_variant(sc, activation_checkpointing="full", checkpoint_every=1))
+    every = next(r for r in ck if r["checkpointing"] == "every layer")
+    assert every["activations (largest)"] == fmt.gib(max(full.timeline.activations))
+    assert every["peak falls at"] == f"{full.peak_event} ({full.peak_phase})"
+    if est.peak_phase == "optimizer":
+        assert "where no activations are alive, so checkpointing cannot lower it" in text
 
 
-def test_claims_checked_against_calc():
+def test_bytes_per_parameter_table_is_calc_per_param():
+    at = open_app("explain", state.scenario_to_params(MIXED_7B))
+    rows = {r["precision · optimizer (impl)"]: r for r in _table(at, "at the optimizer step").to_dict("records")}
+    for label, training in (("bf16-mixed · adamw (foreach)", {}), ("bf16-mixed · adamw (fused)", {"optimizer_impl": "fused"}),
+                            ("bf16 · adamw-8bit (foreach)", {"precision": "bf16", "optimizer": "adamw-8bit"}),
+                            ("fp32 · adamw (foreach)", {"precision": "fp32"})):
+        b = bytes_per_param(_variant(MIXED_7B, **training))
+        r = rows[label]
+        for col, field in (("weights", "weights"), ("gradients (.grad)", "gradients"),
+                           ("fp32 master weights", "master_weights"), ("optimizer states", "optimizer_states"),
+                           ("held (model states)", "held"), ("gradients at the step", "step_gradients"),
+                           ("step scratch", "optimizer_temporaries"), ("at the optimizer step", "at_step")):
+            assert r[col] == f"{getattr(b, field):,.2f}", (label, col)
+    assert rows["bf16-mixed · adamw (foreach)"]["at the optimizer step"] == "22.00"
+    assert rows["bf16-mixed · adamw (fused)"]["at the optimizer step"] == "18.00"
+    text = all_text(at)
+    assert "The leanest row is **bf16 · adamw-8bit (foreach)**" in text
+    assert "Why bf16-mixed gradients are 2.00 B and then 4.00 B per parameter" in text
+    assert "(4 + 4 + K = 8 bytes per parameter)" not in text
+    fig = chart(at, "explain_bpp")
+    assert traces(fig)["total at the optimizer step"]["x"][list(rows).index("bf16-mixed · adamw (foreach)")] == 22
+
+
+def test_explain_and_calculator_quote_the_same_gradient_bytes_per_param():
+    """bf16-mixed at an optimizer-step peak: the Calculator's gradient component says fp32 copies at 4 B
+    (with DeepSpeed's reason) and Explain's table says 4.00 at the step, 2.00 through backward."""
+    params = state.scenario_to_params(MIXED_7B)
+    est = estimate(MIXED_7B)
+    assert est.peak_phase == "optimizer"
+    calc = open_app("calculator", params)
+    comps = next(df for df in (d.value for d in calc.dataframe) if "Formula" in df.columns)
+    grad = comps[comps["Component"] == "fp32 gradient copies for the optimizer step"].iloc[0]
+    n = est.model.trainable_params
+    assert f"{n:,} trainable params x 4 B" in grad["Formula"]
+    assert "casts each 16-bit gradient partition to an fp32 .grad" in all_text(calc)
+    explain = open_app("explain", params)
+    row = next(r for r in _table(explain, "at the optimizer step").to_dict("records")
+               if r["precision · optimizer (impl)"] == "bf16-mixed · adamw (foreach)")
+    assert float(row["gradients at the step"]) == int(grad["bytes"].replace(",", "")) / n == 4
+    assert float(row["gradients (.grad)"]) == 2
+
+
+def test_zero_section_names_its_hardware_and_uses_the_same_bytes_per_param():
+    at = open_app("explain")  # the default scenario has one RTX 4090
+    text = all_text(at)
+    assert "On **8 x NVIDIA GeForce RTX 4090** (the sidebar's GPU, 8 of them: this scenario has 1" in text
+    zero = _table(at, "model states per GPU").to_dict("records")
+    sc = scenario(at)
+    for stage, r in enumerate(zero):
+        data = _variant(sc, zero_stage=stage).model_dump(mode="json")
+        data["hardware"]["num_gpus"] = 8
+        b = bytes_per_param(Scenario.model_validate(data))
+        assert r["model states / param"] == f"{b.held:,.2f}"
+        assert r["model states per GPU"] == fmt.gib(b.held * b.params)
+    sweep = traces(chart(at, "explain_zero"))
+    assert set(sweep) == {"ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"}
+    z3 = sweep["ZeRO-3"]["y"]
+    assert z3 == sorted(z3, reverse=True)  # stage 3 keeps falling with more GPUs
+
+
+def test_lesson_plots_are_drawn_from_the_engine():
+    at = open_app("explain", state.scenario_to_params(MIXED_7B))
+    timeline = chart(at, "explain_timeline")
+    assert max(sum(t["y"][i] for t in timeline["data"] if t.get("stackgroup")) for i in range(3)) > 0
+    att = traces(chart(at, "explain_attention"))
+    eager, sdpa = att["eager attention (S x S scores kept)"], att["SDPA / FlashAttention"]
+    assert all(e >= s for e, s in zip(eager["y"], sdpa["y"], strict=True))
+    i = eager["x"].index(2048)
+    assert abs(sdpa["y"][i] * GiB - max(estimate(_variant(MIXED_7B, attention="sdpa")).timeline.activations)) < 1e-6 * GiB
+    ck = chart(at, "explain_ckpt")["data"][0]
+    assert "every layer" in ck["text"] and "none" in ck["text"]
+
+
+def test_what_to_try_recipes_and_micro_batch():
     at = open_app("explain")
-    claims = [t for t in _tables(at) if "engine's answer" in t.columns][0]
-    records = claims.to_dict("records")
+    text = all_text(at)
+    assert any(link.proto.page == "Recommend" for link in at.get("page_link")
+               if "waterfall" in link.proto.label)
+    steps = _table(at, "turns on").to_dict("records")
+    assert steps[0]["step"].startswith("0") and "baseline" in steps[0]["step"]
+    recipes = [t.value.to_dict("records") for t in at.table if "recipe" in t.value.columns]
+    flat = {r["recipe"]: r for rs in recipes for r in rs}
+    assert flat["QLoRA r=64, NF4 base (the article's setting)"]["verdict"] == "fits"
+    assert flat["full fine-tune, ZeRO-3 + optimizer offload to CPU"]["verdict"].startswith("host RAM short")
+    assert "max_batch_size = (total memory - static overhead)" in text
+    assert "The engine's search (`calc.fit`" in text
 
-    class _Rows:
-        def __getitem__(self, prefix: str):
-            return next(r for r in records if r["claim"].startswith(prefix))
 
-    rows = _Rows()
-    zero = rows["ZeRO on 8 GPUs, 7B model, mixed-precisio"]
-    for s in range(4):
-        assert fmt.gb(parallel.zero_model_state_bytes(7_000_000_000, s, 8), 2) in zero["engine's answer"]
-    assert "112.00 GB / 38.50 GB / 26.25 GB / 14.00 GB" in zero["engine's answer"]
-    assert zero["verdict"] == "does not hold"
-    assert "1,120 GB" in rows["A 70B model's mixed-precision Adam model "]["engine's answer"]
-    qlora = rows["QLoRA quantizes the optimizer states to 4"]
-    assert "8.0 bytes per trainable parameter" in qlora["engine's answer"]
-    assert qlora["verdict"] == "does not hold"
-    full = rows["A 1B-7B model fine-tunes fully on one 80 "]
-    e = estimate(Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
-                          training={"precision": "bf16-mixed", "attention": "sdpa",
-                                    "activation_checkpointing": "full"}))
-    assert f"device total {fmt.gib(e.device_total_bytes.expected)}" in full["engine's answer"]
-    assert full["verdict"] == ("holds" if e.fits else "does not hold")
-    assert "4 bytes per parameter" in rows["Pure-bf16 AdamW keeps fp32 optimizer sta"]["engine's answer"]
-    assert len(claims) >= 10
-    assert set(claims["verdict"]) <= {"holds", "does not hold"}
+def test_claims_table_is_the_data_file_checked_against_the_engine():
+    at = open_app("explain")
+    tables = [t.value for t in at.table if "engine (setting)" in t.value.columns]
+    shown = [r for t in tables for r in t.to_dict("records")]
+    claims = load_claims()
+    assert len(shown) == len(claims)
+    results = {r.claim.quote: r for r in check_all()}
+    for row in shown:
+        r = next(v for q, v in results.items() if fmt.plain(q) == row["original"])
+        assert row["verdict"] == r.verdict == r.claim.verdict
+    zero3 = next(r for r in shown if "45GB/卡" in r["original"])
+    assert zero3["verdict"] == "does not hold" and "GB" in zero3["engine (setting)"]
+    assert "4.2 专业级方案" in zero3["section"]
 
 
 def test_text_follows_the_sidebar():
@@ -91,16 +173,12 @@ def test_text_follows_the_sidebar():
     [s for s in at.selectbox if s.key == "sc_model"][0].set_value("gpt2")
     [s for s in at.selectbox if s.key == "sc_precision"][0].set_value("bf16-mixed")
     at.run()
-    assert_clean(at)
     sc = scenario(at)
-    assert sc == Scenario.model_validate({**state.DEFAULT_SCENARIO.model_dump(mode="json"), "model": "gpt2",
-                                          "training": {**state.DEFAULT_SCENARIO.training.model_dump(mode="json"),
-                                                       "precision": "bf16-mixed"}})
+    assert sc.model == "gpt2" and sc.training.precision.value == "bf16-mixed"
     est = estimate(sc)
     text = all_text(at)
     assert "GPT-2 (124M)" in text
     assert f"the peak ({fmt.gib(est.peak_allocated_bytes)} allocated)" in text
-    assert "Why master weights keep model states at 16 bytes per parameter" in text
 
 
 def test_inference_and_moe_scenarios_render():
@@ -110,5 +188,3 @@ def test_inference_and_moe_scenarios_render():
         at = open_app("explain", state.scenario_to_params(sc))
         assert scenario(at) == sc
         assert [h.value for h in at.header] == TOPICS
-    assert "Mixtral 8x7B" in all_text(open_app("explain", state.scenario_to_params(
-        Scenario(model="mixtral-8x7b", hardware={"gpu": "h100-sxm"}))))
