@@ -274,7 +274,9 @@ def describe(sc: Scenario, chk: Check) -> str:
         parts.append(f"ZeRO-{t.zero_stage}")
     if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
         parts.append(f"offload optimizer {t.offload_optimizer.value} / params {t.offload_params.value}")
-    if t.lora is not None:
+    if t.lora is not None and sc.mode.value == "inference":
+        parts.append(f"{t.lora.base_weights} weights")
+    elif t.lora is not None:
         parts.append(f"LoRA r={t.lora.rank} ({t.lora.base_weights} base)")
     text = ", ".join(parts)
     if chk.compare:

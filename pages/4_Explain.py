@@ -328,7 +328,8 @@ fp32. Training this model:
 """)
 lora, inf = f["lora"], f["inference"]
 st.table([{"setup": r["label"], "trainable params": f"{r['run']['trainable']:,}", "weights": g(r["run"]["max_parameters"]),
-           "gradients": g(r["run"]["max_gradients"]), "optimizer states (+ master)": g(r["run"]["max_optimizer_states"]),
+           "gradients (largest)": g(r["run"]["max_gradients"]),
+           "optimizer states + master (largest)": g(r["run"]["max_optimizer_states"]),
            "peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]}
           for r in lora], hide_index=True)
 st.markdown("Inference with quantized weights (GPTQ / AWQ / bitsandbytes store weights the same way):")

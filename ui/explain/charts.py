@@ -84,7 +84,8 @@ def checkpointing_tradeoff(rows: list[dict[str, Any]]) -> go.Figure:
     pts = [r for r in rows if r["recompute"] is not None]
     fig = go.Figure()
     fig.add_scatter(x=[100 * r["recompute"] for r in pts], y=[r["run"]["max_activations"] / GiB for r in pts],
-                    mode="markers+text", text=[r["label"] for r in pts], textposition="top center",
+                    mode="markers+text", text=[r["label"] for r in pts],
+                    textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(pts))],
                     marker=dict(size=12, color=COLORS["activations"]), name="checkpointing plan",
                     customdata=[f"{r['run']['max_activations']:,}" for r in pts],
                     hovertemplate="<b>%{text}</b><br>%{x:.0f} % more FLOPs per step<br>activations %{y:,.2f} GiB"
