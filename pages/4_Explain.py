@@ -90,6 +90,10 @@ gradients appear, and optimizer states are created lazily in the first step. The
 it; the black line is the peak:
 """)
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
+grad_comp = next((c for c in f["estimate"].components if c.key == "gradients"), None)
+if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
+    st.caption(f"Gradients at the peak are the **{grad_comp.label}** ({grad_comp.formula}): see "
+               "[Bytes per parameter](#bytes-per-parameter) for why.")
 
 # ---- bytes per parameter -------------------------------------------------------------------
 header(1)

@@ -4,6 +4,8 @@ breakdown's components and with the ZeRO paper's formula."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as hs
 
 from calc import parallel, precision
 from calc.engine import estimate
@@ -62,3 +64,28 @@ def test_components_quote_the_same_bytes_per_param(training):
         assert comp["gradients"].label == "fp32 gradient copies for the optimizer step"
         assert comp["gradients"].source == precision.MIXED_STEP_GRADIENTS_WHY
         assert f"x {precision.FP32} B" in comp["gradients"].formula
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(precision=hs.sampled_from(["fp32", "amp-bf16", "bf16-mixed", "fp16-mixed", "bf16"]),
+       optimizer=hs.sampled_from(["adamw", "adam", "sgd-momentum", "adafactor", "adamw-8bit"]),
+       impl=hs.sampled_from(["foreach", "fused", "for-loop"]), stage=hs.integers(0, 3), gpus=hs.sampled_from([1, 2, 8]),
+       model=hs.sampled_from(["gpt2", "qwen2.5-0.5b", "llama-3.2-1b"]))
+def test_optimizer_step_components_are_bytes_per_param_times_params(precision, optimizer, impl, stage, gpus, model):
+    """Wherever the peak is the optimizer step, the breakdown's model-state components are exactly the
+    bytes-per-parameter figures times the parameters (one story, whatever the combination)."""
+    try:
+        sc = Scenario(model=model, hardware={"gpu": "h200", "num_gpus": gpus},
+                      training={"precision": precision, "optimizer": optimizer, "optimizer_impl": impl,
+                                "zero_stage": stage, "seq_len": 64, "activation_checkpointing": "full"})
+    except ValueError:
+        assume(False)
+    est = estimate(sc)
+    assume(est.peak_phase == "optimizer")
+    b = bytes_per_param(sc)
+    comp = {c.key: c.bytes for c in est.components}
+    n = b.params
+    assert comp.get("weights", 0) == pytest.approx(b.weights * n)
+    assert comp.get("gradients", 0) == pytest.approx(b.step_gradients * n)
+    assert comp.get("optimizer_states", 0) == pytest.approx(b.optimizer_states * n)
+    assert comp.get("master_weights", 0) == pytest.approx(b.master_weights * n)
