@@ -11,6 +11,7 @@ from calc.units import GiB
 from ui.charts import COLORS
 
 STAGE_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756")
+STAGE_DASHES = ("solid", "dot", "dash", "solid")  # stages 1 and 2 often coincide: both stay visible
 PER_PARAM_PARTS = (("weights", "Weights", COLORS["parameters"]), ("gradients", "Gradients (.grad)", COLORS["gradients"]),
                    ("master_weights", "fp32 master weights", "#88C17F"),
                    ("optimizer_states", "Optimizer states", COLORS["optimizer_states"]))
@@ -49,7 +50,8 @@ def zero_sweep(sweep: dict[int, list[tuple[int, int | None]]], gpu_bytes: int | 
         xs = [n for n, v in pts if v is not None]
         ys = [v for _, v in pts if v is not None]
         fig.add_scatter(x=xs, y=[v / GiB for v in ys], mode="lines+markers", name=f"ZeRO-{stage}",
-                        line=dict(color=STAGE_COLORS[stage], width=2), customdata=[f"{v:,}" for v in ys],
+                        line=dict(color=STAGE_COLORS[stage], width=3 if stage == 1 else 2, dash=STAGE_DASHES[stage]),
+                        marker=dict(size=9 if stage == 1 else 7), customdata=[f"{v:,}" for v in ys],
                         hovertemplate=f"<b>ZeRO-{stage}</b><br>%{{x}} GPUs<br>%{{y:,.2f}} GiB per GPU"
                                       "<br>%{customdata} bytes<extra></extra>")
     if gpu_bytes:
