@@ -54,9 +54,12 @@ class Claimed(BaseModel):
     test: Literal["approx", "at_least", "at_most"] = Field(
         "approx", description="approx: within tolerance of the range; at_least / at_most: a bound the article states")
     tolerance: float = Field(0.10, ge=0, le=1, description="relative slack on the claimed range")
+    shown: str | None = Field(None, description="how the claim reads when it is not a plain number, e.g. O(sqrt L)")
 
     @property
     def text(self) -> str:
+        if self.shown:
+            return self.shown
         if self.unit == "fits":
             return "fits" if self.low else "does not fit"
         rng = f"{_num(self.low)}" + (f"-{_num(self.high)}" if self.high is not None else "")
