@@ -48,13 +48,20 @@ class Claimed(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    low: float | bool = Field(description="the claimed value (or the low end of a range; true/false for fits)")
+    low: float | bool | None = Field(None, description="the claimed value (or the low end of a range; true/false "
+                                                        "for fits); None only for a claim that is not a number")
     high: float | None = Field(None, description="the high end of a claimed range")
     unit: Unit
     test: Literal["approx", "at_least", "at_most"] = Field(
         "approx", description="approx: within tolerance of the range; at_least / at_most: a bound the article states")
     tolerance: float = Field(0.10, ge=0, le=1, description="relative slack on the claimed range")
     shown: str | None = Field(None, description="how the claim reads when it is not a plain number, e.g. O(sqrt L)")
+
+    @model_validator(mode="after")
+    def _has_a_value(self) -> Claimed:
+        if self.low is None and not self.shown:
+            raise ValueError("a claimed value (low) or how the claim reads (shown) is needed")
+        return self
 
     @property
     def text(self) -> str:
@@ -236,7 +243,7 @@ def judge(claimed: Claimed, value: float | bool) -> bool:
 
 def check(claim: Claim) -> ClaimResult:
     """The engine's figure for the claim's setting and the verdict it gives."""
-    if claim.check is None:
+    if claim.check is None or claim.claimed.low is None:
         return ClaimResult(claim=claim, engine_value=None, engine_text="not modelled by the engine", setup="",
                            verdict="not modelled")
     raw = engine_value(claim.check)

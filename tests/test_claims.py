@@ -65,6 +65,12 @@ def test_bad_claims_are_refused():
               verdict="holds", reason="r")
 
 
+def test_a_claim_needs_a_value_or_a_reading():
+    with pytest.raises(ValueError, match="claimed value"):
+        Claimed(unit="GB")
+    assert Claimed(unit="x", shown="O(√L)").text == "O(√L)"
+
+
 def test_duplicate_ids_are_refused(tmp_path):
     one = Path(claims.CLAIMS_PATH).read_text(encoding="utf-8").split("\n- id:")[1]
     (tmp_path / "c.yaml").write_text("- id:" + one + "\n- id:" + one, encoding="utf-8")
