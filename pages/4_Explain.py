@@ -90,10 +90,13 @@ gradients appear, and optimizer states are created lazily in the first step. The
 it; the black line is the peak:
 """)
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
+st.markdown("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):")
+st.table([{"term": fmt.plain(c.label), "at the peak": g(c.bytes), "formula": fmt.plain(c.formula)}
+          for c in f["estimate"].components if c.bytes], hide_index=True)
 grad_comp = next((c for c in f["estimate"].components if c.key == "gradients"), None)
 if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
-    st.caption(f"Gradients at the peak are the **{grad_comp.label}** ({grad_comp.formula}): see "
-               "[Bytes per parameter](#bytes-per-parameter) for why.")
+    st.caption(f"Gradients at the peak are the **{grad_comp.label}**: see [Bytes per parameter](#bytes-per-parameter) "
+               "for why.")
 
 # ---- bytes per parameter -------------------------------------------------------------------
 header(1)

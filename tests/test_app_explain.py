@@ -49,6 +49,8 @@ def test_numbers_are_the_engines_for_the_current_scenario():
     text = all_text(at)
     assert f"the peak ({fmt.gib(est.peak_allocated_bytes)} allocated) falls at **{est.peak_event}**" in text
     assert f"expected {fmt.gib(est.device_total_bytes.expected)}" in text
+    terms = _table(at, "formula").to_dict("records")
+    assert [t["at the peak"] for t in terms] == [fmt.gib(c.bytes) for c in est.components if c.bytes]
     # FlashAttention: activations at this scenario's sequence length, eager vs SDPA
     attn = _table(at, "activations, SDPA").to_dict("records")
     row = next(r for r in attn if "(this scenario)" in r["sequence length"])
