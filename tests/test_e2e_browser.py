@@ -381,3 +381,21 @@ def test_calibration_in_the_browser(page, server):
     until(lambda t: expect(main).to_contain_text("Ran one configuration on your GPU already?", timeout=t))
     assert state.CALIBRATION_PARAM not in url_params(pg)
     no_traceback(pg)
+
+
+def test_explain_as_a_reader_sees_it(page, server):
+    """Explain for a 7B bf16-mixed run on one A100: every lesson's chart is drawn, the bytes-per-parameter
+    table shows the optimizer step's 22 B/param, and the claims table carries the articles' wording."""
+    pg = page
+    sc = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
+                  training={"precision": "bf16-mixed", "activation_checkpointing": "full"})
+    pg.goto(f"{server}/Explain?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
+    until(lambda t: expect(pg.get_by_role("heading", name="Common claims, checked")).to_be_visible(timeout=t))
+    until(lambda t: expect(pg.locator(".js-plotly-plot")).to_have_count(5, timeout=t))
+    settle(pg)
+    no_traceback(pg)
+    body = pg.locator("body").inner_text()
+    assert "bf16-mixed · adamw (foreach)" in body and "22.00" in body
+    assert "ZeRO-3分摊后" in body and "does not hold" in body
+    assert "fp32 gradient copies for the optimizer step" in body
+    shot(pg, "page_explain_reader")
