@@ -245,7 +245,8 @@ st.table([{"stage": r["stage"], "model states / param": bpp(r["per_param"] and r
            "DP communication per step": secs(r["comm_s"])} for r in zr], hide_index=True)
 st.markdown(f"Per-GPU device total as the data-parallel group grows ({z['label'].split(' x ', 1)[-1] if z['label'] else ''} "
             "GPUs, same micro-batch per GPU, no tensor or pipeline parallelism): only stage 3 keeps falling, "
-            "because the 16-bit weights are the last replicated state.")
+            "because the 16-bit weights are the last replicated state. On one GPU nothing is sharded, and stages "
+            "1 and 2 only add DeepSpeed's reduce buckets.")
 st.plotly_chart(xcharts.zero_sweep(z["sweep"], z["gpu_bytes"], z["label"].split(" x ", 1)[-1] if z["label"] else "GPU"),
                 key="explain_zero")
 if zr[0]["comm_s"] and zr[3]["comm_s"]:

@@ -40,6 +40,7 @@ def bytes_per_param_bars(rows: list[dict[str, Any]]) -> go.Figure:
                     hovertemplate="<b>at the optimizer step</b><br>%{y}<br>%{x:.2f} B/param<extra></extra>")
     _layout(fig, 80 + 34 * len(rows), barmode="stack", xaxis_title="bytes per parameter (one GPU, no ZeRO)",
             yaxis=dict(autorange="reversed"))
+    fig.update_layout(legend_traceorder="normal")  # stacked horizontal bars list their legend reversed otherwise
     return fig
 
 
