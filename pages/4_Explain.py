@@ -12,7 +12,7 @@ from calc.result import CATEGORY_LABELS
 from ui import charts, compute, fmt, state
 from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
-from ui.explain.figures import figures
+from ui.explain.figures import BPP_ZERO_GPUS, bytes_per_param_table, figures
 from ui.explain.recipes import recipe_rows
 from ui.widgets import page_setup, scenario_or_stop
 
@@ -100,25 +100,32 @@ if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
 
 # ---- bytes per parameter -------------------------------------------------------------------
 header(1)
-rows = f["bytes_per_param"]
+stage = st.segmented_control("ZeRO stage", options=[0, 1, 2, 3], default=0, key="explain_bpp_zero",
+                             format_func=lambda z: "no ZeRO (one GPU)" if z == 0 else f"ZeRO-{z} on {BPP_ZERO_GPUS} GPUs")
+stage = stage or 0
+rows = f["bytes_per_param"] if stage == 0 else bytes_per_param_table(key, stage)
+where_bpp = "on one GPU without ZeRO" if stage == 0 else f"per GPU under ZeRO-{stage} over {BPP_ZERO_GPUS} data-parallel GPUs"
 st.markdown(f"""
 Model states are counted per parameter. One table, computed by the engine (`calc.per_param`, the same
-code that builds the Calculator's breakdown) for full fine-tuning of {f['name']} on one GPU without ZeRO.
-**Held** is what the ZeRO paper calls model states (weights + gradients + fp32 master weights + optimizer
-states); **at the optimizer step** is what is alive inside `optimizer.step()`: the gradients as the step
-sees them and the step's scratch memory (foreach AdamW's `sqrt(v)` list, as large as the states' dtype x
-all parameters; the fused kernel needs none).
+code that builds the Calculator's breakdown) for full fine-tuning of {f['name']} {where_bpp}, by precision x
+optimizer x ZeRO stage (the control above). **Held** is what the ZeRO paper calls model states (weights +
+gradients + fp32 master weights + optimizer states); **at the optimizer step** is what is alive inside
+`optimizer.step()`: the gradients as the step sees them and the step's scratch memory (foreach AdamW's
+`sqrt(v)` list, as large as the states' dtype x all parameters; the fused kernel needs none).
 """)
 st.table([{"precision · optimizer (impl)": xcharts.row_label(r), "weights": bpp(r["weights"]),
            "gradients (.grad)": bpp(r["gradients"]), "fp32 master weights": bpp(r["master_weights"]),
            "optimizer states": bpp(r["optimizer_states"]), "held (model states)": bpp(r["held"]),
            "gradients at the step": bpp(r["step_gradients"]), "step scratch": bpp(r["optimizer_temporaries"]),
            "at the optimizer step": bpp(r["at_step"])} for r in rows], hide_index=True)
-st.plotly_chart(xcharts.bytes_per_param_bars(rows), key="explain_bpp")
-mixed = next((r for r in rows if r["precision"] == "bf16-mixed" and r["optimizer"] == "adamw"), None)
-lean = min(rows, key=lambda r: r["held"]) if rows else None
+st.plotly_chart(xcharts.bytes_per_param_bars(rows, where_bpp), key="explain_bpp")
+one_gpu = f["bytes_per_param"]
+mixed = next((r for r in one_gpu if r["precision"] == "bf16-mixed" and r["optimizer"] == "adamw"), None)
+lean = min(one_gpu, key=lambda r: r["held"]) if one_gpu else None
 if mixed and lean:
     st.markdown(f"""
+On one GPU without ZeRO:
+
 **Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per parameter.**
 {MIXED_STEP_GRADIENTS_WHY}. So bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
 fp32, and {bpp(mixed['at_step'])} B/param during a foreach step: above fp32's, because the 16-bit weights

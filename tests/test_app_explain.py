@@ -190,3 +190,19 @@ def test_inference_and_moe_scenarios_render():
         at = open_app("explain", state.scenario_to_params(sc))
         assert scenario(at) == sc
         assert [h.value for h in at.header] == TOPICS
+
+
+def test_bytes_per_parameter_table_by_zero_stage():
+    """The table's ZeRO control: each stage's rows are calc.per_param on 8 data-parallel GPUs."""
+    at = open_app("explain", state.scenario_to_params(MIXED_7B))
+    for stage in (2, 3):
+        next(w for w in at.button_group if w.key == "explain_bpp_zero").set_value(stage)
+        at.run()
+        rows = {r["precision · optimizer (impl)"]: r for r in _table(at, "at the optimizer step").to_dict("records")}
+        data = _variant(MIXED_7B, zero_stage=stage).model_dump(mode="json")
+        data["hardware"]["num_gpus"] = 8
+        b = bytes_per_param(Scenario.model_validate(data))
+        row = rows["bf16-mixed · adamw (foreach)"]
+        assert (row["held (model states)"], row["at the optimizer step"]) == (f"{b.held:,.2f}", f"{b.at_step:,.2f}")
+        assert f"per GPU under ZeRO-{stage} over 8 data-parallel GPUs" in all_text(at)
+    assert rows["bf16-mixed · adamw (foreach)"]["held (model states)"] == "2.00"  # 16 B / 8 at stage 3

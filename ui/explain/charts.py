@@ -27,7 +27,7 @@ def row_label(b: dict[str, Any]) -> str:
     return f"{b['precision']} · {b['optimizer']} ({b['optimizer_impl']})"
 
 
-def bytes_per_param_bars(rows: list[dict[str, Any]]) -> go.Figure:
+def bytes_per_param_bars(rows: list[dict[str, Any]], where: str = "on one GPU without ZeRO") -> go.Figure:
     """Stacked bytes per parameter held through the step, one bar per precision x optimizer, with a
     marker where the optimizer step's total falls."""
     labels = [row_label(b) for b in rows]
@@ -38,7 +38,7 @@ def bytes_per_param_bars(rows: list[dict[str, Any]]) -> go.Figure:
     fig.add_scatter(y=labels, x=[b["at_step"] for b in rows], mode="markers", name="total at the optimizer step",
                     marker=dict(symbol="diamond", size=11, color="black"),
                     hovertemplate="<b>at the optimizer step</b><br>%{y}<br>%{x:.2f} B/param<extra></extra>")
-    _layout(fig, 80 + 34 * len(rows), barmode="stack", xaxis_title="bytes per parameter (one GPU, no ZeRO)",
+    _layout(fig, 80 + 34 * len(rows), barmode="stack", xaxis_title=f"bytes per parameter, {where}",
             yaxis=dict(autorange="reversed"))
     fig.update_layout(legend_traceorder="normal")  # stacked horizontal bars list their legend reversed otherwise
     return fig

@@ -110,9 +110,16 @@ def _train(sc: Scenario) -> dict[str, Any]:
 
 # ---- sections ------------------------------------------------------------------------------
 
-def bytes_per_param_rows(sc: Scenario) -> list[dict[str, Any]]:
-    """Full fine-tuning of this model on one GPU, by precision x optimizer x implementation."""
-    one = dict(zero_stage=0, tensor_parallel=1, pipeline_parallel=1, lora=None, sharding="deepspeed", **NO_OFFLOAD)
+BPP_ZERO_GPUS = 8  # the bytes-per-parameter table's data-parallel size when a ZeRO stage is chosen
+
+
+def bytes_per_param_rows(sc: Scenario, zero_stage: int = 0) -> list[dict[str, Any]]:
+    """Full fine-tuning of this model by precision x optimizer x implementation: on one GPU without
+    ZeRO, or sharded by `zero_stage` over BPP_ZERO_GPUS data-parallel GPUs."""
+    one = dict(zero_stage=zero_stage, tensor_parallel=1, pipeline_parallel=1, lora=None, sharding="deepspeed",
+               **NO_OFFLOAD)
+    if zero_stage:
+        sc = what_if(sc, hardware=multi_gpu_hardware(sc, BPP_ZERO_GPUS)[0]) or sc
     combos = [(Precision.fp32, Optimizer.adamw, OptimizerImpl.foreach),
               (Precision.fp32, Optimizer.adamw, OptimizerImpl.fused),
               (Precision.amp_bf16, Optimizer.adamw, OptimizerImpl.foreach),
@@ -274,6 +281,11 @@ def lora_rows(sc: Scenario) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return lora, inf
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def bytes_per_param_table(scenario_json: str, zero_stage: int) -> list[dict[str, Any]]:
+    return bytes_per_param_rows(Scenario.model_validate_json(scenario_json), zero_stage)
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def figures(scenario_json: str) -> dict[str, Any]:
     """Everything the lessons quote for one scenario (cached: a few hundred engine runs)."""
@@ -293,7 +305,7 @@ def figures(scenario_json: str) -> dict[str, Any]:
         "pcie": {"gen": gpu.pcie_gen, "bytes_per_s": gpu.pcie_bandwidth_bytes_per_s} if gpu else None,
     }
     out["category_max_sum"] = sum(out["base"][f"max_{c}"] for c in CATEGORIES)
-    out["bytes_per_param"] = bytes_per_param_rows(sc)
+    out["bytes_per_param"] = bytes_per_param_rows(sc)  # one GPU, no ZeRO: what the other lessons quote
     out["optimizers"] = optimizer_rows(sc)
     out["precisions"] = precision_rows(sc)
     out["checkpointing"], out["k_sqrt"] = checkpointing_rows(sc)
