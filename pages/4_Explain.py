@@ -124,12 +124,10 @@ mixed = next((r for r in one_gpu if r["precision"] == "bf16-mixed" and r["optimi
 lean = min(one_gpu, key=lambda r: r["held"]) if one_gpu else None
 if mixed and lean:
     st.markdown(f"""
-On one GPU without ZeRO:
-
 **Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per parameter.**
-{MIXED_STEP_GRADIENTS_WHY}. So bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
+{MIXED_STEP_GRADIENTS_WHY}. So, on one GPU without ZeRO, bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
 fp32, and {bpp(mixed['at_step'])} B/param during a foreach step: above fp32's, because the 16-bit weights
-are kept beside the fp32 master copy. The leanest row is **{xcharts.row_label(lean)}** at
+are kept beside the fp32 master copy. The leanest there is **{xcharts.row_label(lean)}** at
 {bpp(lean['held'])} B/param: pure bf16 halves the Adam states, and 8-bit AdamW shrinks them to about 2 B.
 """)
 

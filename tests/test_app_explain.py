@@ -83,7 +83,7 @@ def test_bytes_per_parameter_table_is_calc_per_param():
     assert rows["bf16-mixed · adamw (foreach)"]["at the optimizer step"] == "22.00"
     assert rows["bf16-mixed · adamw (fused)"]["at the optimizer step"] == "18.00"
     text = all_text(at)
-    assert "The leanest row is **bf16 · adamw-8bit (foreach)**" in text
+    assert "The leanest there is **bf16 · adamw-8bit (foreach)**" in text
     assert "Why bf16-mixed gradients are 2.00 B and then 4.00 B per parameter" in text
     assert "(4 + 4 + K = 8 bytes per parameter)" not in text
     fig = chart(at, "explain_bpp")
