@@ -6,9 +6,9 @@ Bad input gives a one-line error on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,38 +20,29 @@ __all__ = ["UserError", "load_scenario", "main", "one_line", "read_json"]
 
 
 def read_json(path: str) -> Any:
-    """Parse a JSON file (or '-' for stdin); UserError with a one-line reason otherwise."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    """Parse a JSON file (or '-' for stdin) through calc.boundary (bounded size and depth, finite
+    numbers); UserError with a one-line reason otherwise."""
+    from calc.boundary import read_json as bounded_read_json
+
+    return bounded_read_json(path)
 
 
 def load_scenario(path: str, data: Any = None) -> Any:
-    """Read and validate a scenario JSON file (or '-' for stdin), or validate already-read `data`."""
+    """Read and validate a scenario JSON file (or '-' for stdin), or validate already-read `data`
+    (strict JSON types: no true for 1, no 4096.7 for 4096)."""
+    from calc.boundary import validate
     from calc.scenario import Scenario
 
     if data is None:
         data = read_json(path)
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"{path}: {one_line(exc)}") from None
-    except ValueError as exc:
-        raise UserError(f"{path}: {exc}") from None
+    return validate(Scenario, data, "stdin" if path == "-" else path)
 
 
 def one_line(exc: ValidationError) -> str:
-    """The first validation problem as 'field.path: message'."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "scenario"
-    msg = err["msg"].removeprefix("Value error, ")
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {msg}{more}"
+    """The first validation problem as 'field.path: message' (calc.boundary.one_line)."""
+    from calc.boundary import one_line as first_problem
+
+    return first_problem(exc)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -153,6 +144,28 @@ def _lazy(module: str, func: str = "cli_main"):
     return run
 
 
+def _count(text: str) -> int:
+    """argparse type: an integer from 1 to 1000 (`--top 0` is a mistake, not "the default")."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+    if not 1 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 1000, got {n}")
+    return n
+
+
+def _percent(text: str) -> float:
+    """argparse type: a finite percentage >= 0 (`nan` would disable the check it sets)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text[:40]!r}")
+    return x
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m calc", description="GPU memory calculator (vramcalc)")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -174,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("calc.fit"))
     p = sub.add_parser("recommend", help="ranked configurations that fit")
     p.add_argument("scenario")
-    p.add_argument("--top", type=int, default=10)
+    p.add_argument("--top", type=_count, default=10, help="how many configurations to list (1-1000)")
     p.add_argument("--format", choices=["json", "table"], default="table")
     p.set_defaults(func=_lazy("calc.recommend"))
     p = sub.add_parser("export-deepspeed", help="DeepSpeed config for a scenario")
@@ -183,23 +196,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("calc.export.deepspeed"))
     p = sub.add_parser("validate", help="predicted vs measured peaks for a data set")
     p.add_argument("data", nargs="*", help="JSON-lines measurement files (default: data/*.jsonl)")
-    p.add_argument("--max-median", type=float, default=None, help="fail if median |error| %% exceeds this")
-    p.add_argument("--max-worst", type=float, default=None, help="fail if worst |error| %% exceeds this")
+    p.add_argument("--max-median", type=_percent, default=None, help="fail if median |error| %% exceeds this")
+    p.add_argument("--max-worst", type=_percent, default=None, help="fail if worst |error| %% exceeds this")
     p.set_defaults(func=_lazy("calc.validate"))
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from calc.boundary import error_message
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, ValidationError) as exc:  # UserError included: one short line, exit 2
+        print(f"error: {error_message(exc)}", file=sys.stderr)
         return 2
-    except (ValueError, ValidationError) as exc:
-        msg = one_line(exc) if isinstance(exc, ValidationError) else str(exc)
-        print(f"error: {msg.splitlines()[0]}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:  # `python -m calc presets | head`: the reader left; stop quietly
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured in a test)
+        pass
 
 
 if __name__ == "__main__":

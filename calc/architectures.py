@@ -7,7 +7,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from calc.boundary import excerpt, require
+from calc.limits import (
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_SOFTCAP,
+    MAX_VOCAB,
+)
 
 Family = Literal["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral"]
 SUPPORTED_FAMILIES: tuple[str, ...] = (
@@ -50,6 +63,11 @@ _HF_DEFAULTS: dict[str, dict[str, Any]] = {
                     num_experts_per_tok=2, num_local_experts=8),
 }
 
+# ModelSpec field -> the config.json key it is read from (for error messages)
+_CONFIG_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+                "num_kv_heads": "num_key_value_heads", "num_experts": "num_local_experts",
+                "experts_per_token": "num_experts_per_tok"}
+
 # GPT-2 config keys use their own names; everything else uses the Llama names.
 _GPT2_KEYS = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
               "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
@@ -62,29 +80,31 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     family: Family
-    vocab_size: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_layers: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1, description="MLP inner width (per expert for MoE)")
-    max_position_embeddings: int = Field(ge=1)
+    # Upper bounds (calc.limits, each with its reason) keep every estimate's cost bounded.
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    num_heads: int = Field(ge=1, le=MAX_HEADS)
+    num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    intermediate_size: int = Field(ge=1, le=MAX_INTERMEDIATE, description="MLP inner width (per expert for MoE)")
+    max_position_embeddings: int = Field(ge=1, le=MAX_POSITIONS)
     tie_word_embeddings: bool
-    hidden_act: str
+    hidden_act: str = Field(max_length=64)
     qkv_bias: bool = False  # bias on q/k/v projections (qwen2, gpt2, gpt_neox)
     o_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False
-    num_experts: int = Field(1, ge=1, description="MoE experts per layer (1 = dense)")
-    experts_per_token: int = Field(1, ge=1)
+    num_experts: int = Field(1, ge=1, le=MAX_EXPERTS, description="MoE experts per layer (1 = dense)")
+    experts_per_token: int = Field(1, ge=1, le=MAX_EXPERTS)
     attention_dropout: float = Field(0.0, ge=0, lt=1)
     hidden_dropout: float = Field(0.0, ge=0, lt=1, description="residual / MLP output dropout")
     embedding_dropout: float = Field(0.0, ge=0, lt=1)
     rotary_fraction: float = Field(1.0, ge=0, le=1, description="share of head_dim that gets RoPE")
     parallel_residual: bool = False  # gpt_neox: attn and MLP read the same input
-    final_logit_softcapping: float | None = None  # gemma2: tanh(logits / c) * c
-    attn_logit_softcapping: float | None = None
-    sliding_window: int | None = Field(None, ge=1, description="SDPA needs an explicit mask past this length")
+    final_logit_softcapping: float | None = Field(None, gt=0, le=MAX_SOFTCAP)  # gemma2: tanh(logits / c) * c
+    attn_logit_softcapping: float | None = Field(None, gt=0, le=MAX_SOFTCAP)
+    sliding_window: int | None = Field(None, ge=1, le=MAX_POSITIONS,
+                                       description="SDPA needs an explicit mask past this length")
     name: str | None = None
 
     @model_validator(mode="after")
@@ -238,66 +258,92 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
     if not isinstance(config, dict):
         raise ValueError("model config must be a JSON object (a config.json dict)")
     family = config.get("model_type")
-    if family not in _HF_DEFAULTS:
+    if not isinstance(family, str) or family not in _HF_DEFAULTS:
         raise ValueError(
-            f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}"
+            f"unsupported model_type {excerpt(family)}; supported: {', '.join(SUPPORTED_FAMILIES)}"
         )
     cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k == "n_inner"}}
     if family == "gpt2":
         cfg = {_GPT2_KEYS.get(k, k): v for k, v in cfg.items()}
     try:
         return _build_spec(family, cfg, name)
+    except ValidationError as exc:  # a bound of ModelSpec: name the config.json key, not ours
+        err = exc.errors(include_url=False, include_input=False)[0]
+        key = _CONFIG_KEYS.get(str(err["loc"][0]), str(err["loc"][0])) if err["loc"] else "config"
+        raise ValueError(f"{key}: {str(err['msg']).removeprefix('Value error, ')}") from None
     except (TypeError, KeyError, ZeroDivisionError) as exc:
-        raise ValueError(f"bad {family} config: {exc}") from None
+        raise ValueError(f"bad {family} config: {excerpt(str(exc))}") from None
+
+
+# Strict readers of config.json values: JSON integers for sizes (no true, no 4096.7), booleans for
+# flags (no "false"), finite numbers for rates. A wrong type names the key instead of being coerced.
+def _int(cfg: dict[str, Any], *keys: str, default: Any = None) -> int:
+    value = require(_first(cfg, *keys, default=default), int, keys[0])
+    if value < 1:
+        raise ValueError(f"{keys[0]} must be >= 1, got {value}")
+    return value
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool = False) -> bool:
+    return require(_first(cfg, key, default=default), bool, key)
+
+
+def _rate(cfg: dict[str, Any], *keys: str, default: float) -> float:
+    return float(require(_first(cfg, *keys, default=default), (int, float), keys[0]))
+
+
+def _optional_number(cfg: dict[str, Any], key: str) -> float | None:
+    value = cfg.get(key)
+    return None if value is None else float(require(value, (int, float), key))
 
 
 def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec:
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
-    head_dim = int(_first(cfg, "head_dim", default=hidden // heads))
-    inner = cfg.get("intermediate_size") or 4 * hidden
-    rope = cfg.get("rope_parameters") or {}
+    hidden = _int(cfg, "hidden_size")
+    heads = _int(cfg, "num_attention_heads")
+    head_dim = _int(cfg, "head_dim", default=max(1, hidden // heads))
+    # gpt2's n_inner: null means 4 x hidden; any given width must be a positive integer (0 is not "default")
+    inner = 4 * hidden if cfg.get("intermediate_size") is None else _int(cfg, "intermediate_size")
+    rope = require(cfg.get("rope_parameters", {}), dict, "rope_parameters")
     fields: dict[str, Any] = dict(
         family=family,
         name=name,
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=_int(cfg, "vocab_size"),
         hidden_size=hidden,
-        num_layers=int(cfg["num_hidden_layers"]),
+        num_layers=_int(cfg, "num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
+        num_kv_heads=_int(cfg, "num_key_value_heads", default=heads),
         head_dim=head_dim,
-        intermediate_size=int(inner),
-        max_position_embeddings=int(cfg["max_position_embeddings"]),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        hidden_act=str(_first(cfg, "hidden_activation", "hidden_act", default="silu")),
-        attention_dropout=float(_first(cfg, "attention_dropout", "attn_pdrop", default=0.0)),
-        hidden_dropout=float(_first(cfg, "hidden_dropout", "resid_pdrop", default=0.0)),
-        embedding_dropout=float(_first(cfg, "embd_pdrop", default=0.0)),
+        intermediate_size=inner,
+        max_position_embeddings=_int(cfg, "max_position_embeddings"),
+        tie_word_embeddings=_flag(cfg, "tie_word_embeddings"),
+        hidden_act=require(_first(cfg, "hidden_activation", "hidden_act", default="silu"), str, "hidden_act"),
+        attention_dropout=_rate(cfg, "attention_dropout", "attn_pdrop", default=0.0),
+        hidden_dropout=_rate(cfg, "hidden_dropout", "resid_pdrop", default=0.0),
+        embedding_dropout=_rate(cfg, "embd_pdrop", default=0.0),
     )
     if family in ("llama",):
-        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
-                      mlp_bias=bool(cfg.get("mlp_bias")))
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                      mlp_bias=_flag(cfg, "mlp_bias"))
     elif family == "qwen2":
         fields.update(qkv_bias=True)
     elif family == "qwen3":
-        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")))
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"))
     elif family in ("gpt2", "gpt_neox"):
-        bias = family == "gpt2" or bool(cfg.get("attention_bias", True))
+        bias = family == "gpt2" or _flag(cfg, "attention_bias", True)
         fields.update(qkv_bias=bias, o_bias=bias, mlp_bias=True,
-                      parallel_residual=family == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)))
+                      parallel_residual=family == "gpt_neox" and _flag(cfg, "use_parallel_residual", True))
         if family == "gpt_neox":
-            fields["rotary_fraction"] = float(
-                _first(rope, "partial_rotary_factor", default=_first(cfg, "rotary_pct", default=0.25))
-            )
+            fields["rotary_fraction"] = _rate(rope, "partial_rotary_factor",
+                                              default=_rate(cfg, "rotary_pct", default=0.25))
     elif family == "gemma2":
-        fields.update(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
-                      final_logit_softcapping=cfg.get("final_logit_softcapping"),
-                      attn_logit_softcapping=cfg.get("attn_logit_softcapping"))
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                      final_logit_softcapping=_optional_number(cfg, "final_logit_softcapping"),
+                      attn_logit_softcapping=_optional_number(cfg, "attn_logit_softcapping"))
     elif family == "mixtral":
-        fields.update(num_experts=int(cfg["num_local_experts"]), experts_per_token=int(cfg["num_experts_per_tok"]))
-    if family in ("mistral", "mixtral") or (family in ("qwen2", "qwen3") and cfg.get("use_sliding_window")):
-        window = cfg.get("sliding_window")
-        fields["sliding_window"] = int(window) if window else None
+        fields.update(num_experts=_int(cfg, "num_local_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"))
+    if family in ("mistral", "mixtral") or (family in ("qwen2", "qwen3") and _flag(cfg, "use_sliding_window")):
+        window = cfg.get("sliding_window")  # null or 0: no window (transformers' convention)
+        fields["sliding_window"] = _int(cfg, "sliding_window") if window not in (None, 0) else None
     elif family == "phi3":
-        fields["rotary_fraction"] = float(_first(rope, "partial_rotary_factor", default=1.0))
+        fields["rotary_fraction"] = _rate(rope, "partial_rotary_factor", default=1.0)
     return ModelSpec(**fields)

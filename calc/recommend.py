@@ -873,17 +873,14 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
 
 def load_request(path: str, top: int | None = None) -> RecommendRequest:
     """A scenario file, or a RecommendRequest file (a JSON object with a "scenario" key)."""
-    from calc.__main__ import load_scenario, one_line, read_json
-    from calc.errors import UserError
+    from calc.__main__ import load_scenario, read_json
+    from calc.boundary import validate
 
     data = read_json(path)
     if isinstance(data, dict) and "scenario" in data:
         if top is not None:
             data = {**data, "max_candidates": top}
-        try:
-            return RecommendRequest.model_validate(data)
-        except ValidationError as exc:
-            raise UserError(f"{path}: {one_line(exc)}") from None
+        return validate(RecommendRequest, data, "stdin" if path == "-" else path)
     sc = load_scenario(path, data)
     return RecommendRequest(scenario=sc, max_candidates=top or 10)
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from calc.architectures import ModelSpec
+from calc.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
 
 
 class Precision(str, Enum):
@@ -81,7 +82,8 @@ class LoraConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
-    alpha: float = Field(32, gt=0, description="scaling numerator; scale = alpha / r")
+    alpha: float = Field(32, gt=0, le=MAX_LORA_ALPHA, allow_inf_nan=False,
+                         description="scaling numerator; scale = alpha / r")
     targets: Literal["all-linear", "attention"] = Field(
         "all-linear", description="which linear layers get adapters (lm_head never does)"
     )
@@ -150,9 +152,37 @@ class HardwareConfig(BaseModel):
     num_gpus: int = Field(1, ge=1, le=65536, description="GPUs in the job")
     gpus_per_node: int | None = Field(None, ge=1, le=64, description="default: min(num_gpus, 8)")
     cluster: str | None = Field(None, description="cluster preset id, e.g. 8x-a100-80gb")
-    memory_bytes: int | None = Field(None, gt=0, description="custom GPU: usable device memory in bytes")
-    cpu_ram_bytes: int | None = Field(None, gt=0, description="host RAM per node, for offload checks")
-    nvme_bytes: int | None = Field(None, gt=0, description="NVMe capacity per node, for offload checks")
+    memory_bytes: int | None = Field(None, gt=0, le=MAX_GPU_MEMORY_BYTES,
+                                     description="custom GPU: usable device memory in bytes")
+    cpu_ram_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="host RAM per node, for offload checks")
+    nvme_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="NVMe capacity per node, for offload checks")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_count(cls, data: Any) -> Any:
+        """A cluster fixes the GPU count: fill num_gpus from it, so the count is stated once and a
+        dumped scenario validates again; a different num_gpus is an error (not silently replaced)."""
+        if isinstance(data, dict) and isinstance(data.get("cluster"), str) and "num_gpus" not in data:
+            count = _cluster_gpus(data["cluster"])
+            if count is not None:
+                data = {**data, "num_gpus": count}
+        return data
+
+    @model_validator(mode="after")
+    def _cluster_agrees(self) -> HardwareConfig:
+        count = _cluster_gpus(self.cluster) if self.cluster else None
+        if count is not None and self.num_gpus != count:
+            raise ValueError(f"num_gpus={self.num_gpus} contradicts cluster {self.cluster!r}, which has {count} GPUs; "
+                             "give one of them")
+        return self
+
+
+def _cluster_gpus(cluster_id: str) -> int | None:
+    """The GPU count of a cluster preset; None for an unknown id (resolve_hardware names it)."""
+    from calc.presets import cluster_presets
+
+    c = cluster_presets().get(cluster_id)
+    return None if c is None else c.num_gpus
 
 
 class Scenario(BaseModel):

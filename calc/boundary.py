@@ -1,0 +1,223 @@
+"""The input boundary: every text a user hands the calculator becomes Python values here, or a
+UserError with one short line naming where the problem is.
+
+Every entry point parses through these functions: the CLI's files and stdin, the app's text boxes
+and uploads (config.json, ds_config.json, measurement records), a link's query parameters
+(`config=` is zlib-compressed JSON) and the validation data loader (measure.record). They bound
+size before reading, nesting depth before `json.loads` recurses, decompressed size before it is
+allocated, and reject what JSON parsers let through but no field of ours can mean: NaN, Infinity,
+1e400 and integers beyond int64. Pydantic models are then validated in strict mode (no bool as an
+int, no 4096.7 truncated to 4096, no "false" as a boolean). Messages quote at most a short excerpt
+of the input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import zlib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from calc.errors import UserError
+from calc.limits import (
+    MAX_EXCERPT_CHARS,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_INT,
+    MAX_JSON_INT_DIGITS,
+    MAX_MESSAGE_CHARS,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class JsonSyntaxError(UserError):
+    """The text is not one JSON document (the records reader then tries JSON lines)."""
+
+
+class _Rejected(ValueError):
+    """Raised inside json.loads' hooks; parse_json adds where it happened."""
+
+
+# ---- messages -------------------------------------------------------------------------------
+
+def excerpt(value: Any, limit: int = MAX_EXCERPT_CHARS) -> str:
+    """repr(value), cut to about `limit` characters (with the full length) so an error message never
+    echoes a 50 MB input."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value):,} characters)"
+    text = repr(value) if not isinstance(value, (dict, list)) or len(value) < 16 else \
+        f"<{type(value).__name__} of {len(value):,} items>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def short(message: str) -> str:
+    """The first line of a message, at most MAX_MESSAGE_CHARS long, printable on any terminal."""
+    line = (message.strip().splitlines() or [""])[0]
+    if len(line) > MAX_MESSAGE_CHARS:
+        line = line[: MAX_MESSAGE_CHARS - 3] + "..."
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first validation problem as 'field.path: message (+N more)'."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(excerpt(p, 40) if not isinstance(p, (str, int)) or len(str(p)) > 40 else str(p)
+                     for p in err["loc"]) or "scenario"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return short(f"{where}: {msg}{more}")
+
+
+def error_message(exc: BaseException) -> str:
+    """One readable line for any rejected input."""
+    if isinstance(exc, ValidationError):
+        return one_line(exc)
+    return short(str(exc)) or exc.__class__.__name__
+
+
+# ---- bytes -> text --------------------------------------------------------------------------
+
+def decode(data: bytes, where: str) -> str:
+    """UTF-8 (a byte-order mark is allowed), or UserError naming `where` and the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start:,}); "
+                        "save it as UTF-8") from None
+
+
+def read_text(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> str:
+    """A file's text ('-' is stdin), reading at most max_bytes + 1 bytes."""
+    where = str(path)
+    try:
+        if where == "-":
+            data = sys.stdin.buffer.read(max_bytes + 1)
+            where = "stdin"
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {where}: {exc.strerror or exc.__class__.__name__}") from None
+    if len(data) > max_bytes:
+        raise UserError(f"{where}: larger than {_size(max_bytes)}")
+    return decode(data, where)
+
+
+def decompress(data: bytes, where: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """zlib data, inflated to at most max_bytes (a 184-byte payload can inflate to gigabytes)."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, max_bytes + 1)
+    except zlib.error:
+        raise UserError(f"{where}: not zlib-compressed data") from None
+    if len(out) > max_bytes or inflater.unconsumed_tail:
+        raise UserError(f"{where}: decompresses to more than {_size(max_bytes)}")
+    if not inflater.eof:
+        raise UserError(f"{where}: the compressed data is cut short")
+    return out
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+# ---- text -> JSON values ----------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+
+
+def check_depth(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Reject JSON nested deeper than max_depth before a recursive parser sees it (CPython's json
+    raises RecursionError near 1,000 levels; pydantic and json.dumps recurse on what it returns)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if len(brackets) <= max_depth:
+        return
+    depth = 0
+    for ch in brackets:
+        if ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise UserError(f"{where}: nested deeper than {max_depth} levels")
+        else:
+            depth -= 1
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS or abs(value := int(literal)) > MAX_JSON_INT:
+        raise _Rejected(f"the integer {excerpt(literal, 30)} is too large (the limit is 2^63 - 1)")
+    return value
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _Rejected(f"the number {excerpt(literal, 30)} is out of range")
+    return value
+
+
+def _parse_constant(name: str) -> Any:
+    raise _Rejected(f"{name} is not a number (JSON has no NaN or Infinity)")
+
+
+def parse_json(text: str | bytes, where: str, max_bytes: int = MAX_JSON_BYTES,
+               max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Bounded, finite JSON -> Python values; UserError (JsonSyntaxError for bad syntax) otherwise."""
+    if isinstance(text, bytes):
+        if len(text) > max_bytes:
+            raise UserError(f"{where}: larger than {_size(max_bytes)}")
+        text = decode(text, where)
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise UserError(f"{where}: larger than {_size(max_bytes)}")
+    if not text.strip():
+        raise JsonSyntaxError(f"{where}: empty (expected a JSON object)")
+    check_depth(text, where, max_depth)
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except _Rejected as exc:
+        raise UserError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise JsonSyntaxError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, "
+                              f"column {exc.colno})") from None
+    except RecursionError:  # unreachable after check_depth; kept so no input can give a traceback
+        raise UserError(f"{where}: nested too deeply") from None
+
+
+def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """parse_json of a file ('-' is stdin)."""
+    return parse_json(read_text(path, max_bytes), "stdin" if str(path) == "-" else str(path), max_bytes)
+
+
+# ---- JSON values -> validated models ------------------------------------------------------------
+
+def validate(model: type[M], data: Any, where: str) -> M:
+    """Validate JSON values (from parse_json) as `model` in strict JSON mode: integers must be JSON
+    integers (no true, no 4.0, no "4"), booleans JSON booleans, enums their string values."""
+    try:
+        return model.model_validate_json(json.dumps(data), strict=True)
+    except ValidationError as exc:
+        raise UserError(f"{where}: {one_line(exc)}") from None
+    except (ValueError, TypeError, ArithmeticError) as exc:  # a validator's own check
+        raise UserError(f"{where}: {error_message(exc)}") from None
+
+
+def require(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+    """`value` if it is a `kind` (bool never counts as int or float); ValueError naming `name`."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if not ok:
+        want = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+        raise ValueError(f"{name} must be {want}, got {excerpt(value)}")
+    return value
+
+
+_KIND_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
+               dict: "a JSON object", list: "a JSON list", type(None): "null"}
