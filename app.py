@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import calibration, charts, compute, fmt
+from ui import calibration, charts, compute, fmt, state
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")
@@ -22,7 +22,7 @@ if sc is None:
 try:
     est = compute.run(sc)
 except ValueError as exc:
-    st.error(f"The engine cannot estimate this scenario: {exc}", icon=":material/error:")
+    st.error(f"The engine cannot estimate this scenario: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
     st.stop()
 
 dt = est.device_total_bytes

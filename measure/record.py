@@ -6,13 +6,22 @@ All sizes are bytes (int). Field names carry their unit.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from calc.boundary import JsonSyntaxError, parse_json, read_text, validate
+from calc.errors import UserError
+from calc.limits import (
+    MAX_JSON_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_RECORD_PARAMS,
+    MAX_RECORD_SECONDS,
+    MAX_RECORD_STEPS,
+    MAX_RECORDS_FILE_BYTES,
+)
 from calc.scenario import Scenario
 
 SCHEMA_VERSION = 1
@@ -22,7 +31,7 @@ Engine = Literal["torch-single", "fsdp2"]
 Phase = Literal["forward", "backward", "optimizer"]
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A record file or line is malformed; the message names the line and the field."""
 
 
@@ -36,9 +45,9 @@ class PhasePeaks(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    forward: int | None = Field(None, ge=0)
-    backward: int | None = Field(None, ge=0)
-    optimizer: int | None = Field(None, ge=0)
+    forward: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES)
+    backward: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES)
+    optimizer: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES)
 
 
 class Categories(BaseModel):
@@ -52,13 +61,13 @@ class Categories(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    parameters: int = Field(ge=0)
-    gradients: int = Field(ge=0)
-    optimizer_states: int = Field(ge=0)
-    activations: int = Field(ge=0)
-    temporaries: int = Field(ge=0)
-    inputs: int = Field(ge=0)
-    buffers: int = Field(ge=0)
+    parameters: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    gradients: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    optimizer_states: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    activations: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    temporaries: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    inputs: int = Field(ge=0, le=MAX_RECORD_BYTES)
+    buffers: int = Field(ge=0, le=MAX_RECORD_BYTES)
 
     def total(self) -> int:
         return (self.parameters + self.gradients + self.optimizer_states + self.activations
@@ -84,11 +93,11 @@ class Sharding(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    world_size: int = Field(ge=2)
+    world_size: int = Field(ge=2, le=2**20)
     zero_stage: Literal[2, 3] = Field(description="the ZeRO stage this run is the analogue of")
     reshard_after_forward: bool = Field(description="True ~ ZeRO-3; False keeps params gathered until backward")
     process_group: Literal["fake", "gloo", "nccl"]
-    rank: int = Field(0, ge=0, description="the rank whose memory this record reports")
+    rank: int = Field(0, ge=0, le=2**20, description="the rank whose memory this record reports")
 
 
 class MeasurementRecord(BaseModel):
@@ -103,66 +112,82 @@ class MeasurementRecord(BaseModel):
     engine: Engine = "torch-single"
     sharding: Sharding | None = None
     env: Env
-    peak_allocated_bytes: int = Field(
-        ge=0, description="cuda: torch.cuda.max_memory_allocated(); cpu/fake: MemTracker's peak of live tensor bytes"
+    peak_allocated_bytes: int = Field(  # > 0: every error is relative to it
+        gt=0, le=MAX_RECORD_BYTES, description="cuda: torch.cuda.max_memory_allocated(); cpu/fake: MemTracker's peak of live tensor bytes"
     )
-    peak_reserved_bytes: int | None = Field(None, ge=0, description="cuda: max_memory_reserved()")
-    device_used_bytes: int | None = Field(None, ge=0, description="cuda: mem_get_info() total - free at the end")
-    num_alloc_retries: int | None = Field(None, ge=0, description="cuda: memory_stats()['num_alloc_retries']")
+    peak_reserved_bytes: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES, description="cuda: max_memory_reserved()")
+    device_used_bytes: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES, description="cuda: mem_get_info() total - free at the end")
+    num_alloc_retries: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES, description="cuda: memory_stats()['num_alloc_retries']")
     peak_phase: Phase = Field(description="the phase whose peak is peak_allocated_bytes")
     phase_peaks_bytes: PhasePeaks
     step_phase_peaks_bytes: list[PhasePeaks] = Field(description="per optimizer step, in order")
     categories_at_peak_bytes: Categories | None = Field(None, description="cpu / fake only")
-    raw_categories_at_peak_bytes: dict[str, int] | None = Field(
+    raw_categories_at_peak_bytes: dict[str, Annotated[int, Field(ge=0, le=MAX_RECORD_BYTES)]] | None = Field(
         None, description="cpu / fake: the same bytes under MemTracker's (or FSDPMemTracker's) own names"
     )
-    weights_bytes: int = Field(ge=0, description="model parameters and buffers on the device before step 1")
+    weights_bytes: int = Field(ge=0, le=MAX_RECORD_BYTES, description="model parameters and buffers on the device before step 1")
     initial_allocated_bytes: int = Field(
-        ge=0, description="everything live before step 1: weights, input_ids, fp32 master copies"
+        ge=0, le=MAX_RECORD_BYTES, description="everything live before step 1: weights, input_ids, fp32 master copies"
     )
-    optimizer_state_bytes: int | None = Field(None, ge=0, description="optimizer.state tensors after the last step")
-    num_params: int = Field(ge=0, description="sum(p.numel()) of the model (the full model for sharded runs)")
-    trainable_params: int = Field(ge=0)
-    steps: int = Field(ge=1, description="optimizer steps (or inference forwards) measured")
-    extrapolated_from_layers: list[int] | None = Field(
+    optimizer_state_bytes: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES, description="optimizer.state tensors after the last step")
+    num_params: int = Field(ge=0, le=MAX_RECORD_PARAMS, description="sum(p.numel()) of the model (the full model for sharded runs)")
+    trainable_params: int = Field(ge=0, le=MAX_RECORD_PARAMS)
+    steps: int = Field(ge=1, le=MAX_RECORD_STEPS, description="optimizer steps (or inference forwards) measured")
+    extrapolated_from_layers: list[Annotated[int, Field(ge=1, le=2**20)]] | None = Field(
         None, description="fake runs: the layer counts measured; the record is their linear extrapolation"
     )
     notes: list[str] = Field(default_factory=list)
     measured_at: AwareDatetime
-    wall_seconds: float = Field(ge=0)
+    wall_seconds: float = Field(ge=0, le=MAX_RECORD_SECONDS)
 
     def to_json_line(self) -> str:
         return self.model_dump_json(exclude_none=False)
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(record)"
-        parts.append(f"field {loc}: {err['msg']}")
-    return "; ".join(parts)
-
-
 def parse_record(text: str, where: str = "record") -> MeasurementRecord:
-    """One JSON record -> MeasurementRecord, or RecordError naming `where` and the field."""
+    """One JSON record -> MeasurementRecord, or RecordError naming `where` and the field. Parsed by
+    calc.boundary (bounded size and depth, finite numbers) and validated strictly."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        return validate(MeasurementRecord, parse_json(text, where), where)
+    except UserError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def parse_records(text: str, where: str = "records") -> list[MeasurementRecord]:
+    """One record (pretty-printed or not), a JSON list of records, or JSON lines; RecordError names
+    the line (or list item) and the field. What the app's uploader and `calc calibrate` read."""
     try:
-        return MeasurementRecord.model_validate(data)
-    except ValidationError as exc:
-        raise RecordError(f"{where}: {_describe(exc)}") from None
+        whole = parse_json(text, where, max_bytes=MAX_RECORDS_FILE_BYTES)
+    except JsonSyntaxError:  # JSON lines (or broken JSON: the line that breaks is named)
+        return _parse_lines(text, where)
+    except UserError as exc:
+        raise RecordError(str(exc)) from None
+    items = whole if isinstance(whole, list) else [whole]
+    many = len(items) > 1
+    out = []
+    for i, item in enumerate(items, start=1):
+        at = f"{where}, item {i}" if many else where
+        try:
+            out.append(validate(MeasurementRecord, item, at))
+        except UserError as exc:
+            raise RecordError(str(exc)) from None
+    return out
+
+
+def _parse_lines(text: str, where: str) -> list[MeasurementRecord]:
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    return [parse_record(line, where=f"{where}:{n}") for n, line in lines]
 
 
 def load_records(path: str | Path) -> list[MeasurementRecord]:
-    """All records of a JSON-lines file (blank lines skipped); RecordError names the line and field."""
-    path = Path(path)
-    records = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            records.append(parse_record(line, where=f"{path}:{lineno}"))
-    return records
+    """All records of a JSON-lines file (blank lines skipped); RecordError names the line and field
+    (and the file when it cannot be read or is not UTF-8)."""
+    try:
+        text = read_text(path, MAX_RECORDS_FILE_BYTES)
+    except UserError as exc:
+        raise RecordError(str(exc)) from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    return [parse_record(line[: MAX_JSON_BYTES + 1], where=f"{path}:{n}") for n, line in lines]
 
 
 def utc_now() -> datetime:

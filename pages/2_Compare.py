@@ -24,7 +24,7 @@ for i, col in enumerate(cols):
     try:
         est = compute.run(col.apply(base))
     except ValueError as exc:
-        st.error(f"{name}: {state.error_text(exc)}", icon=":material/error:")
+        st.error(f"{name}: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
         continue
     items.append((name, est))
 

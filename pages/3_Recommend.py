@@ -34,7 +34,7 @@ st.markdown(f"For **{sc.spec.name or sc.spec.family}** on **{hardware_name(sc)}*
 try:
     steps = compute.waterfall(key)
 except ValueError as exc:
-    st.error(f"calc.recommend cannot build the waterfall for this scenario: {state.error_text(exc)}",
+    st.error(f"calc.recommend cannot build the waterfall for this scenario: {fmt.literal(state.error_text(exc))}",
              icon=":material/error:")
     steps = []
 if steps:
@@ -72,7 +72,7 @@ allow = st.toggle("Allow a change of training method (8-bit AdamW, LoRA, QLoRA) 
 try:
     rec = compute.recommendations(key, allow, None)
 except ValueError as exc:
-    st.info(f"The ranked search needs a GPU preset: {state.error_text(exc)}", icon=":material/info:")
+    st.info(f"The ranked search needs a GPU preset: {fmt.literal(state.error_text(exc))}", icon=":material/info:")
     rec = None
 if rec is not None:
     st.markdown(rec.explanation)

@@ -26,7 +26,7 @@ key = sc.model_dump_json()
 try:
     f = figures(key)
 except ValueError as exc:
-    st.error(f"The engine cannot estimate this scenario: {state.error_text(exc)}", icon=":material/error:")
+    st.error(f"The engine cannot estimate this scenario: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
     st.stop()
 
 g = fmt.gib

@@ -35,7 +35,7 @@ if source == "recommended":
     try:
         rec = compute.recommendations(sc.model_dump_json(), True, None)
     except ValueError as exc:
-        st.info(f"No recommendation for this hardware: {state.error_text(exc)}. Exporting the current scenario.",
+        st.info(f"No recommendation for this hardware: {fmt.literal(state.error_text(exc))}. Exporting the current scenario.",
                 icon=":material/info:")
         rec = None
     if rec is not None and rec.candidates:
@@ -63,7 +63,7 @@ try:
     opts = ExportOptions(learning_rate=lr, weight_decay=wd, gradient_clipping=clip, warmup_steps=int(warm),
                          total_num_steps=int(total) or None, nvme_path=nvme or d.nvme_path)
 except ValueError as exc:
-    st.error(state.error_text(exc), icon=":material/error:")
+    st.error(fmt.literal(state.error_text(exc)), icon=":material/error:")
     st.stop()
 
 est = compute.run(target)
@@ -75,7 +75,7 @@ verdict = fmt.verdict(est.fits, est.headroom_bytes)
 try:
     ds = export_deepspeed(target, opts)
 except ValueError as exc:
-    st.error(f"DeepSpeed cannot express this scenario: {state.error_text(exc)}", icon=":material/error:")
+    st.error(f"DeepSpeed cannot express this scenario: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
     ds = None
 
 if ds is not None:
@@ -112,24 +112,25 @@ pasted = st.text_area("…or paste it", key="exp_import_text", height=140, place
 raw, where = None, None
 if up is not None:
     if up.size > MAX_CONFIG_BYTES:
-        st.error(f"{up.name} is {up.size / fmt.MiB:,.1f} MiB; the limit is {MAX_CONFIG_BYTES / fmt.MiB:.0f} MiB.",
-                 icon=":material/error:")
+        st.error(f"{fmt.literal(up.name)} is {up.size / fmt.MiB:,.1f} MiB; the limit is "
+                 f"{MAX_CONFIG_BYTES / fmt.MiB:.0f} MiB.", icon=":material/error:")
     else:
-        raw, where = up.getvalue().decode("utf-8", errors="replace"), up.name
+        raw, where = up.getvalue(), up.name
 elif pasted.strip():
     raw, where = pasted, "pasted config"
 if raw is not None:
     try:
-        cfg = parse_config_text(raw)
+        cfg = parse_config_text(raw, where)
         imported = scenario_from_ds_config(cfg, sc.model, sc.hardware, seq_len=sc.training.seq_len,
                                            attention=sc.training.attention.value)
         iest = compute.run(imported)
     except ValueError as exc:
-        st.error(f"{where}: {state.error_text(exc).replace('config.json', 'ds_config.json')}",
+        msg = state.error_text(exc).replace("config.json", "ds_config.json")
+        st.error(fmt.literal(msg if msg.startswith(where) else f"{where}: {msg}"),
                  icon=":material/error:")
     else:
         t = imported.training
-        st.markdown(f"Read from {where}: {t.precision.value}, ZeRO-{t.zero_stage}, micro-batch "
+        st.markdown(f"Read from {fmt.literal(where)}: {t.precision.value}, ZeRO-{t.zero_stage}, micro-batch "
                     f"{t.micro_batch_size} x {t.gradient_accumulation_steps} accumulation, optimizer offload "
                     f"{t.offload_optimizer.value}, parameter offload {t.offload_params.value}, checkpointing "
                     f"{t.activation_checkpointing.value}.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, compute, fmt
+from ui import charts, compute, fmt, state
 from ui.widgets import page_setup, scenario_or_stop
 
 page_setup("Validation", ":material/fact_check:")
@@ -18,7 +18,7 @@ scenario_or_stop()  # the sidebar keeps the shared scenario (and the URL) across
 try:
     rep = compute.validation_report()
 except ValueError as exc:  # a malformed committed file: RecordError names the line and field
-    st.error(f"The committed data set could not be read: {exc}", icon=":material/error:")
+    st.error(f"The committed data set could not be read: {fmt.literal(exc)}", icon=":material/error:")
     rep = None
 else:
     if rep is None or not rep.cases:
@@ -48,19 +48,19 @@ mine = []
 text, where = None, None
 if up is not None:
     if up.size > compute.MAX_RECORD_BYTES:
-        st.error(f"{up.name} is {up.size / fmt.MiB:,.1f} MiB; the limit is {compute.MAX_RECORD_BYTES / fmt.MiB:.0f} MiB "
+        st.error(f"{fmt.literal(up.name)} is {up.size / fmt.MiB:,.1f} MiB; the limit is {compute.MAX_RECORD_BYTES / fmt.MiB:.0f} MiB "
                  "(a record is a few KiB).", icon=":material/error:")
     else:
-        text, where = up.getvalue().decode("utf-8", errors="replace"), up.name
+        text, where = up.getvalue(), up.name
 elif pasted.strip():
     text, where = pasted, "pasted record"
 if text is not None:
     try:
         mine = compute.check_records(text, where)
     except ValueError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(fmt.literal(state.error_text(exc)), icon=":material/error:")
     for c in mine:
-        st.success(f"**{c.name}**: measured {fmt.gib(c.measured_bytes)}, predicted {fmt.gib(c.predicted_bytes)} "
+        st.success(f"**{fmt.literal(c.name)}**: measured {fmt.gib(c.measured_bytes)}, predicted {fmt.gib(c.predicted_bytes)} "
                    f"({c.error_pct:+.2f} %; peak measured in {c.measured_phase}, predicted in {c.predicted_phase}).",
                    icon=":material/check_circle:")
 

@@ -103,8 +103,8 @@ def test_own_record_is_checked_and_plotted(dataset):
 
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not valid JSON"),
-    ('{"schema_version": 1}', "field scenario: Field required"),
-    ("WRONG_PEAK", "field peak_allocated_bytes"),
+    ('{"schema_version": 1}', "scenario: Field required"),
+    ("WRONG_PEAK", "peak_allocated_bytes"),
     ("WRONG_MODEL", "unknown model preset"),
 ])
 def test_bad_record_names_the_field(text, message):

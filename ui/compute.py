@@ -3,11 +3,11 @@ runs). The engine itself takes milliseconds, so single estimates are not cached 
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 import streamlit as st
 
+from calc.boundary import decode
 from calc.engine import estimate
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.result import Estimate
@@ -75,28 +75,23 @@ def validation_report():
     return _report(key) if key else None
 
 
-def check_records(text: str, where: str) -> list:
-    """Parse one JSON record or JSON lines with measure.record (pydantic) and compare each with its
-    prediction. ValueError names the line and the field."""
+def check_records(text: str | bytes, where: str) -> list:
+    """Parse one JSON record, a JSON list of records or JSON lines with measure.record (through
+    calc.boundary: bounded, strict) and compare each with its prediction. ValueError names the line
+    and the field."""
     from calc.validate import compare
-    from measure.record import parse_record
+    from measure.record import parse_records
 
-    if len(text.encode()) > MAX_RECORD_BYTES:
+    if len(text) > MAX_RECORD_BYTES or len(text if isinstance(text, bytes) else
+                                          text.encode("utf-8", "surrogatepass")) > MAX_RECORD_BYTES:
         raise ValueError(f"{where} is over {MAX_RECORD_BYTES // 2**20} MiB; a record is a few KiB")
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError(f"{where}: empty")
-    try:  # one (pretty-printed) record, or a JSON list of records
-        whole = json.loads(stripped)
-        lines = [json.dumps(x) for x in whole] if isinstance(whole, list) else [stripped]
-    except json.JSONDecodeError:  # JSON lines (or broken JSON: parse_record names the problem)
-        lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    if isinstance(text, bytes):
+        text = decode(text, where)  # names the file when it is not UTF-8
     out = []
-    for i, line in enumerate(lines, start=1):
-        rec = parse_record(line, where=f"{where}" + (f", line {i}" if len(lines) > 1 else ""))
+    for i, rec in enumerate(parse_records(text, where)):
         try:
-            out.append(compare(rec, i - 1))
-        except ValueError as exc:
+            out.append(compare(rec, i))
+        except (ValueError, ArithmeticError) as exc:
             raise ValueError(f"{where}: the engine cannot predict this scenario: {exc}") from None
     return out
 

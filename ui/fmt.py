@@ -6,7 +6,7 @@ import re
 
 from calc.units import GB, GiB, MiB, to_gib
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "verdict", "percent", "plain"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "verdict", "percent", "plain"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -56,3 +56,17 @@ def plain(text: str) -> str:
         return m.group(1) + mark + m.group(3)
 
     return _MD_BLOCK_START.sub(esc, text)
+
+
+# What could make a user's text into Markdown or HTML in Streamlit (links, images, HTML tags, emphasis,
+# code, math, strikethrough, :color[] / :emoji: directives, autolinks, e-mail links). Intraword "_"
+# ("offload_optimizer") and ": " cannot, so messages keep reading naturally.
+_MD_ACTIVE = re.compile(r"[\\`*\[\]<>$~@#]|(?<!\w)_|_(?!\w)|:(?=[A-Za-z/])|(?<=www)\.", re.IGNORECASE)
+
+
+def literal(text: object) -> str:
+    """Text that Streamlit's Markdown (st.error, st.markdown, ...) shows as written: the marks that
+    would start a link, an image, HTML, emphasis, code, math or a directive are backslash-escaped
+    (CommonMark), so a `[link](url)` or `![image](url)` in a model_type, a file name or an error
+    message stays plain text."""
+    return plain(_MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text)))

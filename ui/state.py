@@ -19,7 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from calc.boundary import decompress, error_message, excerpt, parse_json, short
 from calc.calibrate import Calibration
+from calc.errors import UserError
+from calc.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
 from calc.scenario import HardwareConfig, Offload, Scenario
 
 # ---- shared, non-widget keys --------------------------------------------------------------
@@ -27,6 +30,7 @@ SCENARIO = "vc_scenario"  # the current, validated Scenario
 SCENARIO_ERROR = "vc_scenario_error"  # message of the last invalid widget combination, or None
 URL_ERROR = "vc_url_error"  # a link that did not validate: shown once, then the default is used
 CONFIG_FILE_ID = "vc_config_file_id"  # the uploaded config.json already copied into the text area
+CONFIG_UPLOAD_ERROR = "vc_config_upload_error"  # (file_id, message) of an upload that did not parse
 COMPARE = "vc_compare"  # list[CompareColumn] for the Compare page
 SYNC = "vc_sync_widgets"  # set when the scenario changed outside the widgets: re-seed them
 PAGE = "vc_page"  # the page of the previous run: on a page switch all widgets are re-seeded
@@ -105,13 +109,18 @@ def encode_config(config: dict[str, Any]) -> str:
 
 
 def decode_config(text: str) -> dict[str, Any]:
+    """config= -> dict, through calc.boundary: the inflated size is bounded before it is allocated
+    (a 184-character link can carry gigabytes of zlib output), then depth and numbers."""
     if len(text) > MAX_URL_CONFIG_CHARS:
         raise UrlError(f"{CONFIG_PARAM}: longer than {MAX_URL_CONFIG_CHARS:,} characters")
     try:
-        raw = zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)), bufsize=1 << 16)
-        data = json.loads(raw)
-    except (ValueError, zlib.error) as exc:
-        raise UrlError(f"{CONFIG_PARAM}: not an encoded config.json ({exc.__class__.__name__})") from None
+        packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise UrlError(f"{CONFIG_PARAM}: not an encoded config.json (bad base64)") from None
+    try:
+        data = parse_json(decompress(packed, CONFIG_PARAM, MAX_JSON_BYTES), CONFIG_PARAM)
+    except UserError as exc:
+        raise UrlError(str(exc)) from None
     if not isinstance(data, dict):
         raise UrlError(f"{CONFIG_PARAM}: the config must be a JSON object")
     return data
@@ -130,6 +139,8 @@ def scenario_to_params(sc: Scenario) -> dict[str, str]:
             if isinstance(sc.model, str):
                 out[name] = sc.model
             continue
+        if name == "gpus" and sc.hardware.cluster:
+            continue  # the cluster states the count
         v = _get(full, path)
         if v is not None and v != _get(ref, path):
             out[name] = _to_param(v)
@@ -143,6 +154,9 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
     known = set(URL_FIELDS) | {LORA_FLAG, CONFIG_PARAM}
     if not (known & set(params)):
         return None
+    for name in sorted(known & set(params)):
+        if name != CONFIG_PARAM and len(params[name]) > MAX_URL_PARAM_CHARS:
+            raise UrlError(f"{name}: longer than {MAX_URL_PARAM_CHARS} characters")
     data: dict[str, Any] = {}
     if CONFIG_PARAM in params:
         data["model"] = decode_config(params[CONFIG_PARAM])
@@ -164,7 +178,7 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
     except ValidationError as exc:
         raise UrlError(validation_message(exc, url=True)) from None
     except ValueError as exc:
-        raise UrlError(str(exc).splitlines()[0]) from None
+        raise UrlError(error_message(exc)) from None
 
 
 def validation_message(exc: ValidationError, url: bool = False) -> str:
@@ -177,14 +191,15 @@ def validation_message(exc: ValidationError, url: bool = False) -> str:
             if loc[: len(path)] == path:
                 where = name
     msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{where}: {msg}" if where != "scenario" else msg
+    return short(f"{where}: {msg}" if where != "scenario" else msg)
 
 
 def error_text(exc: Exception) -> str:
-    """One readable line for any validation problem (never a traceback)."""
+    """One short readable line for any validation problem (never a traceback). Plain text: render
+    it through ui.fmt.literal, it may quote the user's input."""
     if isinstance(exc, ValidationError):
         return validation_message(exc)
-    return str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+    return error_message(exc)
 
 
 # ---- Compare page columns -----------------------------------------------------------------
@@ -230,6 +245,8 @@ class CompareColumn(BaseModel):
 
     @classmethod
     def from_param(cls, text: str) -> CompareColumn:
+        if len(text) > MAX_URL_PARAM_CHARS:
+            raise UrlError(f"{COMPARE_PARAM}: a column is longer than {MAX_URL_PARAM_CHARS} characters")
         data: dict[str, Any] = {}
         for part in text.split("~"):
             tag, _, rest = part.partition(".")
@@ -245,7 +262,7 @@ class CompareColumn(BaseModel):
             elif tag == "op":
                 data["offload_params"] = rest
             else:
-                raise UrlError(f"{COMPARE_PARAM}: unknown part {part!r}")
+                raise UrlError(f"{COMPARE_PARAM}: unknown part {excerpt(part)}")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -337,6 +354,8 @@ def compare_to_param(cols: list[CompareColumn]) -> str:
 
 
 def compare_from_param(text: str) -> list[CompareColumn]:
+    if len(text) > 4 * (MAX_URL_PARAM_CHARS + 1):
+        raise UrlError(f"{COMPARE_PARAM}: longer than {4 * (MAX_URL_PARAM_CHARS + 1)} characters")
     cols = [CompareColumn.from_param(t) for t in text.split("_") if t]
     if not 2 <= len(cols) <= 4:
         raise UrlError(f"{COMPARE_PARAM}: 2 to 4 columns, got {len(cols)}")

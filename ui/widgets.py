@@ -15,6 +15,7 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
+from calc.boundary import decode, parse_json
 from calc.scenario import (
     Attention,
     Checkpointing,
@@ -26,7 +27,7 @@ from calc.scenario import (
     Scenario,
 )
 from calc.units import GiB, MiB
-from ui import compute, state
+from ui import compute, fmt, state
 
 PAGES: tuple[tuple[str, str, str], ...] = (
     ("app.py", "Calculator", ":material/calculate:"),
@@ -108,7 +109,7 @@ def page_setup(title: str, icon: str = ":material/memory:") -> None:
     nav_links()
     err = st.session_state.pop(state.URL_ERROR, None)
     if err:
-        st.warning(err, icon=":material/link_off:")
+        st.warning(fmt.literal(err), icon=":material/link_off:")
 
 
 def nav_links() -> None:
@@ -150,7 +151,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_config_text": json.dumps(sc.model, indent=2) if isinstance(sc.model, dict) else "",
         "sc_hw_kind": kind,
         "sc_gpu": hw.gpu or "rtx-4090",
-        "sc_num_gpus": hw.num_gpus,
+        "sc_num_gpus": 1 if hw.cluster else hw.num_gpus,  # the cluster's count is not a choice
         "sc_cluster": hw.cluster or "8x-a100-80gb",
         "sc_mem_gib": (hw.memory_bytes or 24 * GiB) / GiB,
         "sc_ram_gib": (hw.cpu_ram_bytes or 0) / GiB,
@@ -195,19 +196,18 @@ def _radio(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
     return st.radio(label, opts, format_func=fmt, key=key, horizontal=True, **kw)
 
 
-def parse_config_text(text: str) -> dict[str, Any]:
-    """config.json text -> dict, or ValueError with a message for the user."""
-    if len(text.encode()) > MAX_CONFIG_BYTES:
-        raise ValueError(f"config.json is {len(text.encode()) / MiB:,.1f} MiB; the limit is "
+def parse_config_text(text: str | bytes, where: str = "config.json") -> dict[str, Any]:
+    """config.json text (or an upload's bytes) -> dict through calc.boundary (size, UTF-8, nesting
+    depth, finite numbers), or ValueError with a one-line message for the user."""
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} is {size / MiB:,.1f} MiB; the limit is "
                          f"{MAX_CONFIG_BYTES / MiB:.0f} MiB (a Hugging Face config.json is a few KiB)")
     if not text.strip():
-        raise ValueError("config.json: paste a Hugging Face config.json or upload one")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"config.json is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        raise ValueError(f"{where}: paste a Hugging Face config.json or upload one")
+    data = parse_json(text, where, MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
-        raise ValueError("config.json must be a JSON object ({...}), not a " + type(data).__name__)
+        raise ValueError(f"{where} must be a JSON object ({{...}}), not a " + type(data).__name__)
     return data
 
 
@@ -219,13 +219,7 @@ def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
                             help="Type to search. Parameter counts are exact (transformers' own count).")
     up = st.file_uploader("Upload config.json", type=["json"], key="sc_config_file", max_upload_size=2,
                           help="The model's config.json from the Hugging Face Hub (shapes only, no weights).")
-    if up is not None and st.session_state.get(state.CONFIG_FILE_ID) != up.file_id:
-        st.session_state[state.CONFIG_FILE_ID] = up.file_id
-        if up.size > MAX_CONFIG_BYTES:
-            errors["model"] = (f"{up.name} is {up.size / MiB:,.1f} MiB; the limit is {MAX_CONFIG_BYTES / MiB:.0f} MiB "
-                               "(a Hugging Face config.json is a few KiB)")
-        else:
-            st.session_state["sc_config_text"] = up.getvalue().decode("utf-8", errors="replace")
+    _take_config_upload(up)
     text = st.text_area("…or paste config.json", key="sc_config_text", height=160,
                         placeholder='{"model_type": "llama", "hidden_size": 4096, ...}')
     if "model" in errors:
@@ -235,6 +229,28 @@ def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
     except ValueError as exc:
         errors["model"] = str(exc)
         return None
+
+
+def _take_config_upload(up: Any) -> None:
+    """Copy a new upload into the config.json box only if it parses; a bad upload is reported under
+    the uploader (while it stays there) and leaves the box, and so the scenario, as it was."""
+    ss = st.session_state
+    if up is None:
+        ss.pop(state.CONFIG_UPLOAD_ERROR, None)
+        return
+    if ss.get(state.CONFIG_FILE_ID) != up.file_id:
+        ss[state.CONFIG_FILE_ID] = up.file_id
+        ss.pop(state.CONFIG_UPLOAD_ERROR, None)
+        try:
+            parse_config_text(up.getvalue() if up.size <= MAX_CONFIG_BYTES else b" " * (MAX_CONFIG_BYTES + 1),
+                              where=up.name)
+        except ValueError as exc:
+            ss[state.CONFIG_UPLOAD_ERROR] = (up.file_id, f"{state.error_text(exc)} (the box below is unchanged)")
+        else:
+            ss["sc_config_text"] = decode(up.getvalue(), up.name)
+    bad = ss.get(state.CONFIG_UPLOAD_ERROR)
+    if bad and bad[0] == up.file_id:
+        st.error(fmt.literal(bad[1]), icon=":material/error:")
 
 
 def _hardware_section() -> dict[str, Any]:
@@ -343,7 +359,7 @@ def scenario_sidebar() -> Scenario | None:
             msg = state.error_text(exc)
             errors[section_for(msg)] = msg
     for name, msg in errors.items():
-        slots[name].error(msg, icon=":material/error:")
+        slots[name].error(fmt.literal(msg), icon=":material/error:")
     if sc is None:
         st.session_state[state.SCENARIO_ERROR] = next(iter(errors.values()))
         return None
@@ -358,7 +374,7 @@ def scenario_or_stop(include_compare: bool = False) -> Scenario | None:
     state.sync_url(include_compare)
     if sc is None:
         msg = st.session_state.get(state.SCENARIO_ERROR)
-        st.error(f"The scenario is not valid: {msg}. Change the setting marked in the sidebar.",
+        st.error(f"The scenario is not valid: {fmt.literal(msg)}. Change the setting marked in the sidebar.",
                  icon=":material/error:")
     return sc
 

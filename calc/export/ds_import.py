@@ -11,9 +11,11 @@ A bad value raises ValueError naming the key.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
+from calc.boundary import excerpt, require
 from calc.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
     REDUCE_BUCKET_ELEMENTS,
@@ -40,8 +42,9 @@ def _int(cfg: dict[str, Any], key: str, where: str, lo: int = 1) -> int | None:
     if v == "auto":
         raise ValueError(f"{where}{key} is 'auto' (filled in by the Hugging Face Trainer integration); "
                          "give a number to estimate this config")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
-        raise ValueError(f"{where}{key} must be an integer >= {lo}, got {v!r}")
+    integral = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+    if isinstance(v, bool) or not integral or v < lo:
+        raise ValueError(f"{where}{key} must be an integer >= {lo}, got {excerpt(v)}")
     return int(v)
 
 
@@ -54,12 +57,18 @@ def _block(cfg: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
     return v
 
 
+def _flag(block: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
+    """A boolean setting; "false" (a string) is an error, not true."""
+    value = block.get(key)
+    return default if value is None else require(value, bool, f"{where}{key}")
+
+
 def _enabled(block: dict[str, Any], where: str) -> bool:
     v = block.get("enabled", False)
     if v == "auto":
         raise ValueError(f"{where}.enabled is 'auto'; set true or false")
     if not isinstance(v, bool):
-        raise ValueError(f"{where}.enabled must be true or false, got {v!r}")
+        raise ValueError(f"{where}.enabled must be true or false, got {excerpt(v)}")
     return v
 
 
@@ -74,16 +83,17 @@ def _precision(cfg: dict[str, Any]) -> Precision:
     if not enabled:
         return Precision.fp32
     if enabled[0] == "bf16":
-        pure = bool(bf16.get("bf16_master_weights_and_grads")) and bool(bf16.get("bf16_optimizer_states"))
+        pure = _flag(bf16, "bf16_master_weights_and_grads", "bf16.") and _flag(bf16, "bf16_optimizer_states", "bf16.")
         return Precision.bf16 if pure else Precision.bf16_mixed
     if enabled[0] == "fp16":
         return Precision.fp16_mixed
-    dtype = str(auto.get("dtype", "bfloat16")).removeprefix("torch.")
+    dtype = auto.get("dtype", "bfloat16")
+    dtype = dtype.removeprefix("torch.") if isinstance(dtype, str) else dtype
     if dtype in ("bfloat16", "bf16"):
         return Precision.amp_bf16
     if dtype in ("float16", "fp16", "half"):
         return Precision.amp_fp16
-    raise ValueError(f"torch_autocast.dtype must be bfloat16 or float16, got {auto.get('dtype')!r}")
+    raise ValueError(f"torch_autocast.dtype must be bfloat16 or float16, got {excerpt(auto.get('dtype'))}")
 
 
 def _offload(z: dict[str, Any], key: str) -> Offload:
@@ -91,8 +101,8 @@ def _offload(z: dict[str, Any], key: str) -> Offload:
     dev = b.get("device", "none")
     if dev is None:
         dev = "none"
-    if dev not in ("none", "cpu", "nvme"):
-        raise ValueError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {dev!r}")
+    if not isinstance(dev, str) or dev not in ("none", "cpu", "nvme"):
+        raise ValueError(f"zero_optimization.{key}.device must be none, cpu or nvme, got {excerpt(dev)}")
     if dev == "nvme" and not b.get("nvme_path"):
         raise ValueError(f"zero_optimization.{key}.nvme_path is required with device nvme")
     return Offload(dev)
@@ -104,18 +114,19 @@ def _optimizer(cfg: dict[str, Any]) -> Optimizer | None:
         return None
     typ = o.get("type")
     if not isinstance(typ, str):
-        raise ValueError(f"optimizer.type must be a string, got {typ!r}")
-    params = o.get("params") or {}
+        raise ValueError(f"optimizer.type must be a string, got {excerpt(typ)}")
+    params = _block(o, "params", "optimizer.")
     name = typ.lower()
     if name == "adamw":
         return Optimizer.adamw
     if name == "adam":
-        return Optimizer.adamw if params.get("adam_w_mode", True) else Optimizer.adam
+        return Optimizer.adamw if _flag(params, "adam_w_mode", "optimizer.params.", default=True) else Optimizer.adam
     if name == "sgd":
-        return Optimizer.sgd_momentum if params.get("momentum", 0) else Optimizer.sgd
+        momentum = require(params.get("momentum", 0), (int, float), "optimizer.params.momentum")
+        return Optimizer.sgd_momentum if momentum else Optimizer.sgd
     if name == "adafactor":
         return Optimizer.adafactor
-    raise ValueError(f"optimizer.type {typ!r} is not modelled (supported: AdamW, Adam, SGD, Adafactor; "
+    raise ValueError(f"optimizer.type {excerpt(typ)} is not modelled (supported: AdamW, Adam, SGD, Adafactor; "
                      "for bitsandbytes AdamW8bit pass optimizer='adamw-8bit')")
 
 
@@ -135,7 +146,7 @@ def _hardware(hardware: HardwareConfig | dict[str, Any] | str) -> HardwareConfig
             return HardwareConfig(cluster=hardware)
         if hardware in gpu_presets():
             return HardwareConfig(gpu=hardware)
-        raise ValueError(f"unknown hardware {hardware!r}: give a cluster or GPU preset id, or a hardware object")
+        raise ValueError(f"unknown hardware {excerpt(hardware)}: give a cluster or GPU preset id, or a hardware object")
     return HardwareConfig.model_validate(hardware)
 
 
@@ -163,7 +174,7 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
         raise ValueError("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (got stage 0)")
     for key, assumed in _ASSUMED.items():
         if key in z and z[key] != "auto" and z[key] != assumed:
-            warnings.warn(f"zero_optimization.{key} = {z[key]!r}; the estimate assumes DeepSpeed's default "
+            warnings.warn(f"zero_optimization.{key} = {excerpt(z[key])}; the estimate assumes DeepSpeed's default "
                           f"{assumed:,}", stacklevel=2)
     tp = _int(_block(ds_config, "tensor_parallel"), "autotp_size", "tensor_parallel.", lo=0) or 1
     pp_raw = _block(ds_config, "pipeline").get("stages", "auto")
