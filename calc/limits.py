@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # ---- input size (calc.boundary) ---------------------------------------------------------------
 MAX_JSON_BYTES = 2**20  # a scenario, config.json or ds_config.json is a few KiB; 1 MiB is 100x that
-MAX_RECORDS_FILE_BYTES = 32 * 2**20  # data/*.jsonl: ~2 KiB per record, the whole set is 0.3 MiB
+MAX_RECORDS_FILE_BYTES = 4 * 2**20  # ~2,000 records of ~2 KiB; the committed data/*.jsonl hold 0.3 MiB
 MAX_JSON_DEPTH = 32  # a config.json nests 3 levels (rope_scaling, quantization_config); a record 4
 MAX_JSON_INT = 2**63 - 1  # no input field exceeds int64 (bytes, params, tokens); longer literals are junk
 MAX_JSON_INT_DIGITS = 19  # digits of MAX_JSON_INT: checked before int() builds a 4,000-digit number

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -228,9 +229,12 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
     return Scenario(model=base.model, hardware=base.hardware, mode=base.mode, training=training)
 
 
-def _divisors(n: int) -> list[int]:
+@lru_cache(maxsize=256)
+def _divisors(n: int) -> tuple[int, ...]:
+    """Sorted divisors; O(sqrt n), and n reaches 2^32 (65,536 micro-batches x 65,536 accumulation
+    steps), so each n is factored once per process, not once per candidate layout."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def _precisions(gpu_bf16: bool, user: Precision) -> tuple[list[Precision], list[Precision]]:
