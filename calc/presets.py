@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from calc.architectures import ModelSpec, spec_from_hf_config
+from calc.boundary import excerpt
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -129,7 +130,7 @@ def cluster_presets() -> dict[str, ClusterPreset]:
 def _spec_for_preset(preset_id: str) -> ModelSpec:
     presets = model_presets()
     if preset_id not in presets:
-        raise ValueError(f"unknown model preset {preset_id!r}; run `python -m calc presets` to list them")
+        raise ValueError(f"unknown model preset {excerpt(preset_id)}; run `python -m calc presets` to list them")
     return presets[preset_id].spec
 
 
@@ -148,12 +149,12 @@ def resolve_hardware(hw: Any) -> Any:
     if hw.cluster is not None:
         clusters = cluster_presets()
         if hw.cluster not in clusters:
-            raise ValueError(f"unknown cluster preset {hw.cluster!r}; known: {', '.join(sorted(clusters))}")
+            raise ValueError(f"unknown cluster preset {excerpt(hw.cluster)}; known: {', '.join(sorted(clusters))}")
         c = clusters[hw.cluster]
         update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                   "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
                   "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}
     gpu = update.get("gpu", hw.gpu)
     if gpu is not None and gpu not in gpu_presets():
-        raise ValueError(f"unknown GPU preset {gpu!r}; run `python -m calc presets` to list them")
+        raise ValueError(f"unknown GPU preset {excerpt(gpu)}; run `python -m calc presets` to list them")
     return hw.model_copy(update=update) if update else hw
