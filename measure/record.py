@@ -163,6 +163,8 @@ def parse_records(text: str, where: str = "records") -> list[MeasurementRecord]:
     except UserError as exc:
         raise RecordError(str(exc)) from None
     items = whole if isinstance(whole, list) else [whole]
+    if not items:
+        raise RecordError(f"{where}: an empty list (expected a record or a list of records)")
     many = len(items) > 1
     out = []
     for i, item in enumerate(items, start=1):
