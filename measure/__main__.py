@@ -8,24 +8,12 @@ exits with 2; running out of device memory exits with 3.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
-
-from pydantic import ValidationError
 
 
 def _fail(msg: str, code: int = 2) -> int:
     print(f"error: {' '.join(msg.split())}", file=sys.stderr)
     return code
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
-    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,22 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         return _fail("--steps must be at least 1")
 
-    from calc.scenario import Scenario
+    from calc.__main__ import load_scenario  # calc.boundary: bounded, finite, strictly typed JSON
+    from calc.errors import UserError
 
     try:
-        text = sys.stdin.read() if args.scenario == "-" else Path(args.scenario).read_text()
-    except OSError as exc:
-        return _fail(f"cannot read {args.scenario}: {exc.strerror or exc}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return _fail(f"{args.scenario}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        return _fail(f"{args.scenario}: invalid scenario: {_describe(exc)}")
-    except ValueError as exc:
-        return _fail(f"{args.scenario}: invalid scenario: {exc}")
+        scenario = load_scenario(args.scenario)
+    except UserError as exc:
+        return _fail(str(exc))
 
     try:
         import torch

@@ -106,7 +106,7 @@ class MeasurementRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    name: str | None = Field(None, description="suite entry name (measure/suite.py), if any")
+    name: str | None = Field(None, max_length=200, description="suite entry name (measure/suite.py), if any")
     scenario: Scenario = Field(description="the validated scenario that was run")
     device: Device
     engine: Engine = "torch-single"
