@@ -64,9 +64,15 @@ def plain(text: str) -> str:
 _MD_ACTIVE = re.compile(r"[\\`*\[\]<>$~@#]|(?<!\w)_|_(?!\w)|:(?=[A-Za-z/])|(?<=www)\.", re.IGNORECASE)
 
 
+# GFM turns bare "https://x", "www.x" and "a@b.c" into links after escapes are resolved, so a
+# backslash does not stop it: an invisible word joiner (U+2060) after the scheme / "www" / before "@" does.
+_AUTOLINK = re.compile(r"\b(?:https?|ftp|mailto|www)(?=\\?[:.])|\w(?=\\?@)", re.IGNORECASE)
+
+
 def literal(text: object) -> str:
     """Text that Streamlit's Markdown (st.error, st.markdown, ...) shows as written: the marks that
     would start a link, an image, HTML, emphasis, code, math or a directive are backslash-escaped
     (CommonMark), so a `[link](url)` or `![image](url)` in a model_type, a file name or an error
     message stays plain text."""
-    return plain(_MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text)))
+    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text))
+    return plain(_AUTOLINK.sub("\\g<0>\u2060", text))
