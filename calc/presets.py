@@ -151,6 +151,9 @@ def resolve_hardware(hw: Any) -> Any:
         if hw.cluster not in clusters:
             raise ValueError(f"unknown cluster preset {excerpt(hw.cluster)}; known: {', '.join(sorted(clusters))}")
         c = clusters[hw.cluster]
+        if "num_gpus" in hw.model_fields_set and hw.num_gpus != c.num_gpus:  # e.g. gpu="8x-..." + num_gpus=3
+            raise ValueError(f"num_gpus={hw.num_gpus} contradicts cluster {excerpt(hw.cluster)}, which has "
+                             f"{c.num_gpus} GPUs; give one of them")
         update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                   "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
                   "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}

@@ -248,15 +248,15 @@ def test_links_give_a_scenario_or_a_url_error(params):
 
 
 @settings(FUZZ, max_examples=12 * SCALE)
-@given(params=link_params())
-def test_app_opens_any_link(params):
+@given(params=link_params(), page=st.sampled_from(["calculator", "compare", "export"]))
+def test_app_opens_any_link(params, page):
     """A fresh session from the link: the page is clean, and shows either the link's scenario or the
     default with the link's problem."""
     try:
         want = state.params_to_scenario(params)
     except state.UrlError:
         want = None
-    at = open_app(params=params)  # asserts no exception and no traceback
+    at = open_app(page, params=params)  # asserts no exception and no traceback
     if want is None:
         assert scenario(at) == state.DEFAULT_SCENARIO
     else:

@@ -163,6 +163,9 @@ def test_cluster_and_a_different_num_gpus_is_an_error(tmp_path, capsys):
     sc = Scenario(model="gpt2", hardware=hw)
     assert Scenario.model_validate(sc.model_dump(mode="json")) == sc
     assert HardwareConfig(cluster="8x-a100-80gb", num_gpus=8).num_gpus == 8
+    reject(tmp_path, capsys, ["estimate"], json.dumps({"model": "gpt2", "hardware": {"gpu": "8x-a100-80gb",
+                                                                                    "num_gpus": 3}}),
+           "num_gpus=3 contradicts cluster '8x-a100-80gb'")
 
 
 def test_top_zero_and_nan_thresholds_are_rejected(tmp_path, capsys):
