@@ -6,6 +6,7 @@ Bad input gives a one-line error on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -65,12 +66,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _calibrated(path: str, est: Any, sc: Any) -> Any:
     """The estimate with a calibration file's corrections (calc.calibrate); UserError on another GPU."""
-    from calc.calibrate import CalibrationError, apply, load_calibration
+    from calc.boundary import read_text
+    from calc.calibrate import MAX_RECORD_FILE_BYTES, CalibrationError, apply, load_calibration
 
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    text = read_text(path, MAX_RECORD_FILE_BYTES)  # UserError naming the file (unreadable, too big, not UTF-8)
     try:
         return apply(load_calibration(text, path), est, sc)
     except CalibrationError as exc:

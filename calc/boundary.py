@@ -40,10 +40,6 @@ class JsonSyntaxError(UserError):
     """The text is not one JSON document (the records reader then tries JSON lines)."""
 
 
-class _Rejected(ValueError):
-    """Raised inside json.loads' hooks; parse_json adds where it happened."""
-
-
 # ---- messages -------------------------------------------------------------------------------
 
 def excerpt(value: Any, limit: int = MAX_EXCERPT_CHARS) -> str:
@@ -64,11 +60,12 @@ def short(message: str) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def one_line(exc: ValidationError) -> str:
-    """The first validation problem as 'field.path: message (+N more)'."""
+def one_line(exc: ValidationError, whole: str = "scenario") -> str:
+    """The first validation problem as 'field.path: message (+N more)' (`whole` when it is the
+    input itself that is wrong, e.g. a list where a record belongs)."""
     err = exc.errors(include_url=False, include_input=False)[0]
     where = ".".join(excerpt(p, 40) if not isinstance(p, (str, int)) or len(str(p)) > 40 else str(p)
-                     for p in err["loc"]) or "scenario"
+                     for p in err["loc"]) or whole
     msg = str(err["msg"]).removeprefix("Value error, ")
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return short(f"{where}: {msg}{more}")
@@ -134,7 +131,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
 
 def check_depth(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Reject JSON nested deeper than max_depth before a recursive parser sees it (CPython's json
+    """Reject JSON nested too deeply max_depth before a recursive parser sees it (CPython's json
     raises RecursionError near 1,000 levels; pydantic and json.dumps recurse on what it returns)."""
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     if len(brackets) <= max_depth:
@@ -144,26 +141,54 @@ def check_depth(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> None:
         if ch in "[{":
             depth += 1
             if depth > max_depth:
-                raise UserError(f"{where}: nested deeper than {max_depth} levels")
+                raise UserError(f"{where}: nested too deeply (more than {max_depth} levels)")
         else:
             depth -= 1
 
 
-def _parse_int(literal: str) -> int:
-    if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS or abs(value := int(literal)) > MAX_JSON_INT:
-        raise _Rejected(f"the integer {excerpt(literal, 30)} is too large (the limit is 2^63 - 1)")
-    return value
+class _Unfit:
+    """A JSON number no field can hold (NaN, Infinity, 1e400, beyond int64), kept in place while
+    parsing so the message can name where it is."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
 
 
-def _parse_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise _Rejected(f"the number {excerpt(literal, 30)} is out of range")
-    return value
+def _hooks(found: list[_Unfit]) -> dict[str, Any]:
+    """json.loads hooks that turn unfit numbers into _Unfit markers (recorded in `found`)."""
+    def unfit(why: str) -> _Unfit:
+        found.append(_Unfit(why))
+        return found[-1]
+
+    def parse_int(literal: str) -> int | _Unfit:
+        if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS or abs(value := int(literal)) > MAX_JSON_INT:
+            return unfit(f"the integer {excerpt(literal, 30)} is too large (the limit is 2^63 - 1)")
+        return value
+
+    def parse_float(literal: str) -> float | _Unfit:
+        value = float(literal)
+        return value if math.isfinite(value) else unfit(f"the number {excerpt(literal, 30)} is out of range")
+
+    def parse_constant(name: str) -> _Unfit:
+        return unfit(f"{name} is not a number (JSON has no NaN or Infinity)")
+
+    return dict(parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
 
 
-def _parse_constant(name: str) -> Any:
-    raise _Rejected(f"{name} is not a number (JSON has no NaN or Infinity)")
+def _path_of(value: Any, target: _Unfit) -> str:
+    """'training.lora.alpha' / 'layers[3]': where `target` sits in the parsed value (depth <= 32)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in items:
+            name = f"[{key}]" if isinstance(key, int) else (("." if path else "") + excerpt(key, 40).strip("'"))
+            stack.append((child, path + name))
+    return ""
 
 
 def parse_json(text: str | bytes, where: str, max_bytes: int = MAX_JSON_BYTES,
@@ -178,15 +203,18 @@ def parse_json(text: str | bytes, where: str, max_bytes: int = MAX_JSON_BYTES,
     if not text.strip():
         raise JsonSyntaxError(f"{where}: empty (expected a JSON object)")
     check_depth(text, where, max_depth)
+    found: list[_Unfit] = []
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
-    except _Rejected as exc:
-        raise UserError(f"{where}: {exc}") from None
+        value = json.loads(text, **_hooks(found))
     except json.JSONDecodeError as exc:
         raise JsonSyntaxError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, "
                               f"column {exc.colno})") from None
     except RecursionError:  # unreachable after check_depth; kept so no input can give a traceback
         raise UserError(f"{where}: nested too deeply") from None
+    if found:
+        path = _path_of(value, found[0])
+        raise UserError(f"{where}: {path + ': ' if path else ''}{found[0].why}")
+    return value
 
 
 def read_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -202,9 +230,12 @@ def validate(model: type[M], data: Any, where: str) -> M:
     try:
         return model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
-        raise UserError(f"{where}: {one_line(exc)}") from None
+        raise UserError(f"{where}: {one_line(exc, _WHOLE.get(model.__name__, model.__name__))}") from None
     except (ValueError, TypeError, ArithmeticError) as exc:  # a validator's own check
         raise UserError(f"{where}: {error_message(exc)}") from None
+
+
+_WHOLE = {"Scenario": "scenario", "MeasurementRecord": "record", "RecommendRequest": "request"}
 
 
 def require(value: Any, kind: type | tuple[type, ...], name: str) -> Any:

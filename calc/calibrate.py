@@ -23,7 +23,6 @@ Pure Python + pydantic; bytes (int) inside. Measurement records are read through
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -42,6 +41,7 @@ from pydantic import (
     model_validator,
 )
 
+from calc.boundary import JsonSyntaxError, parse_json, read_text, validate
 from calc.errors import UserError
 from calc.overhead import NCCL_BYTES
 from calc.result import Estimate
@@ -79,6 +79,10 @@ Name = Annotated[StrictStr, Field(max_length=MAX_NAME_CHARS)]
 
 class CalibrationError(UserError):
     """A record or calibration that cannot be used: one line naming where and why."""
+
+
+class _CalibrationSyntaxError(CalibrationError):
+    """Not one JSON document (observations_from_text then reads JSON lines)."""
 
 
 # ---- what one run measured ------------------------------------------------------------------
@@ -229,24 +233,25 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _loads(text: str, where: str) -> Any:
+    """calc.boundary.parse_json (bounded size and depth, finite numbers) with CalibrationError."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise CalibrationError(f"{where}: JSON nested too deeply") from None
+        return parse_json(text, where, MAX_RECORD_FILE_BYTES)
+    except UserError as exc:
+        raise (exc if isinstance(exc, CalibrationError) else _syntax_error(exc)) from None
+
+
+def _syntax_error(exc: UserError) -> CalibrationError:
+    return _CalibrationSyntaxError(str(exc)) if isinstance(exc, JsonSyntaxError) else CalibrationError(str(exc))
 
 
 def _read_record(data: Any, where: str) -> Observation:
     """A measurement record (the schema `python -m measure` writes) -> Observation."""
     from measure.record import MeasurementRecord
 
-    try:
-        rec = MeasurementRecord.model_validate(data)
-    except ValidationError as exc:
-        raise CalibrationError(f"{where}: {_first_error(exc)}") from None
-    except (ValueError, RecursionError) as exc:
-        raise CalibrationError(f"{where}: {str(exc).splitlines()[0] if str(exc) else 'invalid record'}") from None
+    try:  # strict types, like every input (calc.boundary)
+        rec = validate(MeasurementRecord, data, where)
+    except UserError as exc:
+        raise CalibrationError(str(exc)) from None
     if rec.peak_reserved_bytes is None or rec.device_used_bytes is None:
         raise CalibrationError(f"{where}: no peak_reserved_bytes / device_used_bytes (a {rec.device} record): "
                                "calibration needs a record from `python -m measure SCENARIO --device cuda`")
@@ -266,12 +271,10 @@ def observations_from_text(text: str, where: str) -> list[Observation]:
     if not text.strip():
         raise CalibrationError(f"{where}: empty")
     try:
-        docs = [(where, json.loads(text))]
-    except json.JSONDecodeError:  # JSON lines, or broken: each line says which
+        docs = [(where, _loads(text, where))]
+    except _CalibrationSyntaxError:  # JSON lines, or broken: each line says which
         docs = [(f"{where}:{i}", _loads(line, f"{where}:{i}"))
                 for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    except RecursionError:
-        raise CalibrationError(f"{where}: JSON nested too deeply") from None
     if len(docs) > MAX_RECORDS:
         raise CalibrationError(f"{where}: {len(docs)} records; at most {MAX_RECORDS}")
     return [_read_record(data, w) for w, data in docs]
@@ -284,9 +287,11 @@ def read_observations(paths: list[str]) -> list[Observation]:
         try:
             if path.stat().st_size > MAX_RECORD_FILE_BYTES:
                 raise CalibrationError(f"{p}: larger than {MAX_RECORD_FILE_BYTES // MiB} MiB (a record is a few KiB)")
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_text(path, MAX_RECORD_FILE_BYTES)  # names the file when it is not UTF-8
         except OSError as exc:
             raise CalibrationError(f"cannot read {p}: {exc.strerror}") from None
+        except UserError as exc:
+            raise CalibrationError(str(exc)) from None
         out.extend(observations_from_text(text, p))
     if len(out) > MAX_RECORDS:
         raise CalibrationError(f"{len(out)} records; at most {MAX_RECORDS}")

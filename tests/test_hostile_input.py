@@ -69,8 +69,8 @@ def reject(tmp_path, capsys, args, content, needle: str) -> str:
 
 @pytest.mark.parametrize("args", COMMANDS)
 @pytest.mark.parametrize("content, needle", [
-    (DEEP, "nested deeper than"),
-    ("[" * 3000 + "]" * 3000, "nested deeper than"),
+    (DEEP, "nested too deeply"),
+    ("[" * 3000 + "]" * 3000, "nested too deeply"),
     ('{"model":{"model_type":"llama","hidden_size":Infinity}}', "Infinity is not a number"),
     ('{"model":{"model_type":"llama","hidden_size":NaN}}', "NaN is not a number"),
     ('{"model":{"model_type":"llama","hidden_size":1e400}}', "out of range"),
@@ -97,7 +97,7 @@ def test_validate_rejects_hostile_numbers_in_records(tmp_path, capsys, literal, 
     text = json.dumps({**_record_line(), "peak_allocated_bytes": 7}).replace('"peak_allocated_bytes": 7',
                                                                              f'"peak_allocated_bytes": {literal}')
     reject(tmp_path, capsys, ["validate"], text + "\n", needle)
-    reject(tmp_path, capsys, ["validate"], DEEP + "\n", "nested deeper than")
+    reject(tmp_path, capsys, ["validate"], DEEP + "\n", "nested too deeply")
 
 
 # ---- wrong container types, silently accepted nonsense ------------------------------------------------
@@ -217,7 +217,7 @@ def test_presets_into_a_closed_pipe_is_quiet():
 # ---- calc.boundary -------------------------------------------------------------------------------------
 
 def test_boundary_bounds():
-    with pytest.raises(UserError, match="nested deeper"):
+    with pytest.raises(UserError, match="nested too deeply"):
         check_depth("[" * 33 + "]" * 33, "x")
     check_depth('["' + "[" * 10_000 + '"]', "x")  # brackets inside a string are text
     assert parse_json('{"a": [[[1]]], "b": "{[{["}', "x") == {"a": [[[1]]], "b": "{[{["}
@@ -264,7 +264,7 @@ def _link(config_text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("config_text, needle", [
     ('{"model_type":"llama","num_hidden_layers":100000000}', "num_hidden_layers"),
-    (DEEP, "nested deeper than"),
+    (DEEP, "nested too deeply"),
     ('{"model_type":"llama","hidden_size":Infinity}', "Infinity"),
     ("{" + " " * 10_000_000 + "}", "decompresses to more than"),
 ], ids=["layers", "deep", "infinity", "bomb"])
@@ -304,7 +304,7 @@ def test_config_box_and_upload_reject_hostile_json_and_keep_the_scenario():
     at.run()
     good = scenario(at)
     assert good.model == LLAMA
-    for text, needle in ((DEEP, "nested deeper"), ('{"model_type": "llama", "hidden_size": 1e400}', "out of range"),
+    for text, needle in ((DEEP, "nested too deeply"), ('{"model_type": "llama", "hidden_size": 1e400}', "out of range"),
                          ('{"model_type": ["llama"]}', "unsupported model")):
         _widget(at, "sc_config_text").set_value(text)
         at.run()
@@ -317,7 +317,7 @@ def test_config_box_and_upload_reject_hostile_json_and_keep_the_scenario():
     up.set_value(("deep.json", DEEP.encode(), "application/json"))
     at.run()
     assert_clean(at)
-    assert any("nested deeper" in e.value and "unchanged" in e.value for e in at.sidebar.error)
+    assert any("nested too deeply" in e.value and "unchanged" in e.value for e in at.sidebar.error)
     assert _widget(at, "sc_config_text").value == json.dumps(LLAMA)  # the box keeps the user's config
     assert scenario(at) == good and at.get("plotly_chart")  # and the page still shows it
     up = [w for w in at.sidebar.get("file_uploader") if w.key == "sc_config_file"][0]
@@ -328,7 +328,7 @@ def test_config_box_and_upload_reject_hostile_json_and_keep_the_scenario():
 
 
 @pytest.mark.parametrize("text, needle", [
-    (DEEP, "nested deeper"),
+    (DEEP, "nested too deeply"),
     ('{"train_batch_size": Infinity}', "Infinity"),
     ('{"train_batch_size": 8, "optimizer": {"type": "Adam", "params": [1]}}', "optimizer.params must be an object"),
 ], ids=["deep", "inf", "params"])
@@ -350,5 +350,5 @@ def test_record_box_rejects_bad_records(mutation, needle):
         [t for t in at.text_area if t.key == "val_paste"][0].set_value(text)
         at.run()
         assert_clean(at)
-        want = needle if text != DEEP else "nested deeper"
+        want = needle if text != DEEP else "nested too deeply"
         assert any(want in e.value for e in at.error), [e.value for e in at.error]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.boundary import decode
 from calc.calibrate import (
     MAX_DEVICE_BYTES,
     MAX_RECORD_FILE_BYTES,
@@ -19,6 +20,7 @@ from calc.calibrate import (
     fit,
     observations_from_text,
 )
+from calc.errors import UserError
 from calc.result import Estimate
 from calc.scenario import Scenario
 from ui import fmt, state
@@ -68,7 +70,8 @@ def _numbers_form(sc: Scenario) -> None:
                               peak_reserved_bytes=int(reserved), device_used_bytes=int(used_mib) * fmt.MiB)
             state.set_calibration(fit([obs]))
         except (CalibrationError, ValueError) as exc:
-            st.error(f"Cannot calibrate from these numbers: {state.error_text(exc)}", icon=":material/error:")
+            st.error(f"Cannot calibrate from these numbers: {fmt.literal(state.error_text(exc))}",
+                     icon=":material/error:")
 
 
 def _records_form() -> None:
@@ -92,11 +95,19 @@ def _records_form() -> None:
             if len(raw) > MAX_RECORD_FILE_BYTES:
                 raise CalibrationError(f"{name}: larger than {MAX_RECORD_FILE_BYTES // fmt.MiB} MiB "
                                        "(a record is a few KiB)")
-            obs += observations_from_text(raw.decode("utf-8", errors="replace"), name)
+            obs += observations_from_text(_text(raw, name), name)
         state.set_calibration(fit(obs))
         st.session_state[state.CALIBRATION_UPLOAD] = ids
     except CalibrationError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(fmt.literal(state.error_text(exc)), icon=":material/error:")
+
+
+def _text(raw: bytes, name: str) -> str:
+    """UTF-8 text of an upload, or CalibrationError naming the file (calc.boundary.decode)."""
+    try:
+        return decode(raw, name)
+    except UserError as exc:
+        raise CalibrationError(str(exc)) from None
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -105,7 +116,7 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
     try:
         ce = apply(cal, est, sc)
     except CalibrationError as exc:
-        st.warning(f"Not applied: {str(exc).capitalize()}. Choose that GPU in the sidebar, or clear the "
+        st.warning(f"Not applied: {fmt.literal(str(exc).capitalize())}. Choose that GPU in the sidebar, or clear the "
                    "calibration.", icon=":material/block:")
         _clear_button()
         return
@@ -116,12 +127,12 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
                  column_config={"Uncalibrated (GiB)": st.column_config.NumberColumn(format="%.2f"),
                                 "Calibrated (GiB)": st.column_config.NumberColumn(format="%.2f")})
     for w in ce.warnings:
-        st.warning(w, icon=":material/report:")
+        st.warning(fmt.literal(w), icon=":material/report:")
     if ce.warnings:
         st.page_link(VALIDATION_PAGE, label="Open the Validation page", icon=":material/fact_check:",
                      query_params=state.page_params())
     with st.expander("What the records determined, and how sure it is"):
-        st.markdown("\n".join(f"- {fmt.plain(f)}" for f in cal.findings()))
+        st.markdown("\n".join(f"- {fmt.literal(f)}" for f in cal.findings()))
         st.caption("The calibrated range is the expected total ± 2 standard deviations of the fitted corrections; "
                    "the uncalibrated range spans the calculator's assumptions for any machine.")
     _clear_button()
