@@ -171,8 +171,14 @@ def test_cli_mutated_scenarios(workdir, text, data):
 
 
 def _records() -> list[dict]:
+    """Two committed cpu records, and the first as a cuda record would read (what calibrate needs)."""
     lines = (ROOT / "data" / "measured_cpu.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in sorted(lines, key=len)[:2]]
+    recs = [json.loads(line) for line in sorted(lines, key=len)[:2]]
+    peak = recs[0]["peak_allocated_bytes"]
+    cuda = {**copy.deepcopy(recs[0]), "device": "cuda", "peak_reserved_bytes": peak * 2,
+            "device_used_bytes": peak * 2 + 2**29}
+    cuda["scenario"]["hardware"] = {"gpu": "a100-80gb"}
+    return [*recs, cuda]
 
 
 RECORD_PATHS = [("peak_allocated_bytes",), ("peak_phase",), ("device",), ("engine",), ("scenario",),
@@ -191,19 +197,20 @@ def mutated_records(draw) -> str:
 
 @settings(FUZZ, max_examples=60 * SCALE)
 @given(lines=st.lists(st.one_of(mutated_records(), hostile_texts), min_size=1, max_size=3))
-def test_cli_validate_mutated_records(workdir, lines):
+def test_cli_validate_and_calibrate_mutated_records(workdir, lines):
     import io
 
     path = workdir / "records.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
-    err = io.StringIO()
-    t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        rc = main(["validate", str(path)])
-    assert time.perf_counter() - t0 < SLOW_CALL_S
-    assert rc in (0, 2)
-    if rc == 2:
-        assert err.getvalue().count("\n") == 1 and not TRACEBACK.search(err.getvalue())
+    for command in ("validate", "calibrate"):
+        err = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main([command, str(path)])
+        assert time.perf_counter() - t0 < SLOW_CALL_S
+        assert rc in (0, 2), (command, rc)
+        if rc == 2:
+            assert err.getvalue().count("\n") == 1 and not TRACEBACK.search(err.getvalue()), err.getvalue()[:300]
 
 
 # ---- the link (query parameters) --------------------------------------------------------------------------
@@ -211,7 +218,9 @@ def test_cli_validate_mutated_records(workdir, lines):
 PARAM_VALUES = st.one_of(st.text(max_size=12), st.sampled_from(["nan", "inf", "-1", "0", "1e400", "9" * 400, "true",
                                                                 "1.5", "bf16-mixed", "3", "a100-80gb", "gpt2",
                                                                 "8x-a100-80gb", "[x](https://e.x)", "c.1x-rtx-4090",
-                                                                "c.1x-rtx-4090_g.a100-80gb.2~z.3~oo.cpu"]))
+                                                                "c.1x-rtx-4090_g.a100-80gb.2~z.3~oo.cpu",
+                                                                "v1~g_a100-80gb~n_2~r_1.06_0.005~o_629145600_16777216",
+                                                                "v1~n_1~r_nan_0~o_1e400_1", "v1~n_" + "9" * 5000]))
 
 
 def _config_param(data: st.DataObject) -> str:
@@ -225,7 +234,8 @@ def _config_param(data: st.DataObject) -> str:
 @st.composite
 def link_params(draw) -> dict[str, str]:
     names = draw(st.lists(st.sampled_from([*state.URL_FIELDS, state.LORA_FLAG, state.CONFIG_PARAM,
-                                           state.COMPARE_PARAM]), min_size=1, max_size=5, unique=True))
+                                           state.COMPARE_PARAM, state.CALIBRATION_PARAM]),
+                          min_size=1, max_size=5, unique=True))
     data = draw(st.data())
     return {n: _config_param(data) if n == state.CONFIG_PARAM else draw(PARAM_VALUES) for n in names}
 
@@ -244,6 +254,9 @@ def test_links_give_a_scenario_or_a_url_error(params):
     if state.COMPARE_PARAM in params:
         with contextlib.suppress(state.UrlError):
             state.compare_from_param(params[state.COMPARE_PARAM])
+    if state.CALIBRATION_PARAM in params:
+        with contextlib.suppress(state.UrlError):
+            state.calibration_from_param(params[state.CALIBRATION_PARAM])
     assert time.perf_counter() - t0 < REJECT_S
 
 
