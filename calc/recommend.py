@@ -82,8 +82,10 @@ class RecommendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scenario: Scenario
-    global_batch_tokens: int | None = Field(None, ge=1, description="tokens per optimizer step (all GPUs)")
-    global_batch_size: int | None = Field(None, ge=1, description="sequences per optimizer step (all GPUs)")
+    # Bounds (calc.limits' spirit): the largest published steps hold ~63M tokens (DeepSeek-V3, 15,360 x 4K);
+    # 2^40 tokens and 2^32 sequences are 10,000x that.
+    global_batch_tokens: int | None = Field(None, ge=1, le=2**40, description="tokens per optimizer step (all GPUs)")
+    global_batch_size: int | None = Field(None, ge=1, le=2**32, description="sequences per optimizer step (all GPUs)")
     allow_method_change: bool = Field(
         False, description="may propose 8-bit AdamW, pure bf16 states, LoRA or QLoRA (only when the user's own "
                            "method fits in no configuration)")
@@ -229,12 +231,16 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
     return Scenario(model=base.model, hardware=base.hardware, mode=base.mode, training=training)
 
 
-@lru_cache(maxsize=256)
-def _divisors(n: int) -> tuple[int, ...]:
-    """Sorted divisors; O(sqrt n), and n reaches 2^32 (65,536 micro-batches x 65,536 accumulation
-    steps), so each n is factored once per process, not once per candidate layout."""
+def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return tuple(sorted(set(small + [n // d for d in small])))
+    return sorted(set(small + [n // d for d in small]))
+
+
+@lru_cache(maxsize=256)
+def _small_divisors(n: int, limit: int) -> tuple[int, ...]:
+    """The divisors of n up to `limit`, in O(limit): n (sequences per data-parallel rank) reaches 2^48
+    (65,536 micro-batches x 65,536 accumulation steps x 65,536 GPUs), where O(sqrt n) takes seconds."""
+    return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
 def _precisions(gpu_bf16: bool, user: Precision) -> tuple[list[Precision], list[Precision]]:
@@ -365,7 +371,7 @@ class _Search:
             per = max(self.target_seqs, 1)
             return per, [m for m in (1 << i for i in range(11)) if m <= per] or [1]
         per = max(1, round(self.target_seqs / dp))
-        return per, [d for d in _divisors(per) if d <= MAX_MICRO_BATCH]
+        return per, list(_small_divisors(per, MAX_MICRO_BATCH))
 
     def speed(self, c: Combo, mb: int, per: int) -> _Raw:
         self.stats["speed_evaluations"] += 1

@@ -110,7 +110,7 @@ PATHS = [("model",), ("model", "model_type"), ("model", "hidden_size"), ("model"
 def mutated_scenarios(draw, bases: list[dict] = BASE_SCENARIOS) -> str:
     data = copy.deepcopy(draw(st.sampled_from(bases)))
     for _ in range(draw(st.integers(1, 3))):
-        _set(data, draw(st.sampled_from(PATHS)), draw(st.one_of(values, values, json_values)))
+        _set(data, draw(st.sampled_from(PATHS)), copy.deepcopy(draw(st.one_of(values, values, json_values))))
     return json.dumps(data)
 
 
@@ -191,7 +191,7 @@ RECORD_PATHS = [("peak_allocated_bytes",), ("peak_phase",), ("device",), ("engin
 def mutated_records(draw) -> str:
     rec = copy.deepcopy(draw(st.sampled_from(_records())))
     for _ in range(draw(st.integers(1, 2))):
-        _set(rec, draw(st.sampled_from(RECORD_PATHS)), draw(st.one_of(values, json_values)))
+        _set(rec, draw(st.sampled_from(RECORD_PATHS)), copy.deepcopy(draw(st.one_of(values, json_values))))
     return json.dumps(rec)
 
 
