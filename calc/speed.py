@@ -95,12 +95,13 @@ class SpeedAssumptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mfu: float = Field(DEFAULT_MFU, gt=0, le=1, description="fraction of dense peak reached by the executed FLOPs")
-    comm_efficiency: float = Field(COMM_EFFICIENCY, gt=0, le=1, description="achieved / peak link bandwidth")
+    # Lower bounds keep step times finite and meaningful: 0.1 % of peak is 100x below any real run.
+    mfu: float = Field(DEFAULT_MFU, ge=1e-3, le=1, description="fraction of dense peak reached by the executed FLOPs")
+    comm_efficiency: float = Field(COMM_EFFICIENCY, ge=1e-3, le=1, description="achieved / peak link bandwidth")
     overlap_comm: bool = Field(
         True, description="DeepSpeed overlap_comm: DP/ZeRO collectives run on a side stream during backward "
                           "(and, for ZeRO-3 prefetch, forward); the export writes the same value")
-    cpu_adam_params_per_s_per_node: float = Field(CPU_ADAM_PARAMS_PER_S_PER_NODE, gt=0)
+    cpu_adam_params_per_s_per_node: float = Field(CPU_ADAM_PARAMS_PER_S_PER_NODE, ge=1e6, le=1e13)  # 1.5e9 typical
     attention_flops: Literal["full", "causal"] = Field(
         "full", description="count the full S x S attention square (PaLM/Megatron) or half of it (causal)")
 

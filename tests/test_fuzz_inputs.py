@@ -170,6 +170,18 @@ def test_cli_mutated_scenarios(workdir, text, data):
     run_all_commands(workdir, _mutate_text(text, data) if data.draw(st.booleans()) else text)
 
 
+@settings(FUZZ, max_examples=40 * SCALE)
+@given(scenario=mutated_scenarios(), extra=st.dictionaries(
+    st.sampled_from(["global_batch_tokens", "global_batch_size", "allow_method_change", "safety_margin",
+                     "max_candidates", "assumptions"]),
+    st.one_of(values, json_values, st.fixed_dictionaries({}, optional={
+        "mfu": st.floats(1e-300, 1), "comm_efficiency": st.floats(1e-300, 1),
+        "cpu_adam_params_per_s_per_node": st.floats(1e-300, 1e300), "overlap_comm": st.booleans()})),
+    max_size=3))
+def test_cli_recommend_requests(workdir, scenario, extra):
+    run_all_commands(workdir, json.dumps({"scenario": json.loads(scenario), **extra}), commands=(["recommend"],))
+
+
 def _records() -> list[dict]:
     """Two committed cpu records, and the first as a cuda record would read (what calibrate needs)."""
     lines = (ROOT / "data" / "measured_cpu.jsonl").read_text().splitlines()

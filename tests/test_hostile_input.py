@@ -189,6 +189,16 @@ def test_memory_bytes_beyond_the_bound_is_rejected_and_the_bound_prints(tmp_path
     assert rc == 0 and "fits" in out
 
 
+def test_recommend_requests_with_huge_batches_stay_fast(tmp_path, capsys):
+    """global_batch_size 2^63 - 1 hung the search (divisors of the per-rank batch in O(sqrt n))."""
+    req = {"scenario": {"model": "llama-2-7b", "hardware": {"gpu": "a100-80gb", "num_gpus": 8}}}
+    reject(tmp_path, capsys, ["recommend"], json.dumps({**req, "global_batch_size": 2**63 - 1}), "global_batch_size")
+    reject(tmp_path, capsys, ["recommend"], json.dumps({**req, "global_batch_tokens": 2**41}), "global_batch_tokens")
+    t0 = time.perf_counter()
+    rc, out, _ = run_cli(tmp_path, capsys, ["recommend"], json.dumps({**req, "global_batch_size": 2**32}))
+    assert rc == 0 and "global batch 4294967296 sequences" in out and time.perf_counter() - t0 < 10
+
+
 # ---- echo, encodings, pipes ---------------------------------------------------------------------------
 
 def test_huge_inputs_are_not_echoed(tmp_path, capsys):
