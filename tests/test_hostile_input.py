@@ -335,6 +335,11 @@ def test_config_box_and_upload_reject_hostile_json_and_keep_the_scenario():
     at.run()
     assert any("latin1.json: not UTF-8" in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
     assert scenario(at) == good
+    up = [w for w in at.sidebar.get("file_uploader") if w.key == "sc_config_file"][0]
+    up.set_value(("bert.json", b'{"model_type": "bert", "hidden_size": 768}', "application/json"))
+    at.run()
+    assert any("unsupported model_type 'bert'" in e.value for e in at.sidebar.error)
+    assert _widget(at, "sc_config_text").value == json.dumps(LLAMA) and scenario(at) == good
 
 
 @pytest.mark.parametrize("text, needle", [

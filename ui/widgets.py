@@ -16,6 +16,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from calc.boundary import decode, parse_json
+from calc.presets import resolve_model
 from calc.scenario import (
     Attention,
     Checkpointing,
@@ -227,7 +228,7 @@ def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
     try:
         return parse_config_text(text)
     except ValueError as exc:
-        errors["model"] = str(exc)
+        errors["model"] = state.error_text(exc)
         return None
 
 
@@ -242,8 +243,7 @@ def _take_config_upload(up: Any) -> None:
         ss[state.CONFIG_FILE_ID] = up.file_id
         ss.pop(state.CONFIG_UPLOAD_ERROR, None)
         try:
-            parse_config_text(up.getvalue() if up.size <= MAX_CONFIG_BYTES else b" " * (MAX_CONFIG_BYTES + 1),
-                              where=up.name)
+            resolve_model(parse_config_text(up.getvalue(), where=up.name))  # bytes, JSON, then the model itself
         except ValueError as exc:
             ss[state.CONFIG_UPLOAD_ERROR] = (up.file_id, f"{state.error_text(exc)} (the box below is unchanged)")
         else:
