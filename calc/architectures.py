@@ -22,10 +22,14 @@ from calc.limits import (
     MAX_VOCAB,
 )
 
-Family = Literal["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral"]
+Family = Literal["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral", "qwen3_moe",
+                 "gemma3_text", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss"]
 SUPPORTED_FAMILIES: tuple[str, ...] = (
-    "llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral",
+    "llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral", "qwen3_moe", "gemma3_text",
+    "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
 )
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text")  # per-head RMSNorm on q and k before RoPE (always)
+GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
 # transformers' own defaults for each config class (transformers 5.x `AutoConfig.for_model`),
 # so a partial config.json resolves exactly as `AutoConfig` would resolve it.
@@ -61,6 +65,39 @@ _HF_DEFAULTS: dict[str, dict[str, Any]] = {
                     num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
                     max_position_embeddings=131072, tie_word_embeddings=False, attention_dropout=0.0,
                     num_experts_per_tok=2, num_local_experts=8),
+    "qwen3_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=4, hidden_act="silu", max_position_embeddings=32768,
+                      tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0, num_experts=128,
+                      num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=False, decoder_sparse_step=1,
+                      mlp_only_layers=[]),
+    "deepseek_v3": dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                        num_hidden_layers=61, num_attention_heads=128, hidden_act="silu",
+                        max_position_embeddings=4096, tie_word_embeddings=False, attention_bias=False,
+                        attention_dropout=0.0, n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+                        first_k_dense_replace=3, norm_topk_prob=True, n_group=8, topk_group=4, q_lora_rank=1536,
+                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+    "deepseek_v2": dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, moe_intermediate_size=1407,
+                        num_hidden_layers=32, num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                        tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0, n_routed_experts=64,
+                        n_shared_experts=2, first_k_dense_replace=0, q_lora_rank=1536, kv_lora_rank=512,
+                        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, topk_method="greedy",
+                        n_group=None, topk_group=None),
+    "gpt_oss": dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                    num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=128,
+                    num_experts_per_tok=4, sliding_window=128, attention_bias=True, tie_word_embeddings=False,
+                    max_position_embeddings=131072, hidden_act="silu", attention_dropout=0.0),
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131072,
+                        tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0,
+                        final_logit_softcapping=None, attn_logit_softcapping=None, sliding_window=4096,
+                        sliding_window_pattern=6),
+    "glm4_moe": dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408,
+                     num_hidden_layers=46, num_attention_heads=96, num_key_value_heads=8, hidden_act="silu",
+                     max_position_embeddings=131072, tie_word_embeddings=False, attention_bias=False,
+                     attention_dropout=0.0, n_routed_experts=128, n_shared_experts=1, num_experts_per_tok=8,
+                     first_k_dense_replace=1, norm_topk_prob=True, n_group=1, topk_group=1, use_qk_norm=False,
+                     partial_rotary_factor=0.5),
 }
 
 # ModelSpec field -> the config.json key it is read from (for error messages)
@@ -105,6 +142,23 @@ class ModelSpec(BaseModel):
     attn_logit_softcapping: float | None = Field(None, gt=0, le=MAX_SOFTCAP)
     sliding_window: int | None = Field(None, ge=1, le=MAX_POSITIONS,
                                        description="SDPA needs an explicit mask past this length")
+    layer_types: tuple[Literal["sliding_attention", "full_attention"], ...] | None = Field(
+        None, max_length=MAX_LAYERS, description="per-layer attention kind, repeating (Gemma 3, gpt-oss); "
+        "None = every layer alike")
+    q_lora_rank: int = Field(0, ge=0, le=MAX_HIDDEN, description="MLA: q through a bottleneck this wide (0 = q_proj)")
+    kv_lora_rank: int = Field(0, ge=0, le=MAX_HIDDEN, description="MLA (DeepSeek): compressed KV width; 0 = none")
+    qk_rope_head_dim: int = Field(0, ge=0, le=MAX_HEAD_DIM, description="MLA: rotary part of each q/k head")
+    v_head_dim: int = Field(0, ge=0, le=MAX_HEAD_DIM, description="MLA: value head width")
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3, GLM-4.5 use_qk_norm)
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS, description="MoE: always-on shared experts (one MLP)")
+    dense_layers: int = Field(0, ge=0, le=MAX_LAYERS, description="MoE: the first k layers are dense")
+    dense_intermediate_size: int = Field(0, ge=0, le=MAX_INTERMEDIATE, description="MoE: the dense layers' MLP width")
+    router_groups: int = Field(0, ge=0, le=MAX_EXPERTS, description="sigmoid router, group-limited top-k (DeepSeek-V3)")
+    attention_sinks: bool = False  # gpt-oss: a learned per-head logit joins each softmax row
+    expert_bias: bool = False  # gpt-oss: biases on the experts, the router and a clamped SwiGLU
+    router_fp32_softmax: bool = False  # DeepSeek-V2: fp32 linear + softmax router, top-k scaled, not renormalised
+    rope_complex: bool = False  # DeepSeek-V2: RoPE as a complex multiply on fp32 copies (freqs_cis)
+    router_renorm: bool = True  # MoE: top-k weights renormalised to sum 1 (Mixtral always; Qwen3-MoE norm_topk_prob)
     name: str | None = None
 
     @model_validator(mode="after")
@@ -117,6 +171,17 @@ class ModelSpec(BaseModel):
             raise ValueError("num_experts_per_tok exceeds num_local_experts")
         return self
 
+    def is_sliding(self, layer: int) -> bool:
+        """Whether layer `layer` attends through the sliding window (all layers, unless layer_types says)."""
+        return self.layer_types is None or self.layer_types[layer % len(self.layer_types)] == "sliding_attention"
+
+    @property
+    def layer_period(self) -> int:
+        """Layers repeat with this period (Gemma 2 alternates local / global attention)."""
+        if self.layer_types is not None:
+            return len(self.layer_types)
+        return 2 if self.family == "gemma2" else 1
+
     @property
     def gated_mlp(self) -> bool:
         return self.family not in ("gpt2", "gpt_neox")
@@ -125,6 +190,28 @@ class ModelSpec(BaseModel):
     def uses_layernorm(self) -> bool:
         """LayerNorm (weight + bias) rather than RMSNorm (weight only)."""
         return self.family in ("gpt2", "gpt_neox")
+
+    @property
+    def sdpa_supported(self) -> bool:
+        """Whether transformers runs this family with SDPA (gpt-oss's attention sinks: eager only)."""
+        return not self.attention_sinks
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): compressed KV, decoupled RoPE."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def rotary_dim(self) -> int:
+        """Width of each head that RoPE rotates (the cos / sin tensors' last dimension)."""
+        if self.mla:
+            return self.qk_rope_head_dim
+        return int(self.head_dim * self.rotary_fraction)
+
+    @property
+    def v_width(self) -> int:
+        """All value heads: what the attention output and o_proj carry."""
+        return self.num_heads * (self.v_head_dim if self.mla else self.head_dim)
 
     @property
     def q_width(self) -> int:
@@ -153,13 +240,27 @@ class ModelSpec(BaseModel):
     def attention_params(self) -> int:
         """q, k, v, o projections (+ biases where the family has them; qwen3's q/k norms)."""
         h, q, kv = self.hidden_size, self.q_width, self.kv_width
+        if self.mla:
+            return self._mla_params()
         n = h * (q + 2 * kv) + q * h
         if self.qkv_bias:
             n += q + 2 * kv
         if self.o_bias:
             n += h
-        if self.family == "qwen3":
+        if self.qk_norm:
             n += 2 * self.head_dim
+        if self.attention_sinks:
+            n += self.num_heads
+        return n
+
+    def _mla_params(self) -> int:
+        """DeepseekV3Attention: q (q_proj, or q_a_proj + norm + q_b_proj), kv_a_proj_with_mqa, its norm,
+        kv_b_proj and o_proj (biases on q_a / kv_a / o with attention_bias)."""
+        h, q, r, kvl = self.hidden_size, self.q_width, self.qk_rope_head_dim, self.kv_lora_rank
+        n = h * q if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q
+        n += h * (kvl + r) + kvl + kvl * self.num_heads * (self.head_dim - r + self.v_head_dim) + self.v_width * h
+        if self.qkv_bias:
+            n += (self.q_lora_rank or 0) + kvl + r + h
         return n
 
     def mlp_params_per_expert(self) -> int:
@@ -170,14 +271,22 @@ class ModelSpec(BaseModel):
         return 2 * h * i + (i + h if self.mlp_bias else 0)
 
     def mlp_params(self) -> int:
-        """All experts plus the router (H*E) for MoE; one MLP for dense models."""
+        """All experts plus the router (H*E) and any shared experts for MoE; one MLP for dense models."""
         n = self.num_experts * self.mlp_params_per_expert()
         if self.num_experts > 1:
-            n += self.hidden_size * self.num_experts
+            n += self.hidden_size * self.num_experts + self.shared_experts * self.mlp_params_per_expert()
+        if self.expert_bias:  # gate_up and down biases per expert, the router's bias
+            n += self.num_experts * (2 * self.intermediate_size + self.hidden_size + 1)
         return n
 
+    def dense_layer_delta(self) -> int:
+        """Parameters a dense layer of a MoE model has beyond (negative: below) a MoE layer."""
+        if not self.dense_layers:
+            return 0
+        return 3 * self.hidden_size * self.dense_intermediate_size - self.mlp_params()
+
     def norms_per_layer(self) -> int:
-        return 4 if self.family == "gemma2" else 2
+        return 4 if self.family in GEMMA_FAMILIES else 2
 
     def layer_norm_params(self) -> int:
         """The layer's normalisation weights (replicated under tensor parallelism)."""
@@ -195,6 +304,7 @@ class ModelSpec(BaseModel):
         return (
             self.embedding_params()
             + self.num_layers * self.layer_params()
+            + self.dense_layers * self.dense_layer_delta()
             + self.norm_params()  # final norm
             + self.lm_head_params()
         )
@@ -202,7 +312,7 @@ class ModelSpec(BaseModel):
     def active_params(self) -> int:
         """Parameters touched per token (MoE: only experts_per_token experts)."""
         inactive = (self.num_experts - self.experts_per_token) * self.mlp_params_per_expert()
-        return self.total_params() - self.num_layers * inactive
+        return self.total_params() - (self.num_layers - self.dense_layers) * inactive
 
     def param_shapes(self) -> list[tuple[tuple[int, ...], int]]:
         """(shape, count) of every parameter tensor, as the transformers module registers them
@@ -212,18 +322,31 @@ class ModelSpec(BaseModel):
         if self.family == "gpt2":
             shapes.append(((self.max_position_embeddings, h), 1))
         norm = [((h,), 2)] if self.uses_layernorm else [((h,), 1)]
-        if self.family in ("gpt2", "gpt_neox", "phi3"):
+        if self.mla:
+            r, kvl, ql = self.qk_rope_head_dim, self.kv_lora_rank, self.q_lora_rank
+            attn = [((ql, h), L), ((ql,), L), ((q, ql), L)] if ql else [((q, h), L)]
+            attn += [((kvl + r, h), L), ((kvl,), L), ((self.num_heads * (self.head_dim - r + self.v_head_dim), kvl), L),
+                     ((h, self.v_width), L)]
+        elif self.family in ("gpt2", "gpt_neox", "phi3"):
             attn = [((q + 2 * kv, h), L), ((h, q), L)]
         else:
             attn = [((q, h), L), ((kv, h), 2 * L), ((h, q), L)]
-        if self.qkv_bias:
+        if self.qkv_bias and not self.mla:
             attn += [((q + 2 * kv,), L)] if self.family in ("gpt2", "gpt_neox") else [((q,), L), ((kv,), 2 * L)]
         if self.o_bias:
             attn.append(((h,), L))
-        if self.family == "qwen3":
+        if self.qk_norm:
             attn.append(((self.head_dim,), 2 * L))
+        if self.attention_sinks:
+            attn.append(((self.num_heads,), L))
         if self.num_experts > 1:
-            mlp = [((self.num_experts, 2 * i, h), L), ((self.num_experts, h, i), L), ((self.num_experts, h), L)]
+            moe, dense, di, si = L - self.dense_layers, self.dense_layers, self.dense_intermediate_size, \
+                self.shared_experts * i
+            mlp = [((self.num_experts, 2 * i, h), moe), ((self.num_experts, h, i), moe), ((self.num_experts, h), moe)]
+            mlp += [((si, h), 2 * moe), ((h, si), moe)] if si else []
+            mlp += [((di, h), 2 * dense), ((h, di), dense)] if dense else []
+            e = self.num_experts
+            mlp += [((e, 2 * i), moe), ((e, h), moe), ((e,), moe)] if self.expert_bias else []
         elif self.family == "phi3":
             mlp = [((2 * i, h), L), ((h, i), L)]
         elif self.gated_mlp:
@@ -262,7 +385,8 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
         raise ValueError(
             f"unsupported model_type {excerpt(family)}; supported: {', '.join(SUPPORTED_FAMILIES)}"
         )
-    cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k == "n_inner"}}
+    explicit_none = ("n_inner", "q_lora_rank")  # None means something for these (4 x hidden; no q bottleneck)
+    cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k in explicit_none}}
     if family == "gpt2":
         cfg = {_GPT2_KEYS.get(k, k): v for k, v in cfg.items()}
     try:
@@ -335,15 +459,96 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
         if family == "gpt_neox":
             fields["rotary_fraction"] = _rate(rope, "partial_rotary_factor",
                                               default=_rate(cfg, "rotary_pct", default=0.25))
+    elif family == "gpt_oss":
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                      num_experts=_int(cfg, "num_local_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
+                      sliding_window=_int(cfg, "sliding_window"),
+                      layer_types=_layer_types(cfg, default=("sliding_attention", "full_attention")),
+                      attention_sinks=True, expert_bias=True, router_renorm=False)
+    elif family == "deepseek_v2":
+        if require(cfg.get("topk_method", "greedy"), str, "topk_method") != "greedy":
+            raise ValueError("deepseek_v2 with topk_method group_limited_greedy is not supported; use greedy")
+        fields.update(_mla_fields(cfg, heads), rope_complex=True, router_fp32_softmax=True,
+                      **_routed_moe_fields({**cfg, "n_group": 0, "norm_topk_prob": False}))
+    elif family == "deepseek_v3":
+        fields.update(_mla_fields(cfg, heads), **_routed_moe_fields(cfg))
+    elif family == "glm4_moe":
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), qk_norm=_flag(cfg, "use_qk_norm"),
+                      **_routed_moe_fields(cfg),
+                      rotary_fraction=_rate(rope, "partial_rotary_factor",
+                                            default=_rate(cfg, "partial_rotary_factor", default=0.5)))
+    elif family == "gemma3_text":
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                      final_logit_softcapping=_optional_number(cfg, "final_logit_softcapping"),
+                      attn_logit_softcapping=_optional_number(cfg, "attn_logit_softcapping"),
+                      sliding_window=_int(cfg, "sliding_window"), layer_types=_gemma3_layer_types(cfg))
     elif family == "gemma2":
         fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
                       final_logit_softcapping=_optional_number(cfg, "final_logit_softcapping"),
                       attn_logit_softcapping=_optional_number(cfg, "attn_logit_softcapping"))
     elif family == "mixtral":
         fields.update(num_experts=_int(cfg, "num_local_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"))
+    elif family == "qwen3_moe":
+        if _int(cfg, "decoder_sparse_step") != 1 or require(cfg.get("mlp_only_layers", []), list, "mlp_only_layers"):
+            raise ValueError("qwen3_moe with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
+                             "supported; every layer must be a MoE layer")
+        fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                      num_experts=_int(cfg, "num_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
+                      intermediate_size=_int(cfg, "moe_intermediate_size"),
+                      router_renorm=_flag(cfg, "norm_topk_prob"))
     if family in ("mistral", "mixtral") or (family in ("qwen2", "qwen3") and _flag(cfg, "use_sliding_window")):
         window = cfg.get("sliding_window")  # null or 0: no window (transformers' convention)
         fields["sliding_window"] = _int(cfg, "sliding_window") if window not in (None, 0) else None
     elif family == "phi3":
         fields["rotary_fraction"] = _rate(rope, "partial_rotary_factor", default=1.0)
+    if family in QK_NORM_FAMILIES:
+        fields["qk_norm"] = True
     return ModelSpec(**fields)
+
+
+def _gemma3_layer_types(cfg: dict[str, Any]) -> tuple[str, ...]:
+    """Gemma3TextConfig: the config's layer_types, else every `sliding_window_pattern`-th layer global
+    (the repeating unit is kept, not one entry per layer)."""
+    if cfg.get("layer_types"):
+        return _layer_types(cfg, default=())
+    pattern = _int(cfg, "sliding_window_pattern", default=6)
+    if pattern > MAX_LAYERS:
+        raise ValueError(f"sliding_window_pattern must be <= {MAX_LAYERS}, got {pattern}")
+    return tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(pattern))
+
+
+def _layer_types(cfg: dict[str, Any], default: tuple[str, ...]) -> tuple[str, ...]:
+    """config.json's layer_types: a list of strings (each checked by ModelSpec); `default` when absent."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return default
+    types = require(types, list, "layer_types")
+    return tuple(require(t, str, "layer_types") for t in types[:MAX_LAYERS + 1])
+
+
+def _count(cfg: dict[str, Any], key: str) -> int:
+    """A count that may be 0 (shared experts, dense layers, router groups); null counts as 0."""
+    value = cfg.get(key)
+    value = 0 if value is None else require(value, int, key)
+    if value < 0:
+        raise ValueError(f"{key} must be >= 0, got {value}")
+    return value
+
+
+def _mla_fields(cfg: dict[str, Any], heads: int) -> dict[str, Any]:
+    """DeepSeek-V2/V3 multi-head latent attention: one kv head per q head, q/k heads nope + rope wide."""
+    rope_dim = _int(cfg, "qk_rope_head_dim")
+    return dict(num_kv_heads=heads, head_dim=_int(cfg, "qk_nope_head_dim") + rope_dim,
+                qkv_bias=_flag(cfg, "attention_bias"), q_lora_rank=_count(cfg, "q_lora_rank"),
+                kv_lora_rank=_int(cfg, "kv_lora_rank"), qk_rope_head_dim=rope_dim, v_head_dim=_int(cfg, "v_head_dim"))
+
+
+def _routed_moe_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek-V3 / GLM-4.5 MoE: routed experts behind a sigmoid group-limited router, shared experts,
+    and first_k_dense_replace dense layers."""
+    return dict(num_experts=_int(cfg, "n_routed_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
+                intermediate_size=_int(cfg, "moe_intermediate_size"),
+                dense_intermediate_size=_int(cfg, "intermediate_size"),
+                dense_layers=min(_count(cfg, "first_k_dense_replace"), _int(cfg, "num_hidden_layers")),
+                shared_experts=_count(cfg, "n_shared_experts"), router_groups=_count(cfg, "n_group"),
+                router_renorm=_flag(cfg, "norm_topk_prob"))

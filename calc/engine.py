@@ -16,15 +16,15 @@ lazily in step 1) + input ids. The peak is the largest of these moments over thr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import prod
 from typing import Literal
 
 from calc import parallel, precision
-from calc.architectures import ModelSpec
+from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import BlockProfile
-from calc.layers import Ctx, decoder_layer, embedding_block, head_block
+from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import gpu_presets
 from calc.result import (
@@ -93,6 +93,8 @@ def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool)
     """Parameters on one GPU: layer weights / tp (norms replicated), the vocab-parallel embedding
     on the first pipeline stage and the final norm + lm_head on the last."""
     n = layers * (spec.layer_matmul_params() // tp + spec.layer_norm_params())
+    if first:  # a MoE model's first layers are dense
+        n += min(layers, spec.dense_layers) * spec.dense_layer_delta() // tp
     if first:
         n += spec.embedding_params() // tp
     if last:
@@ -180,8 +182,29 @@ def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool
 # ---- activations -------------------------------------------------------------------------
 
 @lru_cache(maxsize=4096)
-def _profiles(ctx: Ctx, eager: bool) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
-    return decoder_layer(ctx, eager).profile(), embedding_block(ctx).profile(), head_block(ctx).profile()
+def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
+    head = liger_head_block(ctx) if fused_ce else head_block(ctx)
+    return decoder_layer(ctx, eager).profile(), embedding_block(ctx).profile(), head.profile()
+
+
+@lru_cache(maxsize=4096)
+def _layer_profile(ctx: Ctx, eager: bool) -> BlockProfile:
+    return decoder_layer(ctx, eager).profile()
+
+
+def layer_ctxs(ctx: Ctx, layers: int) -> list[Ctx]:
+    """Each layer's context: models that mix sliding-window and full-attention layers (Gemma 3's
+    layer_types) or dense and MoE layers (first_k_dense_replace) run several kinds of layer;
+    counted from the stage's first layer."""
+    spec = ctx.spec
+    if spec.layer_types is None and not spec.dense_layers:
+        return [ctx] * layers
+    kinds: dict[tuple[bool, bool], Ctx] = {}
+    out = []
+    for i in range(layers):
+        key = (spec.is_sliding(i), i < spec.dense_layers)
+        out.append(kinds.setdefault(key, replace(ctx, sliding=key[0], dense_mlp=key[1])))
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -243,15 +266,70 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
     s = ctx.spec
     rope = 0
-    if s.family != "gpt2":
-        rot = int(s.head_dim * s.rotary_fraction)
-        rope = 2 * ctx.seq * rot * ctx.r
+    if s.rope_complex:  # DeepSeek-V2: one complex64 freqs_cis (1, S, rotary_dim / 2)
+        rope = 4 * ctx.seq * s.rotary_dim
+    elif s.family != "gpt2":
+        rope = 2 * ctx.seq * s.rotary_dim * ctx.r
     mask = ctx.batch * ctx.seq * ctx.seq * (4 if ctx.r == 4 else ctx.a) if eager else 0
-    if s.family == "gemma2":  # a full-causal and a sliding-window mask, for alternating layers
+    two_kinds = s.layer_types is not None and len(set(s.layer_types)) > 1
+    if eager and (s.family in GEMMA_FAMILIES or two_kinds):  # a full-causal and a sliding-window mask
         mask *= 2
-    elif not eager and s.sliding_window is not None and ctx.seq > s.sliding_window:
-        mask = ctx.batch * ctx.seq * ctx.seq  # SDPA's boolean sliding-window mask
+    if s.layer_types is not None and len(set(s.layer_types)) > 1:  # Gemma 3: a local and a global RoPE
+        rope *= 2
+    elif not eager and sdpa_needs_mask(ctx):
+        # SDPA's boolean sliding-window mask: built (1, 1, S, S) and expanded over the batch (a view)
+        mask = ctx.seq * ctx.seq
     return rope, mask
+
+
+def checkpoint_kept_bytes(ctx: Ctx, mask: int, ckpt: Checkpointing) -> int:
+    """What non-reentrant checkpointing keeps alive until the first checkpointed layer (layer 0) is
+    recomputed in backward: the arguments of every checkpointed call, among them the attention
+    mask(s) and the (1, S) int64 position_ids (torch.utils.checkpoint keeps the call's args for the
+    recompute; transformers passes them as keyword arguments). Without checkpointing they are freed
+    when the decoder stack returns."""
+    return mask + 8 * ctx.seq if ckpt in (Checkpointing.full, Checkpointing.selective) else 0
+
+
+@dataclass(frozen=True)
+class HeldOutputs:
+    """The model output a loop keeps (`outputs = model(**batch)`): logits and the DynamicCache.
+
+    `outputs` is rebound only after the next forward returns, so in the steady state the previous
+    step's output is alive through the whole next forward; the current one from the loss on
+    through backward and the optimizer step. During backward the simulator already counts the
+    cache tensors that autograd saved, so only the cache of layers whose backward has run
+    (their saved tensors released, the cache still holding them) and the unsaved copies are added."""
+
+    logits: int = 0
+    cache_unsaved: int = 0  # all layers: cache copies no autograd node saved
+    cache_saved: tuple[int, ...] = ()  # per layer: cache copies autograd saved (counted until released)
+
+    @property
+    def previous(self) -> int:
+        """The whole output object (previous step's, or this one's after backward)."""
+        return self.logits + self.cache_unsaved + sum(self.cache_saved)
+
+    def backward(self, unreleased: int) -> int:
+        """Held bytes the simulator does not count while the lowest `unreleased` layers still hold
+        their saved tensors (the layers above them have run their backward)."""
+        return self.logits + self.cache_unsaved + sum(self.cache_saved[unreleased:])
+
+
+def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
+                 fused_ce: bool = False) -> HeldOutputs:
+    """`outputs.logits` is the lm_head output (B x S x V/tp in the compute dtype, soft-capped where
+    the family caps; the fp32 upcast for the loss is a separate tensor) and `outputs.past_key_values`
+    the DynamicCache transformers builds in training whenever checkpointing is not full
+    (transformers/modeling_outputs.py CausalLMOutputWithPast). Liger's fused
+    loss returns no logits in training."""
+    if not keep:
+        return HeldOutputs()
+    logits = 0 if fused_ce else ctx.a * ctx.tokens * (ctx.spec.vocab_size // ctx.tp)
+    if selective:  # the reference's checkpointed attention runs without a cache (measure/workload.py)
+        return HeldOutputs(logits)
+    return HeldOutputs(logits, sum(p.cached_unsaved for p in lay),
+                       tuple(p.cached_total - p.cached_unsaved for p in lay))
 
 
 # ---- timeline ----------------------------------------------------------------------------
@@ -277,19 +355,24 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                     ws: int) -> _Timeline:
     t = sc.training
     eager = t.attention == Attention.eager
-    layer, emb, head = _profiles(ctx, eager)
+    fused_ce = t.cross_entropy == "liger-fused"
+    layer, emb, head = _profiles(ctx, eager, fused_ce)
+    ctxs = layer_ctxs(ctx, layers)
+    lay = [_layer_profile(c, eager) for c in ctxs]  # per layer: layers of one kind share a profile
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     ckpt = t.activation_checkpointing
+    kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
+    out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
-    sel_drop = _attention_saved(ctx, eager) if ckpt == Checkpointing.selective else 0
+    sel_drop = [_attention_saved(c, eager) if ckpt == Checkpointing.selective else 0 for c in ctxs]
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
 
     def saved(i: int) -> int:
         if every and i % every == 0:
             return h_bytes  # the checkpoint keeps only the layer input
-        return layer.saved - sel_drop + (h_bytes if sel_drop else 0)  # + the stored attention input
+        return lay[i].saved - sel_drop[i] + (h_bytes if sel_drop[i] else 0)  # + the stored attention input
 
     saved_by_layer = [saved(i) for i in range(layers)]
     tl = _Timeline()
@@ -298,33 +381,33 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 else 0
     other0 = inputs + ws + st.zero_buffers
-    layer_grad = layer.param_grad_bytes if st.grads else 0
-    scale_g = st.grads / max(1, (layers * layer.param_grad_bytes + head.param_grad_bytes + emb.param_grad_bytes)) \
-        if st.grads else 0.0
+    layer_pgrads = sum(p.param_grad_bytes for p in lay)
+    scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
     acts = (in_flight - 1) * (sum(saved_by_layer) + (emb.saved if first else 0))
     acts += rope
     if first:
-        tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved, other0 + mask + emb.fwd_peak - emb.saved)
+        tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
+               other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
     cur = acts
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
-    sel_cache = 2 * sc.spec.attention_params() // ctx.tp if ctx.amp and sel_drop else 0
+    sel_cache = 2 * sc.spec.attention_params() // ctx.tp if ctx.amp and sel_drop[0] else 0
     amp_cache = 0
     rows = tl.rows
-    fwd_other = other0 + mask
+    fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
     for i in range(layers):
         s_i = saved_by_layer[i]
         if every and i % every == 0:
             amp_cache += cache_per_layer
-            peak = layer.fwd_peak_nosave
+            peak = lay[i].fwd_peak_nosave
         else:
-            amp_cache += sel_cache + layer.cached_unsaved  # + KV-cache copies nobody saved
-            peak = layer.fwd_peak
+            amp_cache += sel_cache + lay[i].cached_unsaved  # + KV-cache copies nobody saved
+            peak = lay[i].fwd_peak
         o = fwd_other + amp_cache + peak - s_i
         rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1), ga_grads, opt, cur + s_i,
                      o if o > 0 else 0))
@@ -332,52 +415,60 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     if last:
         w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
         tl.add("lm_head + loss", "loss", w_all, ga_grads, opt, cur + head.saved,
-               other0 + amp_cache + head.fwd_peak - head.saved)
+               other0 + out.previous + kept + amp_cache + head.fwd_peak - head.saved)
         g_head = round(head.param_grad_bytes * scale_g)
         # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
         tl.add("loss backward", "backward", w_all if keep_gathered else w + gl,
                ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
-               cur + head.bwd_peak_saved, other0 + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
+               cur + head.bwd_peak_saved,
+               other0 + out.backward(layers) + kept + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
         grads = g_head
     else:
         grads = 0
-        tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + h_bytes)
+        tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + kept + h_bytes)
     # backward
-    g_i = round(layer_grad * scale_g)
-    plain = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
-             other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
-    recompute = layer.fwd_peak + h_bytes
-    bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
-    if recompute >= bwd:
-        again = (0, layer.saved, other0 + recompute - layer.saved)
-    else:
-        again = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
-                 other0 + bwd - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
-    if gl:  # FSDP2: the layer's own unsharded grads are alive until its reduce-scatter
-        plain = (layer.bwd_peak_pgrad,) + plain[1:]
-        again = (layer.bwd_peak_pgrad if again[0] else 0,) + again[1:]
+
+    def backward_moments(layer: BlockProfile) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(plain, recomputed) backward peak of one layer: (param grads, saved alive, other)."""
+        plain = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
+                 other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+        recompute = layer.fwd_peak + h_bytes
+        bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
+        if recompute >= bwd:
+            again = (0, layer.saved, other0 + recompute - layer.saved)
+        else:
+            again = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
+                     other0 + bwd - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
+        if gl:  # FSDP2: the layer's own unsharded grads are alive until its reduce-scatter
+            plain = (layer.bwd_peak_pgrad,) + plain[1:]
+            again = (layer.bwd_peak_pgrad if again[0] else 0,) + again[1:]
+        return plain, again
+
+    moments = {id(p): backward_moments(p) for p in lay}
     for i in reversed(range(layers)):
         cur -= saved_by_layer[i]
         ckpt_i = every and i % every == 0
+        plain, again = moments[id(lay[i])]
         pg, alive, o = again if ckpt_i else plain
         g_now = grads + pg
         # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
         gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
+        o += kept + out.backward(i + 1)
         rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w + gathered,
                      g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
         if gl:  # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
             left = gl * (i if keep_gathered else (1 if i else 0))
-            rows.append((f"reduce-scatter layer {i}", "backward", w + left, grads + layer.param_grad_bytes, opt,
-                         cur, other0 + h_bytes + st.reduce_scatter_input))
-        grads += g_i
+            rows.append((f"reduce-scatter layer {i}", "backward", w + left, grads + lay[i].param_grad_bytes, opt,
+                         cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input))
+        grads += round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
     if first:
         cur -= emb.saved
         g_e = round(emb.param_grad_bytes * scale_g)
         tl.add("embedding backward", "backward", w, max(ga_grads, grads + g_e), opt, cur,
-               other0 + emb.bwd_peak - emb.bwd_peak_pgrad)
+               other0 + out.previous + emb.bwd_peak - emb.bwd_peak_pgrad)
     # optimizer
     tl.add("optimizer step", "optimizer", st.weights, step_gradient_bytes(sc, st), opt, 0,
-           inputs + st.zero_buffers + st.opt_temp)
+           inputs + out.previous + st.zero_buffers + st.opt_temp)
     return tl
 
 
@@ -402,10 +493,13 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     t = sc.training
     eager = t.attention == Attention.eager
     layer, emb, head = _profiles(ctx, eager)
+    lay = [_layer_profile(c, eager) for c in layer_ctxs(ctx, layers)]
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
     # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
     kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * 2 * ctx.e if ctx.use_cache else 0
+    if s.mla and ctx.use_cache:  # the compressed latent and the rotary key
+        kv_layer = ctx.tokens * (s.kv_lora_rank * ctx.a + s.qk_rope_head_dim * max(ctx.a, ctx.e))
     tl = _Timeline()
     base = 8 * ctx.tokens + rope + mask + ws
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
@@ -414,7 +508,7 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     cache = _amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
     for i in range(layers):
         tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer,
-               base + i * cache + layer.fwd_peak_nosave)
+               base + i * cache + lay[i].fwd_peak_nosave)
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
            base - mask + layers * cache + _inference_head_peak(ctx))
     return tl

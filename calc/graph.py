@@ -52,6 +52,7 @@ class BlockProfile:
     bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
     bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
     cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
+    cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
 
 
 @dataclass
@@ -124,6 +125,7 @@ class Graph:
             bwd_peak_saved=bwd_saved,
             bwd_peak_pgrad=bwd_pgrad,
             cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
+            cached_total=sum(self.sizes[t] for t in set(self.cached)),
         )
 
     def _forward(self, savers: dict[int, int], frees: list[list[int]]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calc.architectures import ModelSpec
+from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import OUT, Graph
 
 
@@ -32,6 +32,8 @@ class Ctx:
     frozen_base: bool = False  # LoRA: base weights take no gradient
     adapter_bytes: int = 4  # LoRA adapter dtype: fp32 (peft's autocast_adapter_dtype) or 16-bit
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
+    sliding: bool = True  # this layer attends through the spec's sliding window (Gemma 3's local layers)
+    dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
 
@@ -101,14 +103,17 @@ def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx
     return summed
 
 
-def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None) -> tuple[int, int]:
+def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None,
+             width: int | None = None) -> tuple[int, int]:
     """LlamaRMSNorm: h = x.to(fp32); h * rsqrt(mean(h^2) + eps); weight * h.to(input dtype).
     Saves the fp32 input (the input itself when already fp32), the rsqrt and the normalised
     tensor; the weight-gradient reduction needs one full-size product in backward.
     Gemma2RMSNorm instead multiplies by (1 + weight) in fp32 and casts the result back.
+    `width`: normalise another width than the hidden size (MLA's q / kv bottlenecks).
     Returns (output id, output bytes per element)."""
     t = c.tokens if tokens is None else tokens
-    n = t * c.spec.hidden_size
+    w = c.spec.hidden_size if width is None else width
+    n = t * w
     h = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm to fp32")
     sq = g.op(4 * n, ins=(h,), saves=(h,), name="norm pow")
     var = g.op(4 * t, ins=(sq,), name="norm mean")
@@ -117,7 +122,7 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
     n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs), name="norm scale")
     if gemma:
         y32 = g.op(4 * n, ins=(n32,), saves=() if c.frozen_base else (n32,),
-                   pgrad=0 if c.frozen_base else c.w * c.spec.hidden_size, ws_bwd=4 * n, name="norm weight")
+                   pgrad=0 if c.frozen_base else c.w * w, ws_bwd=4 * n, name="norm weight")
         if x_bytes == 4:
             return y32, 4
         return g.op(x_bytes * n, ins=(y32,), name="norm cast back"), x_bytes
@@ -126,10 +131,15 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
     if c.frozen_base:  # weight * normed: the normed tensor is kept only for the weight's gradient
         y = g.op(wb * n, ins=(normed,), name="norm weight")
     else:
-        y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.hidden_size, ws_bwd=wb * n,
-                 name="norm weight")
+        y = g.op(wb * n, ins=(normed,), saves=(normed,), pgrad=c.w * w, ws_bwd=wb * n, name="norm weight")
     g.keep(n32)  # the local `hidden_states` (fp32 normalised) lives until forward returns
     return y, wb
+
+
+def fp32_product_norm(c: Ctx) -> bool:
+    """RMSNorms that multiply by their weight in fp32 and cast the product back (Gemma's (1 + w),
+    gpt-oss's `(self.weight * hidden_states).to(input_dtype)`): the fp32 normalised tensor is kept."""
+    return c.spec.family in GEMMA_FAMILIES or c.spec.family == "gpt_oss"
 
 
 def layer_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None = None) -> tuple[int, int]:
@@ -179,7 +189,7 @@ def rope(g: Graph, x: int, width: int, c: Ctx) -> int:
 
 
 def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eager: bool,
-                   groups: int, mask: bool, q_bshd: bool = True, v_bytes: int = 2) -> int:
+                   groups: int, mask: bool, q_bshd: bool = True, v_bytes: int = 2, v_width: int = 0) -> int:
     """Scaled dot-product attention over q (B, nh, S, hd) and k, v (B, nkv, S, hd).
 
     sdpa: torch SDPA (flash / memory-efficient); the node saves q, k, v, the output and the
@@ -196,28 +206,35 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     nh = s.num_heads // c.tp
     t, a, bsz, seq = c.tokens, c.a, c.batch, c.seq
     qw = nh * s.head_dim
-    if not eager and not c.cuda and s.attention_dropout > 0 and c.train:
-        return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq)
+    vw = v_width or qw  # MLA: value heads narrower than q / k heads
+    if not eager and not c.cuda and (s.attention_dropout > 0 and c.train or vw != qw):
+        # CPU SDPA's fused kernel needs no dropout and one head width for q, k and v
+        return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq, vw)
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
         k = g.op(2 * t * (qw // groups), ins=(k,), name="autocast k")
     if c.amp and v_bytes == 4:  # and v, when the KV cache promoted it to fp32
         v = g.op(2 * t * (qw // groups), ins=(v,), name="autocast v")
     if not eager:
-        if groups > 1 and mask:
-            k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
-            v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
+        extra: tuple[int, ...] = ()
+        if mask:
+            if groups > 1:
+                k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
+                v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
+            extra = (_sdpa_float_mask(g, c),)
         lse = g.op(4 * bsz * nh * seq, grad=False, name="logsumexp")
         ws = 4 * t * qw + 4 * bsz * nh * seq if c.cuda else 0
-        out = g.op(a * t * qw, ins=(q, k, v), saves=(q, k, v, OUT, lse), ws_bwd=ws, name="sdpa")
+        out = g.op(a * t * vw, ins=(q, k, v, *extra), saves=(q, k, v, OUT, lse, *extra), ws_bwd=ws, name="sdpa")
         if not c.cuda and not q_bshd:
-            out = g.op(a * t * qw, ins=(out,), name="attn output contiguous")
+            out = g.op(a * t * vw, ins=(out,), name="attn output contiguous")
         return out
     if groups > 1:
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
     g.held += [k, v]  # eager_attention_forward's key_states / value_states locals
     ss = bsz * nh * seq * seq
+    if s.attention_sinks:
+        return _eager_with_sinks(g, q, k, v, c, ss, qw)
     if q_bshd or s.family == "gpt2":  # bmm gets a (saved) contiguous copy of q
         q = g.op(a * t * qw, ins=(q,), name="q contiguous for bmm")
     scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
@@ -241,33 +258,82 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         probs = g.op(a * ss, ins=(p32,), name="probs to 16-bit")
     probs = dropout(g, probs, ss, a * ss, s.attention_dropout, c)
     g.held.append(probs)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
-    o = g.op(a * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    if vw != qw:  # MLA: v is a strided slice of kv_b's output; matmul's reshape copies it
+        v = g.op(a * t * vw, ins=(v,), name="v contiguous for bmm")
+    o = g.op(a * t * vw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    out = g.op(a * t * vw, ins=(o,), name="transpose contiguous")
+    g.keep(k, v)
+    return out
+
+
+def _eager_with_sinks(g: Graph, q: int, k: int, v: int, c: Ctx, ss: int, qw: int) -> int:
+    """gpt-oss eager_attention_forward: scores * scale + mask, a sink column concatenated to every row
+    (B x nh x S x (S + 1)), minus the row max (kept: its indices), softmax in that dtype (kept), the sink
+    column sliced off and cast to the value dtype for probs @ v (modeling_gpt_oss.py)."""
+    s, a, t = c.spec, c.a, c.tokens
+    rows = ss // c.seq
+    ss1 = ss + rows
+    mb = max(a, 4 if c.r == 4 else a)  # the float mask is in the model dtype (fp32 under autocast)
+    scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
+    scaled = g.op(a * ss, ins=(scores,), name="* scaling")
+    masked = g.op(mb * ss, ins=(scaled,), name="+ mask")
+    comb = g.op(mb * ss1, ins=(masked,), pgrad=0 if c.frozen_base else c.w * s.num_heads // c.tp,
+                name="cat sinks")
+    idx = g.op(8 * rows, grad=False, name="row max indices")
+    mx = g.op(mb * rows, ins=(comb, idx), saves=(idx,), grad_ins=(comb,), name="row max")
+    shifted = g.op(mb * ss1, ins=(comb, mx), name="- max")
+    probs = g.op(mb * ss1, ins=(shifted,), saves=(OUT,), name="softmax")
+    g.keep(masked)  # the local attn_weights holds the masked scores until it is rebound after the softmax
+    weights = probs if mb == a else g.op(a * ss, ins=(probs,), name="probs to value dtype")
+    g.held.append(weights)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
+    o = g.op(a * t * qw, ins=(weights, v), saves=(weights, v), name="probs @ v")
     out = g.op(a * t * qw, ins=(o,), name="transpose contiguous")
     g.keep(k, v)
     return out
 
 
-def _math_sdpa(g: Graph, q: int, k: int, v: int, c: Ctx, qw: int, ss: int) -> int:
+def _sdpa_float_mask(g: Graph, c: Ctx) -> int:
+    """SDPA given a boolean mask (the sliding window's, (1, 1, S, S) expanded to the batch) first
+    converts it to an additive mask in the query's dtype: `where(mask.logical_not(), -inf, 0)`
+    materialises B x 1 x S x S (a bool temporary, then the float mask), and the fused kernel's node
+    saves it for backward, in every layer. Same on CPU (flash_attention_for_cpu) and CUDA (memory-
+    efficient and cuDNN backends; flash takes no mask): aten/src/ATen/native/transformers/
+    attention.cpp, convert_boolean_attn_mask / _cudnn. Measured on CPU; CUDA modelled from source
+    (the memory-efficient path's pad of the last dim to a multiple of 8 when S is not one is not
+    modelled)."""
+    ss = c.batch * c.seq * c.seq
+    inverted = g.op(ss, grad=False, name="mask logical_not")
+    return g.op(c.a * ss, ins=(inverted,), grad=False, name="additive float mask")
+
+
+def _math_sdpa(g: Graph, q: int, k: int, v: int, c: Ctx, qw: int, ss: int, vw: int = 0) -> int:
     """CPU SDPA with dropout has no fused kernel and runs the math path
     (_scaled_dot_product_attention_math), which upcasts q, k, v to fp32 contiguous copies, keeps
     fp32 scores' softmax, the dropout noise and the dropped probabilities, and casts the output
     back (aten/src/ATen/native/transformers/attention.cpp)."""
     t = c.tokens
-    q, k, v = (g.op(4 * t * qw, ins=(x,), name="math sdpa fp32 copy") for x in (q, k, v))
+    vw = vw or qw
+    if not c.train:  # no_grad: query_acc / key_acc stay alive next to the scaled q and k^T (measured)
+        acc = [x if c.a == 4 else g.op(4 * t * qw, ins=(x,), name="math sdpa fp32 copy") for x in (q, k)]
+        g.held += acc
+    q, k = (g.op(4 * t * qw, ins=(x,), name="math sdpa fp32 copy") for x in (q, k))
+    v = g.op(4 * t * vw, ins=(v,), name="math sdpa fp32 copy")
     scores = g.op(4 * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
     masked = g.op(4 * ss, ins=(scores,), name="causal mask")
     probs = g.op(4 * ss, ins=(masked,), saves=(OUT,), name="softmax")
-    probs = dropout(g, probs, ss, 4 * ss, c.spec.attention_dropout, c)
-    o = g.op(4 * t * qw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    probs = dropout(g, probs, ss, 4 * ss, c.spec.attention_dropout if c.train else 0.0, c)
+    o = g.op(4 * t * vw, ins=(probs, v), saves=(probs, v), name="probs @ v")
     if c.a != 4:
-        o = g.op(c.a * t * qw, ins=(o,), name="output back to 16-bit")
-    return g.op(c.a * t * qw, ins=(o,), name="transpose contiguous")
+        o = g.op(c.a * t * vw, ins=(o,), name="output back to 16-bit")
+    return g.op(c.a * t * vw, ins=(o,), name="transpose contiguous")
 
 
 def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     """LlamaAttention (also Mistral, Qwen2/3, Mixtral, Gemma2): q/k/v projections, RoPE, core
     attention, o_proj. Qwen3 adds per-head RMSNorm on q and k before RoPE."""
     s = c.spec
+    if s.mla:
+        return mla_attention(g, y, c, eager)
     qw = s.q_width // c.tp
     kvw = s.kv_width // c.tp
     h = s.hidden_size
@@ -277,18 +343,86 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
         q = linear(g, y, h, qw, c, bias=s.qkv_bias, name="q")
         k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
         v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
-    if s.family == "qwen3":
+    if s.qk_norm:
         q = _head_norm(g, q, qw, c)
         k = _head_norm(g, k, kvw, c)
-    qe = rope(g, q, qw, c)
-    ke = rope(g, k, kvw, c)
+        if s.family in GEMMA_FAMILIES:  # Gemma3RMSNorm returns the input dtype
+            q = g.op(c.a * c.tokens * qw, ins=(q,), name="q norm cast back") if c.a != 4 else q
+            k = g.op(c.a * c.tokens * kvw, ins=(k,), name="k norm cast back") if c.a != 4 else k
+    if s.attention_sinks:  # gpt-oss _apply_rotary_emb: halves times cos / sin, then one cat
+        qe, ke = _rope_interleaved(g, q, c.tokens * qw, c), _rope_interleaved(g, k, c.tokens * kvw, c)
+    else:
+        qe, ke = rope(g, q, qw, c), rope(g, k, kvw, c)
     ke, v, vb = kv_cache(g, ke, v, c.tokens * kvw, c.e, c.a, c)
     groups = s.num_heads // s.num_kv_heads
-    o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or _sdpa_needs_mask(c),
-                       q_bshd=s.family != "phi3", v_bytes=vb)
+    # a partial-RoPE cat leaves q contiguous in (B, nh, S, hd)
+    o = attention_core(g, qe, ke, v, c, c.e, eager, groups, mask=eager or sdpa_needs_mask(c),
+                       q_bshd=s.family != "phi3" and s.rotary_fraction == 1 and not s.attention_sinks, v_bytes=vb)
     out = linear(g, o, qw, h, c, bias=s.o_bias, name="o", x_bytes=c.a)
     g.keep(y, qe, ke, v)  # hidden_states and the q/k/v locals stay referenced until attention returns
     return out
+
+
+def mla_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """DeepseekV3Attention (multi-head latent attention): q through q_proj or the q_a -> RMSNorm -> q_b
+    bottleneck; kv_a_proj_with_mqa gives the compressed KV (kv_lora_rank, RMSNorm'd) and one shared
+    rotary key (qk_rope_head_dim); interleaved RoPE on the rotary parts; the cache stores the two
+    compressed tensors (so v is promoted to the rotary key's dtype there); q = cat(q_pass, q_rot);
+    kv_b_proj expands the latent into k_nope and v, and k = a new tensor holding k_nope and the
+    broadcast rotary key (modeling_deepseek_v3.py expand_kv). v stays a strided slice of kv_b's
+    output. Heads are split by tensor parallelism; the latent is not."""
+    s = c.spec
+    t, h, a, e = c.tokens, s.hidden_size, c.a, c.e
+    nh = s.num_heads // c.tp
+    r, kvl, vd = s.qk_rope_head_dim, s.kv_lora_rank, s.v_head_dim
+    qk = s.head_dim
+    if s.q_lora_rank:
+        qa = linear(g, y, h, s.q_lora_rank, c, bias=s.qkv_bias, name="q_a")
+        qn, qb = rms_norm(g, qa, a, c, width=s.q_lora_rank)
+        q = linear(g, qn, s.q_lora_rank, nh * qk, c, name="q_b", x_bytes=qb)
+    else:
+        q = linear(g, y, h, nh * qk, c, name="q")
+    q_states = q
+    ckv = linear(g, y, h, kvl + r, c, bias=s.qkv_bias, name="kv_a")
+    kvn, kvb_bytes = rms_norm(g, ckv, a, c, width=kvl)
+    rope_fn = _rope_complex if s.rope_complex else _rope_interleaved
+    q_rot = rope_fn(g, q, t * nh * r, c)
+    k_rot = rope_fn(g, ckv, t * r, c)
+    e = a if s.rope_complex else e  # type_as(x): the complex RoPE returns the input dtype
+    if c.use_cache:  # DynamicCache: cat copies of the latent and of the rotary key (promoted to its dtype)
+        kvn = g.op(kvb_bytes * t * kvl, ins=(kvn,), name="cache latent copy")
+        k_rot = g.op(max(kvb_bytes, e) * t * r, ins=(k_rot,), name="cache rotary key copy")
+        g.cached += [kvn, k_rot]
+    qb16 = max(a, e)
+    q = g.op(qb16 * t * nh * qk, ins=(q, q_rot), name="cat(q_pass, q_rot)")
+    kv = linear(g, kvn, kvl, nh * (qk - r + vd), c, name="kv_b", x_bytes=kvb_bytes)
+    k = g.op(a * t * nh * qk, ins=(kv, k_rot), name="key_states (k_nope + rotary key)")
+    o = attention_core(g, q, k, kv, c, qb16, eager, 1, mask=eager, q_bshd=False, v_bytes=a, v_width=nh * vd)
+    out = linear(g, o, nh * vd, h, c, bias=s.qkv_bias, name="o", x_bytes=c.a)
+    g.keep(y, q_states, ckv, q_rot, k_rot, q, k, kv)  # forward's locals (q_states, compressed_kv, ...) live until it returns
+    return out
+
+
+def _rope_complex(g: Graph, x: int, elems: int, c: Ctx) -> int:
+    """DeepSeek-V2's apply_rotary_emb: x.float() reshaped to pairs (a contiguous fp32 copy of the
+    strided slice), view_as_complex, times freqs_cis (the mul keeps only the model-level freqs),
+    view_as_real and type_as(x) (a copy back when x is 16-bit)."""
+    f32 = g.op(4 * elems, ins=(x,), name="rope x.float() pairs")
+    rot = g.op(4 * elems, ins=(f32,), name="rope * freqs_cis (complex)")
+    return rot if c.a == 4 else g.op(c.a * elems, ins=(rot,), name="rope type_as(x)")
+
+
+def _rope_interleaved(g: Graph, x: int, elems: int, c: Ctx) -> int:
+    """apply_rotary_pos_emb_interleave on a rotary slice: even/odd halves times cos/sin (the muls
+    keep only the model-level cos/sin), differences and sums, one cat."""
+    e = c.e
+    half = elems // 2
+    parts = []
+    for name in ("x1*cos - x2*sin", "x2*cos + x1*sin"):
+        m1 = g.op(e * half, ins=(x,), name=f"rope {name} (1)")
+        m2 = g.op(e * half, ins=(x,), name=f"rope {name} (2)")
+        parts.append(g.op(e * half, ins=(m1, m2), name=f"rope {name}"))
+    return g.op(e * elems, ins=tuple(parts), name="rope cat")
 
 
 def kv_cache(g: Graph, k: int, v: int, elems: int, k_elem: int, v_elem: int, c: Ctx) -> tuple[int, int, int]:
@@ -307,32 +441,40 @@ def kv_cache(g: Graph, k: int, v: int, elems: int, k_elem: int, v_elem: int, c: 
 
 
 def _head_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
-    """Qwen3's q_norm / k_norm: an RMSNorm over head_dim, same saved set as rms_norm."""
+    """Qwen3's q_norm / k_norm: an RMSNorm over head_dim, same saved set as rms_norm. Gemma 3's
+    multiplies by (1 + weight) in fp32 (Gemma3RMSNorm); the cast back follows in the caller."""
     t = c.tokens
     n = t * width
     h = x if c.a == 4 else g.op(4 * n, ins=(x,))
     sq = g.op(4 * n, ins=(h,), saves=(h,))
     rs = g.op(4 * t * width // c.spec.head_dim, ins=(sq,), saves=(OUT,))
     n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs))
+    if c.spec.family in GEMMA_FAMILIES:
+        pg = 0 if c.frozen_base else c.w * c.spec.head_dim
+        return g.op(4 * n, ins=(n32,), saves=() if c.frozen_base else (n32,), pgrad=pg, ws_bwd=4 * n)
     normed = n32 if c.a == 4 else g.op(c.a * n, ins=(n32,))
+    if c.frozen_base:  # the normalised tensor is kept only for the weight's gradient
+        return g.op(max(c.a, c.w) * n, ins=(normed,))
     return g.op(max(c.a, c.w) * n, ins=(normed,), saves=(normed,), pgrad=c.w * c.spec.head_dim)
 
 
-def _sdpa_needs_mask(c: Ctx) -> bool:
+def sdpa_needs_mask(c: Ctx) -> bool:
     """SDPA runs with is_causal and no mask, except when a sliding window (Mistral, Mixtral, Qwen
-    with use_sliding_window) is shorter than the sequence: then transformers builds the mask and
-    passes repeat_kv'd keys and values (use_gqa_in_sdpa needs attention_mask is None)."""
+    with use_sliding_window) is not longer than the sequence: transformers builds the mask once
+    kv_length >= window (masking_utils._ignore_causal_mask_sdpa) and then passes repeat_kv'd keys
+    and values (use_gqa_in_sdpa needs attention_mask is None)."""
     w = c.spec.sliding_window
-    return w is not None and c.seq > w
+    return w is not None and c.sliding and c.seq >= w
 
 
 # ---- MLPs --------------------------------------------------------------------------------
 
-def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None) -> int:
-    """LlamaMLP: down(act(gate(x)) * up(x)); keeps gate, up, act(gate) and the product."""
+def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None, width: int | None = None) -> int:
+    """LlamaMLP: down(act(gate(x)) * up(x)); keeps gate, up, act(gate) and the product.
+    `width`: another inner width (MoE shared experts, a MoE model's dense layers)."""
     s = c.spec
     t = c.tokens if tokens is None else tokens
-    i = s.intermediate_size // c.tp
+    i = (s.intermediate_size if width is None else width) // c.tp
     h = s.hidden_size
     if s.family == "phi3":  # Phi3MLP: fused gate_up_proj, chunked into two views
         gate = up = linear(g, y, h, 2 * i, c, name="gate_up", tokens=t)
@@ -373,26 +515,115 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     k = s.experts_per_token
     rows = t * k
     h, i, e = s.hidden_size, s.intermediate_size // c.tp, s.num_experts
-    logits = linear(g, y, h, e, c, name="router")
-    probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
-    topw = g.op(4 * t * k, ins=(probs,), saves=(OUT,), name="router top-k")
-    idx = g.op(8 * t * k, grad=False, name="top-k indices")
-    weights = g.op(4 * t * k, ins=(topw,), name="router renorm")
+    wb = 4
+    if s.router_groups or s.router_fp32_softmax:
+        weights, wb = fp32_router(g, y, c)
+    elif s.expert_bias:  # GptOssTopKRouter: linear + bias, top-k of the logits, softmax over the k
+        logits = linear(g, y, h, e, c, bias=True, name="router")
+        ti = g.op(8 * t * k, grad=False, name="router top-k indices")
+        topv = g.op(c.a * t * k, ins=(logits, ti), saves=(ti,), grad_ins=(logits,), name="router top-k")
+        weights = g.op(c.a * t * k, ins=(topv,), saves=(OUT,), name="router softmax over top-k")
+        wb = c.a
+        g.held.append(weights)  # returned as router_scores: the layer's `_` holds them until it returns
+    else:
+        logits = linear(g, y, h, e, c, name="router")
+        probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
+        topw = g.op(4 * t * k, ins=(probs,), saves=(OUT,), name="router top-k")
+        g.op(8 * t * k, grad=False, name="top-k indices")
+        weights = g.op(4 * t * k, ins=(topw,), name="router renorm") if s.router_renorm else topw
+    idx = g.op(8 * t * k, grad=False, name="top-k indices (kept)")
+    if s.family == "qwen3_moe" and c.a != 4:  # Qwen3MoeTopKRouter: .to(router_logits.dtype)
+        weights, wb = g.op(c.a * t * k, ins=(weights,), name="routing weights to compute dtype"), c.a
     perm = g.op(16 * rows, ins=(idx,), grad=False, name="sort expert ids")
     xa = 4 if c.amp else c.a  # dtype the experts compute in
-    gathered = g.op(xa * rows * h, ins=(y, perm), saves=(perm,), grad_ins=(y,), name="gather rows")
-    wsorted = g.op(4 * rows, ins=(weights, perm), grad_ins=(weights,), name="routing weights sorted")
+    token_of_row = g.op(8 * rows, ins=(perm,), grad=False, name="perm // top_k")
+    gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="gather rows")
+    wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,), name="routing weights sorted")
     pg = 0 if c.frozen_base else c.w
-    gu = g.op(xa * rows * 2 * i, ins=(gathered,), saves=(gathered,), pgrad=pg * 2 * i * h * e,
+    keep_in = not c.frozen_base  # a grouped matmul keeps its input only for the weight's gradient
+    gu = g.op(xa * rows * 2 * i, ins=(gathered,), saves=(gathered,) if keep_in else (), pgrad=pg * 2 * i * h * e,
               name="experts gate_up (grouped)")
-    act = activation(g, gu, rows * i, xa * rows * i, s.hidden_act, c)  # gate is a view of gu
-    prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
-    down = g.op(xa * rows * h, ins=(prod,), saves=(prod,), pgrad=pg * i * h * e, name="experts down (grouped)")
+    if s.expert_bias:
+        gu = _expert_bias(g, gu, perm, xa * rows * 2 * i, pg * 2 * i * e, "gate_up")
+        prod = _clamped_swiglu(g, gu, xa * rows * i)
+    else:
+        act = activation(g, gu, rows * i, xa * rows * i, s.hidden_act, c)  # gate is a view of gu
+        prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
+    down = g.op(xa * rows * h, ins=(prod,), saves=(prod,) if keep_in else (), pgrad=pg * i * h * e,
+                name="experts down (grouped)")
+    if s.expert_bias:
+        down = _expert_bias(g, down, perm, xa * rows * h, pg * h * e, "down")
     scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted), name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
     unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
-    g.keep(y, gathered, wsorted)  # locals of the experts forward live until it returns
-    return g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
+    g.keep(y, gathered, wsorted, idx)  # locals of the experts forward live until it returns
+    out = g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
+    if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
+        shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size)
+        out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
+    return out
+
+
+def _expert_bias(g: Graph, x: int, perm: int, nbytes: int, pgrad: int, name: str) -> int:
+    """gpt-oss grouped experts: `bias[expert_ids_g]` gathers one bias row per routed row (the index
+    is kept for the bias gradient) and is added to the grouped matmul's output."""
+    rows = g.op(nbytes, ins=(perm,), saves=(perm,), grad_ins=(), pgrad=pgrad, name=f"{name} bias rows")
+    g.held.append(rows)  # `selected_biases` is a local of the experts forward until it returns
+    return g.op(nbytes, ins=(x, rows), name=f"{name} + bias")
+
+
+def _clamped_swiglu(g: Graph, gu: int, nbytes: int) -> int:
+    """GptOssExperts._apply_gate on the interleaved gate/up columns: gate.clamp(max=limit),
+    up.clamp(-limit, limit) (both keep their input, a view of gate_up), glu = gate * sigmoid(gate *
+    alpha), (up + 1) * glu."""
+    gate = g.op(nbytes, ins=(gu,), saves=(gu,), name="gate clamp")
+    up = g.op(nbytes, ins=(gu,), saves=(gu,), name="up clamp")
+    scaled = g.op(nbytes, ins=(gate,), name="gate * alpha")
+    sig = g.op(nbytes, ins=(scaled,), saves=(OUT,), name="sigmoid")
+    glu = g.op(nbytes, ins=(gate, sig), saves=(gate, sig), name="gate * sigmoid")
+    up1 = g.op(nbytes, ins=(up,), name="up + 1")
+    return g.op(nbytes, ins=(up1, glu), saves=(up1, glu), name="(up + 1) * glu")
+
+
+def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
+    """DeepSeek-V3 / GLM-4.5 TopkRouter: an fp32 linear on fp32 copies of the input and the weight
+    (F.linear keeps both), sigmoid scores (kept), + the correction bias, group-limited top-k on
+    detached scores, gather the chosen scores (keeps the indices), renormalise and scale
+    (modeling_glm4_moe.Glm4MoeTopkRouter). DeepSeek-V2's: the same fp32 linear, a softmax (kept),
+    top-k of it and the scaling (modeling_deepseek_v2.DeepseekV2TopkRouter, greedy). Under autocast
+    the linear runs in 16-bit. Returns the top-k weights and their element bytes."""
+    s = c.spec
+    t, h, e, k, grp = c.tokens, s.hidden_size, s.num_experts, s.experts_per_token, s.router_groups
+    pg = 0 if c.frozen_base else c.w * e * h
+    if c.amp:  # autocast casts F.linear's fp32 operands back to 16-bit: the scores are 16-bit too
+        sb = 2
+        xin = g.op(2 * t * h, ins=(y,), name="router autocast input")
+        win = g.op(2 * e * h, pgrad=pg, name="router autocast weight copy")
+    else:  # .type(float32): copies unless already fp32 (a parameter needs no copy)
+        sb = 4
+        xin = y if c.a == 4 else g.op(4 * t * h, ins=(y,), name="router input to fp32")
+        win = g.op(4 * e * h, pgrad=pg, name="router weight to fp32") if c.w != 4 else g.op(0, pgrad=pg)
+    logits = g.op(sb * t * e, ins=(xin, win), saves=(xin, win), name="router linear")
+    if s.router_fp32_softmax:  # softmax(dim=-1, dtype=float32) -> top-k -> * routed_scaling_factor
+        probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
+        topw = g.op(4 * t * k, ins=(probs,), name="router top-k")
+        g.op(8 * t * k, ins=(probs,), grad=False, name="top-k indices")
+        return g.op(4 * t * k, ins=(topw,), name="* routed_scaling_factor"), 4
+    scores = g.op(sb * t * e, ins=(logits,), saves=(OUT,), name="sigmoid")
+    choice = g.op(4 * t * e, ins=(scores,), grad=False, name="+ correction bias")
+    top2 = g.op(12 * t * grp * 2, ins=(choice,), grad=False, name="group top-2")
+    gs = g.op(4 * t * grp, ins=(top2,), grad=False, name="group scores")
+    gi = g.op(12 * t * grp, ins=(gs,), grad=False, name="group top-k")
+    gm = g.op(4 * t * grp, ins=(gi,), grad=False, name="group mask")
+    sm = g.op(4 * t * e, ins=(gm,), grad=False, name="score mask")
+    nb = g.op(t * e, ins=(sm,), grad=False, name="~mask.bool()")
+    masked = g.op(4 * t * e, ins=(choice, nb), grad=False, name="masked_fill -inf")
+    idx = g.op(12 * t * k, ins=(masked,), grad=False, name="top-k")
+    picked = g.op(sb * t * k, ins=(scores, idx), saves=(idx,), grad_ins=(scores,), name="gather scores")
+    if s.router_renorm:
+        den = g.op(sb * t, ins=(picked,), name="sum + eps")
+        picked = g.op(sb * t * k, ins=(picked, den), saves=(den, OUT), name="/= denominator")
+    return g.op(sb * t * k, ins=(picked,), name="* routed_scaling_factor"), sb
 
 
 # ---- whole blocks ------------------------------------------------------------------------
@@ -410,18 +641,21 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     h = c.spec.hidden_size
     ts = c.tokens // c.tp if c.sp else c.tokens  # tokens of the residual stream on this GPU
     g = Graph(input_bytes=c.r * ts * h, round_to=512 if c.cuda else 1)
-    gemma = fam == "gemma2"
+    gemma = fam in GEMMA_FAMILIES
     drop = c.spec.hidden_dropout if fam == "phi3" else 0.0
-    y, yb = rms_norm(g, 0, c.r, c, gemma=gemma, tokens=ts)
+    y, yb = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c), tokens=ts)
     att = llama_attention(g, _sp_gather(g, y, yb, c), c, eager)
     att = _sp_scatter(g, att, c)
     if gemma:
         att, _ = rms_norm(g, att, c.a, c, gemma=True, tokens=ts)
     att = dropout(g, att, ts * h, c.a * ts * h, drop, c)
     mid = g.op(c.r * ts * h, ins=(0, att), name="residual add")
-    y2, yb2 = rms_norm(g, mid, c.r, c, gemma=gemma, tokens=ts)
+    y2, yb2 = rms_norm(g, mid, c.r, c, gemma=fp32_product_norm(c), tokens=ts)
     y2 = _sp_gather(g, y2, yb2, c)
-    m = moe_mlp(g, y2, c) if fam == "mixtral" else gated_mlp(g, y2, c)
+    if c.dense_mlp:
+        m = gated_mlp(g, y2, c, width=c.spec.dense_intermediate_size)
+    else:
+        m = moe_mlp(g, y2, c) if c.spec.num_experts > 1 else gated_mlp(g, y2, c)
     m = _sp_scatter(g, m, c)
     if gemma:
         m, _ = rms_norm(g, m, c.a, c, gemma=True, tokens=ts)
@@ -535,7 +769,7 @@ def embedding_block(c: Ctx) -> Graph:
     if s.family == "gpt2":
         pos = g.op(c.r * t * h, pgrad=s.max_position_embeddings * h * c.w, name="wpe")
         x = g.op(c.r * t * h, ins=(x, pos), name="tok + pos")
-    if s.family == "gemma2":
+    if s.family in GEMMA_FAMILIES:
         x = g.op(c.r * t * h, ins=(x,), name="* sqrt(hidden)")
     return _finish(g, dropout(g, x, t * h, c.r * t * h, s.embedding_dropout, c))
 
@@ -554,7 +788,7 @@ def head_block(c: Ctx) -> Graph:
     if s.uses_layernorm:
         y, _ = layer_norm(g, 0, c.r, c)
     else:
-        y, _ = rms_norm(g, 0, c.r, c, gemma=s.family == "gemma2")
+        y, _ = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c))
     logits = linear(g, y, h, v, c, name="lm_head")
     lb = c.a
     if s.final_logit_softcapping:
@@ -569,6 +803,42 @@ def head_block(c: Ctx) -> Graph:
     return _finish(g, g.op(4, ins=(lsm, tgt, logits), saves=(tgt,), grad_ins=(lsm,), name="nll_loss"))
 
 
+def liger_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
+    """Liger's chunk: next_power_of_2(ceil(BT / ceil(V / H))) tokens, at most BT, so a chunk's
+    logits are about as large as the hidden states (fused_linear_cross_entropy.py)."""
+    inc = -(-vocab // hidden)
+    chunk = 1 << max(0, (-(-tokens // inc) - 1).bit_length())
+    return min(chunk, tokens)
+
+
+def liger_head_block(c: Ctx) -> Graph:
+    """Final norm + Liger Kernel's LigerFusedLinearCrossEntropyFunction (use_liger_kernel=True;
+    linkedin/Liger-Kernel src/liger_kernel/ops/fused_linear_cross_entropy.py), modelled from its
+    source, not measured (it needs Triton on a GPU). Its forward allocates grad_input (BT x H, the
+    hidden dtype), grad_weight (V x H, the weight dtype; none for a frozen base) and an fp32 loss per
+    token, then for each chunk of tokens computes the chunk's logits (chunk x V), turns them into
+    their gradient in place, and accumulates grad_input (a chunk x H matmul) and grad_weight (addmm).
+    The node saves only grad_input and grad_weight; its backward returns them as they are (no new
+    buffers for a mean loss), so the logits never exist whole and nothing is recomputed. Under
+    autocast the fp32 lm_head weight is cast to 16-bit once and cached until forward ends."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    v = s.vocab_size // c.tp
+    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
+    y, yb = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c)) if not s.uses_layernorm else layer_norm(g, 0, c.r, c)
+    xb = 2 if c.amp else yb  # autocast runs the chunk matmuls in 16-bit
+    w16 = g.op(2 * v * h, grad=False, name="autocast lm_head weight copy") if c.amp else None
+    gw = 0 if c.frozen_base else (4 if c.amp else c.w) * v * h
+    grad_in = g.op(yb * t * h, grad=False, name="grad_input buffer")
+    grad_w = g.op(gw, grad=False, name="grad_weight buffer (filled in forward)")
+    chunk = liger_chunk_tokens(t, h, v)
+    ws = 4 * t + xb * chunk * (v + h)  # fp32 loss per token + one chunk's logits and grad_input product
+    # backward hands grad_input over as the input gradient and grad_weight to .grad: no new bytes
+    loss = g.op(4, ins=(y, grad_in, grad_w, *((w16,) if w16 is not None else ())), saves=(grad_in, grad_w),
+                grad_ins=(y,), pgrad=gw, ws_fwd=ws, ws_bwd=-(yb * t * h + gw), name="fused linear cross-entropy")
+    return _finish(g, loss)
+
+
 def inference_head_block(c: Ctx) -> Graph:
     """No-grad final norm + lm_head: the logits (B, S, V/tp, compute dtype) are returned to the
     caller, so the peak is the norm's transients or the logits next to the normalised hidden state."""
@@ -578,7 +848,7 @@ def inference_head_block(c: Ctx) -> Graph:
     if s.uses_layernorm:
         y, _ = layer_norm(g, 0, c.r, c)
     else:
-        y, _ = rms_norm(g, 0, c.r, c, gemma=s.family == "gemma2")
+        y, _ = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c))
     v = s.vocab_size // c.tp
     logits = linear(g, y, h, v, c, name="lm_head")
     g.keep(y)

@@ -317,10 +317,15 @@ def enumerate_combos(sc: Scenario, method_change: bool) -> list[Combo]:
                                 continue  # nothing to shard on one rank
                             ckpts = CHECKPOINTING if sc.mode == Mode.train else ((Checkpointing.none, 1),)
                             for ck, every in ckpts:
-                                for att in (Attention.sdpa, Attention.eager):
+                                for att in _attention_kernels(spec):
                                     out.append(Combo(p, ck, every, att, z, oo, op, tp, pp, opt, _lora_key(lora),
                                                      lora))
     return out
+
+
+def _attention_kernels(spec) -> tuple[Attention, ...]:
+    """SDPA first where the model has it (gpt-oss runs eager only)."""
+    return (Attention.sdpa, Attention.eager) if spec.sdpa_supported else (Attention.eager,)
 
 
 def _complexity(c: Combo) -> tuple:
@@ -406,7 +411,7 @@ class _Search:
         return f
 
 
-def _frugal(c: Combo) -> Combo:
+def _frugal(c: Combo, sdpa: bool = True) -> Combo:
     """The member of c's group (same precision, stage, TP/PP, method) that needs the least GPU memory."""
     oo = Offload.cpu if c.zero >= 1 and c.optimizer != Optimizer.adamw_8bit and c.lora is None else c.off_opt
     op = Offload.cpu if c.zero == 3 else c.off_par
@@ -414,14 +419,15 @@ def _frugal(c: Combo) -> Combo:
         oo = Offload.nvme
     if c.off_par == Offload.nvme:
         op = Offload.nvme
-    return c.with_(ckpt=Checkpointing.full, every=1, attention=Attention.sdpa, off_opt=oo, off_par=op)
+    return c.with_(ckpt=Checkpointing.full, every=1, attention=Attention.sdpa if sdpa else Attention.eager,
+                   off_opt=oo, off_par=op)
 
 
 def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
     entries = []
     for c in combos:
         s.stats["combinations"] += 1
-        if c.attention == Attention.eager:
+        if c.attention == Attention.eager and s.base.spec.sdpa_supported:
             s.stats["pruned_dominated"] += 1  # SDPA: same FLOPs, no S x S tensors in HBM
             continue
         per, mbs = s.split(c)
@@ -444,7 +450,7 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
             if twin is not None and cpu_twin not in ram_only:
                 s.stats["pruned_dominated"] += 1  # same GPU memory as the CPU twin, slower: only for lack of RAM
                 continue
-        fr = _frugal(c)
+        fr = _frugal(c, s.base.spec.sdpa_supported)
         if fr not in group_ok:
             f_fr = s.fit(fr, mbs[0], ga0)
             group_ok[fr] = f_fr.ok or f_fr.reason.startswith("offload")
@@ -833,8 +839,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
         ("baseline", "fp32 weights, eager attention, no checkpointing, plain data parallel", {}, False),
         ("mixed precision", f"{mixed.value}: 16-bit weights, grads and activations; fp32 master + states",
          {"precision": mixed}, False),
-        ("FlashAttention / SDPA", "the B x heads x S x S scores are never stored", {"attention": Attention.sdpa},
-         False),
+        ("FlashAttention / SDPA", "the B x heads x S x S scores are never stored",
+         {"attention": Attention.sdpa if sc.spec.sdpa_supported else Attention.eager}, False),
         ("activation checkpointing", "full: keep each layer's input, recompute its forward in backward",
          {"activation_checkpointing": Checkpointing.full}, False),
     ]

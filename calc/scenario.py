@@ -116,6 +116,14 @@ class TrainingConfig(BaseModel):
     pipeline_parallel: int = Field(1, ge=1, le=1024)
     sequence_parallel: bool = False
     lora: LoraConfig | None = None
+    cross_entropy: Literal["standard", "liger-fused"] = Field(
+        "standard", description="standard = the model's loss (full B x S x V logits and their fp32 copies); "
+        "liger-fused = Liger Kernel's LigerFusedLinearCrossEntropy (`use_liger_kernel=True`): lm_head and "
+        "the loss in token chunks, gradients computed in the forward (modelled from its source)")
+    keep_outputs: bool = Field(
+        False, description="the loop keeps the model's output object: `outputs = model(**batch); "
+        "loss = outputs.loss; loss.backward()` holds the logits (and a KV cache) through backward, the "
+        "optimizer step and the next forward; False = HF Trainer (`loss = model(...).loss`)")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
@@ -220,6 +228,11 @@ class Scenario(BaseModel):
             raise ValueError(
                 f"num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = {model_parallel}"
             )
+        if spec.attention_sinks and t.attention != Attention.eager:
+            raise ValueError("attention: gpt_oss runs eager attention in transformers (its attention sinks have "
+                             "no SDPA path); choose eager")
+        if t.lora is not None and spec.mla:
+            raise ValueError("LoRA on multi-head latent attention (deepseek_v3) is not modelled; train it without lora")
         quantized = t.lora is not None and t.lora.base_weights != "bf16"
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise ValueError("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2")

@@ -229,13 +229,12 @@ def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], st
 # ---- linear extrapolation in the layer count (fake mode) ------------------------------------------
 
 def layer_period(scenario: Scenario) -> int:
-    """Layers repeat with this period: checkpoint_every for full checkpointing, 2 for gemma2's
-    alternating sliding / global attention, else 1."""
+    """Layers repeat with this period: the lcm of checkpoint_every (full checkpointing) and the model's
+    attention pattern (2 for gemma2's alternating local / global layers, Gemma 3's layer_types)."""
     t = scenario.training
     period = t.checkpoint_every if t.activation_checkpointing.value == "full" else 1
-    if scenario.spec.family == "gemma2":
-        period = period * 2 // _gcd(period, 2)
-    return period
+    kinds = scenario.spec.layer_period
+    return period * kinds // _gcd(period, kinds)
 
 
 def _gcd(a: int, b: int) -> int:

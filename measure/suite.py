@@ -57,12 +57,48 @@ GEMMA2 = {"model_type": "gemma2", "vocab_size": V, "hidden_size": 128, "intermed
 MIXTRAL = {"model_type": "mixtral", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
            "num_local_experts": 4, "num_experts_per_tok": 2}
+MISTRAL_WINDOW = {"model_type": "mistral", "vocab_size": V, "hidden_size": 128, "intermediate_size": 344,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "max_position_embeddings": 2048, "sliding_window": 64}
+QWEN3_MOE = {"model_type": "qwen3_moe", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+             "moe_intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": True,
+             "max_position_embeddings": 2048}
+GEMMA3 = {"model_type": "gemma3_text", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+          "sliding_window": 64, "max_position_embeddings": 2048}  # five local layers, then one global
+GLM4_MOE = {"model_type": "glm4_moe", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+            "moe_intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 32, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+            "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "attention_bias": True, "use_qk_norm": True,
+            "max_position_embeddings": 2048}  # one dense layer, then MoE with a shared expert; partial RoPE
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "vocab_size": V, "hidden_size": 128, "intermediate_size": 256,
+               "moe_intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+               "n_group": 2, "topk_group": 1, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_rope_head_dim": 16,
+               "qk_nope_head_dim": 32, "v_head_dim": 24, "max_position_embeddings": 2048}  # MLA + shared experts
+DEEPSEEK_NO_QLORA = {**DEEPSEEK_V3, "q_lora_rank": None, "n_shared_experts": 2}  # V2-Lite-style q_proj
+DEEPSEEK_V2 = {**DEEPSEEK_NO_QLORA, "model_type": "deepseek_v2"}  # softmax router, complex RoPE
+for _k in ("n_group", "topk_group"):
+    DEEPSEEK_V2.pop(_k)
+GPT_OSS = {"model_type": "gpt_oss", "vocab_size": V, "hidden_size": 128, "intermediate_size": 64,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 32,
+           "max_position_embeddings": 2048}  # sliding + full layer, attention sinks, biased experts
+# GLM-4.5-Air's shapes (zai-org/GLM-4.5-Air config.json; no preset: no exact published parameter count)
+GLM45_AIR = {"model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944,
+             "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
+             "num_key_value_heads": 8, "head_dim": 128, "n_routed_experts": 128, "n_shared_experts": 1,
+             "num_experts_per_tok": 8, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+             "norm_topk_prob": True, "routed_scaling_factor": 1.0, "attention_bias": True, "use_qk_norm": False,
+             "partial_rotary_factor": 0.5, "max_position_embeddings": 131072, "tie_word_embeddings": False}
 # Long sequences: logits (vocab 32000) or eager attention scores dominate.
 LLAMA_BIGVOCAB = {**LLAMA_GQA, "vocab_size": 32000, "num_hidden_layers": 2}
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "llama-gqa": LLAMA_GQA, "llama-tied": LLAMA_TIED, "gpt2-dropout": GPT2, "gpt-neox": GPT_NEOX,
-    "qwen2-tied": QWEN2, "phi3": PHI3, "gemma2": GEMMA2, "mixtral": MIXTRAL,
+    "qwen2-tied": QWEN2, "phi3": PHI3, "gemma2": GEMMA2, "mixtral": MIXTRAL, "qwen3-moe": QWEN3_MOE,
+    "glm4-moe": GLM4_MOE,
 }
 BASE = {"micro_batch_size": 2, "seq_len": 128}
 
@@ -165,8 +201,91 @@ def _small_entries() -> list[Entry]:
                                              activation_checkpointing="full", seq_len=256)),
         Entry("mixtral-full", MIXTRAL, _t(precision="fp32", activation_checkpointing="full", seq_len=256)),
         Entry("mixtral-accum2-bf16", MIXTRAL, _t(precision="bf16", gradient_accumulation_steps=2)),
+        Entry("deepseek-v3-eager-bf16", DEEPSEEK_V3, _t(precision="bf16", attention="eager")),
+        Entry("deepseek-v3-sdpa-amp-bf16", DEEPSEEK_V3, _t(precision="amp-bf16")),
+        Entry("deepseek-v3-sdpa-fp32", DEEPSEEK_V3, _t(precision="fp32")),
+        Entry("deepseek-v3-full-keep-bf16-seq512", DEEPSEEK_V3, _t(precision="bf16", activation_checkpointing="full",
+                                                                   keep_outputs=True, seq_len=512)),
+        Entry("deepseek-v3-inference-eager-bf16", DEEPSEEK_V3, _t(precision="bf16", attention="eager"),
+              mode="inference"),
+        Entry("deepseek-noqlora-eager-bf16-seq512", DEEPSEEK_NO_QLORA, {"micro_batch_size": 1, "seq_len": 512,
+                                                                        "precision": "bf16", "attention": "eager"}),
+        Entry("deepseek-noqlora-sdpa-amp-bf16-seq512", DEEPSEEK_NO_QLORA, {"micro_batch_size": 1, "seq_len": 512,
+                                                                           "precision": "amp-bf16"}),
+        Entry("deepseek-v2-eager-bf16", DEEPSEEK_V2, _t(precision="bf16", attention="eager")),
+        Entry("deepseek-v2-sdpa-amp-bf16-seq512", DEEPSEEK_V2, _t(precision="amp-bf16", seq_len=512)),
+        Entry("deepseek-v2-full-keep-fp32", DEEPSEEK_V2, _t(precision="fp32", activation_checkpointing="full",
+                                                            keep_outputs=True)),
+        Entry("gpt-oss-eager-bf16", GPT_OSS, _t(precision="bf16", attention="eager")),
+        Entry("gpt-oss-eager-fp32", GPT_OSS, _t(precision="fp32", attention="eager")),
+        Entry("gpt-oss-eager-amp-bf16-seq256", GPT_OSS, _t(precision="amp-bf16", attention="eager", seq_len=256)),
+        Entry("gpt-oss-eager-bf16-full-keep", GPT_OSS, _t(precision="bf16", attention="eager",
+                                                          activation_checkpointing="full", keep_outputs=True)),
+        Entry("gpt-oss-inference-eager-bf16", GPT_OSS, _t(precision="bf16", attention="eager"), mode="inference"),
+        Entry("glm4-moe-full-every2-bf16", GLM4_MOE, _t(precision="bf16", activation_checkpointing="full",
+                                                       checkpoint_every=2, seq_len=256)),
+        Entry("qwen3-moe-keep-amp-bf16", QWEN3_MOE, _t(precision="amp-bf16", keep_outputs=True)),
     ]
-    return out
+    return out + _mask_entries() + _keep_outputs_entries() + _gemma3_entries()
+
+
+def _gemma3_entries() -> list[Entry]:
+    """Gemma 3: local (sliding) and global layers differ once the sequence reaches the window."""
+    G = GEMMA3
+    return [
+        Entry("gemma3-sdpa-fp32-below-window", G, _t(precision="fp32", seq_len=32)),
+        Entry("gemma3-sdpa-bf16-past-window", G, _t(precision="bf16")),
+        Entry("gemma3-sdpa-amp-bf16-past-window", G, _t(precision="amp-bf16")),
+        Entry("gemma3-eager-bf16-mixed", G, _t(precision="bf16-mixed", attention="eager")),
+        Entry("gemma3-sdpa-bf16-full-past-window", G, _t(precision="bf16", activation_checkpointing="full",
+                                                         seq_len=256)),
+        Entry("gemma3-sdpa-bf16-keep-past-window", G, _t(precision="bf16", keep_outputs=True)),
+        Entry("gemma3-inference-bf16-past-window", G, _t(precision="bf16"), mode="inference"),
+    ]
+
+
+def _keep_outputs_entries() -> list[Entry]:
+    """`outputs = model(**batch)`: logits and the KV cache held through backward, the step and the next forward."""
+    L, B = LLAMA_GQA, LLAMA_BIGVOCAB
+    keep = {"keep_outputs": True}
+    return [
+        Entry("llama-vocab32k-keep-amp-bf16-seq1024", B, {"micro_batch_size": 1, "seq_len": 1024,
+                                                          "precision": "amp-bf16", **keep}),
+        Entry("llama-vocab32k-keep-fp32-full-seq1024", B, {"micro_batch_size": 1, "seq_len": 1024, "precision": "fp32",
+                                                           "activation_checkpointing": "full", **keep}),
+        Entry("llama-keep-fp32-seq512", L, _t(precision="fp32", seq_len=512, **keep)),
+        Entry("llama-keep-bf16-accum2", L, _t(precision="bf16", gradient_accumulation_steps=2, **keep)),
+        Entry("llama-keep-fp32-selective-seq512", L, _t(precision="fp32", activation_checkpointing="selective",
+                                                        seq_len=512, **keep)),
+        Entry("llama-keep-bf16-mixed-b1-seq32", L, {"micro_batch_size": 1, "seq_len": 32, "precision": "bf16-mixed",
+                                                    **keep}),
+        Entry("gemma2-keep-amp-bf16-eager", GEMMA2, _t(precision="amp-bf16", attention="eager", **keep)),
+        Entry("mixtral-keep-bf16", MIXTRAL, _t(precision="bf16", **keep)),
+        Entry("gpt2-keep-fp32", GPT2, _t(precision="fp32", **keep)),
+        Entry("phi3-keep-amp-bf16", PHI3, _t(precision="amp-bf16", **keep)),
+    ]
+
+
+def _mask_entries() -> list[Entry]:
+    """Attention masks kept by checkpointing (eager) and sliding windows under SDPA at and past the window."""
+    L, W = LLAMA_GQA, MISTRAL_WINDOW
+    return [
+        Entry("llama-eager-full-fp32-seq512", L, _t(precision="fp32", attention="eager",
+                                                    activation_checkpointing="full", seq_len=512)),
+        Entry("llama-eager-full-every2-bf16-seq512", L, _t(precision="bf16", attention="eager",
+                                                           activation_checkpointing="full", checkpoint_every=2,
+                                                           seq_len=512)),
+        Entry("gemma2-eager-full-amp-bf16-seq256", GEMMA2, _t(precision="amp-bf16", attention="eager",
+                                                              activation_checkpointing="full", seq_len=256)),
+        Entry("mistral-window-sdpa-fp32-seq256", W, _t(precision="fp32", seq_len=256)),
+        Entry("mistral-window-sdpa-amp-bf16-seq256", W, _t(precision="amp-bf16", seq_len=256)),
+        Entry("mistral-window-sdpa-bf16-at-window", W, _t(precision="bf16", seq_len=64)),
+        Entry("mistral-window-sdpa-bf16-full-seq256", W, _t(precision="bf16", activation_checkpointing="full",
+                                                           seq_len=256)),
+        Entry("mistral-window-eager-bf16-seq256", W, _t(precision="bf16", attention="eager", seq_len=256)),
+        Entry("mistral-window-sdpa-bf16-selective-seq256", W, _t(precision="bf16",
+                                                                activation_checkpointing="selective", seq_len=256)),
+    ]
 
 
 # ---- 1B-70B presets: fake mode (and a GPU where they fit) -------------------------------------------
@@ -228,6 +347,54 @@ def _fake_entries() -> list[Entry]:
         Entry("llama-3.1-70b-lora-amp-bf16-full-b1-s2048-extrapolated", "llama-3.1-70b",
               {"micro_batch_size": 1, "seq_len": 2048, "precision": "amp-bf16", "activation_checkpointing": "full",
                "lora": {"rank": 16}}, devices=FAKE, extrapolate=True),
+        # 2026 families
+        Entry("qwen3-30b-a3b-bf16-full-b1-s4096-extrapolated", "qwen3-30b-a3b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "activation_checkpointing": "full"},
+              devices=FAKE, extrapolate=True),
+        Entry("qwen3-235b-a22b-bf16-full-b1-s2048-extrapolated", "qwen3-235b-a22b",
+              {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16", "activation_checkpointing": "full"},
+              devices=FAKE, extrapolate=True),
+        Entry("qwen3-14b-bf16-mixed-keep-b1-s4096-extrapolated", "qwen3-14b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16-mixed", "keep_outputs": True},
+              devices=FAKE, extrapolate=True),
+        Entry("qwen3-32b-bf16-full-b2-s4096-extrapolated", "qwen3-32b",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "activation_checkpointing": "full"},
+              devices=FAKE, extrapolate=True),
+        Entry("gemma-3-1b-amp-bf16-b2-s2048", "gemma-3-1b",
+              {"micro_batch_size": 2, "seq_len": 2048, "precision": "amp-bf16"}, devices=FAKE),
+        Entry("gemma-3-4b-bf16-sgd-b1-s4096-extrapolated", "gemma-3-4b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd"},
+              devices=FAKE, extrapolate=True),
+        Entry("gemma-3-27b-lora-attention-bf16-full-b1-s8192-extrapolated", "gemma-3-27b",
+              {"micro_batch_size": 1, "seq_len": 8192, "precision": "bf16", "activation_checkpointing": "full",
+               "lora": {"rank": 16, "targets": "attention"}}, devices=FAKE, extrapolate=True),
+        Entry("qwen3-30b-a3b-lora-attention-bf16-b2-s4096-extrapolated", "qwen3-30b-a3b",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "lora": {"rank": 16, "targets": "attention"}},
+              devices=FAKE, extrapolate=True),
+        Entry("deepseek-v3-bf16-sgd-full-b1-s4096-extrapolated", "deepseek-v3",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd",
+               "activation_checkpointing": "full"}, devices=FAKE, extrapolate=True),
+        Entry("deepseek-v3-inference-bf16-b1-s8192-extrapolated", "deepseek-v3",
+              {"micro_batch_size": 1, "seq_len": 8192, "precision": "bf16"}, mode="inference", devices=FAKE,
+              extrapolate=True),
+        Entry("deepseek-v2-lite-bf16-sgd-b2-s4096-extrapolated", "deepseek-v2-lite",
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd"},
+              devices=FAKE, extrapolate=True),
+        Entry("deepseek-v2-lite-bf16-mixed-full-keep-b4-s4096-extrapolated", "deepseek-v2-lite",
+              {"micro_batch_size": 4, "seq_len": 4096, "precision": "bf16-mixed", "activation_checkpointing": "full",
+               "keep_outputs": True}, devices=FAKE, extrapolate=True),
+        Entry("gpt-oss-20b-bf16-eager-sgd-b1-s4096-extrapolated", "gpt-oss-20b",
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "attention": "eager", "optimizer": "sgd"},
+              devices=FAKE, extrapolate=True),
+        Entry("gpt-oss-120b-bf16-eager-full-b1-s8192-extrapolated", "gpt-oss-120b",
+              {"micro_batch_size": 1, "seq_len": 8192, "precision": "bf16", "attention": "eager",
+               "activation_checkpointing": "full", "optimizer": "sgd"}, devices=FAKE, extrapolate=True),
+        Entry("glm-4.5-air-bf16-sgd-b1-s4096-extrapolated", GLM45_AIR,
+              {"micro_batch_size": 1, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd"},
+              devices=FAKE, extrapolate=True),
+        Entry("glm-4.5-air-bf16-full-keep-b2-s4096-extrapolated", GLM45_AIR,
+              {"micro_batch_size": 2, "seq_len": 4096, "precision": "bf16", "optimizer": "sgd",
+               "activation_checkpointing": "full", "keep_outputs": True}, devices=FAKE, extrapolate=True),
         Entry("mixtral-8x7b-inference-bf16-b1-s2048-extrapolated", "mixtral-8x7b",
               {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16"}, mode="inference", devices=FAKE,
               extrapolate=True),

@@ -4,6 +4,8 @@ A scenario becomes: a transformers CausalLM built from its config with random we
 `input_ids` batch, an optimizer, and `steps` optimizer steps of
 
     loss = model(input_ids=input_ids, labels=input_ids).loss   # the output object is dropped at once
+                                    # (keep_outputs: `outputs = model(...)`; `loss = outputs.loss`, and
+                                    # `outputs` is kept until the next forward rebinds it)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -280,6 +282,8 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
                                    "installed") from None
     if not fake and device.type != "cpu":
         model = model.to(device)
+    if t.cross_entropy == "liger-fused" and scenario.mode == Mode.train:
+        _liger_fused_loss(model, device, fake)
     if scenario.mode == Mode.inference:
         model.eval()
         if lora is not None:
@@ -293,6 +297,20 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     if lora is not None:
         model = _lora(model, scenario, plan, fake)
     return model
+
+
+def _liger_fused_loss(model: nn.Module, device: torch.device, fake: bool) -> None:
+    """Liger Kernel's fused linear cross-entropy only (its RMSNorm / SwiGLU / RoPE kernels left off, so
+    the rest of the model is the transformers one the calculator models). Triton: CUDA only."""
+    if fake or device.type != "cuda":
+        raise UnsupportedError("cross_entropy liger-fused runs Liger Kernel's Triton kernels: it needs CUDA "
+                               f"(not {'fake' if fake else device.type})")
+    try:
+        from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
+    except ImportError:
+        raise UnsupportedError("cross_entropy liger-fused needs liger-kernel (pip install liger-kernel)") from None
+    _apply_liger_kernel_to_instance(model=model, rope=False, rms_norm=False, swiglu=False, geglu=False,
+                                    cross_entropy=False, fused_linear_cross_entropy=True)
 
 
 def make_optimizer(params: list[torch.Tensor], scenario: Scenario, device_type: str,
@@ -358,6 +376,7 @@ class Workload:
     masters: list[torch.Tensor] | None = None  # fp32 copies (bf16-mixed / fp16-mixed)
     optimizer: torch.optim.Optimizer | None = None
     scaler: Any = None
+    outputs: Any = None  # keep_outputs: the last model output, as `outputs = model(**batch)` keeps it
 
     @property
     def training(self) -> bool:
@@ -404,7 +423,11 @@ def train_step(w: Workload, tracker: Any) -> None:
     loss = None
     for micro in range(accum):
         with tracker.phase("forward"), _autocast(w):
-            loss = w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+            if w.scenario.training.keep_outputs:  # rebound only when the next forward returns
+                w.outputs = w.model(input_ids=w.input_ids, labels=w.input_ids)
+                loss = w.outputs.loss
+            else:
+                loss = w.model(input_ids=w.input_ids, labels=w.input_ids).loss
         with tracker.phase("backward"):
             if w.scaler is not None:
                 w.scaler.scale(loss).backward()

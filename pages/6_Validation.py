@@ -69,6 +69,9 @@ with plots:
         st.plotly_chart(charts.validation_scatter(cases, mine, log=log_axes), key="val_scatter")
     if cases:
         st.plotly_chart(charts.error_histogram(cases), key="val_hist")
+with st.expander("Modelled from source, not measured yet"):
+    st.markdown("\n".join(f"- **{what}**: {where}" for what, where in compute.modelled_from_source()))
+
 if cases:
     st.subheader("Runs")
     f1, f2, f3 = st.columns(3)

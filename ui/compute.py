@@ -75,6 +75,13 @@ def validation_report():
     return _report(key) if key else None
 
 
+def modelled_from_source() -> tuple[tuple[str, str], ...]:
+    """(what, which source) for each behaviour the engine models without a committed measurement."""
+    from calc.validate import MODELLED_FROM_SOURCE
+
+    return MODELLED_FROM_SOURCE
+
+
 def check_records(text: str | bytes, where: str) -> list:
     """Parse one JSON record, a JSON list of records or JSON lines with measure.record (through
     calc.boundary: bounded, strict) and compare each with its prediction. ValueError names the line

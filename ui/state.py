@@ -68,6 +68,8 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "tp": ("training", "tensor_parallel"),
     "pp": ("training", "pipeline_parallel"),
     "sp": ("training", "sequence_parallel"),
+    "keep": ("training", "keep_outputs"),
+    "ce": ("training", "cross_entropy"),
     "lora_r": ("training", "lora", "rank"),
     "lora_a": ("training", "lora", "alpha"),
     "lora_t": ("training", "lora", "targets"),

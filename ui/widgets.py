@@ -75,6 +75,9 @@ ZERO_LABELS = {
     2: "2 (+ gradients)", 3: "3 (+ weights)",
 }
 MODE_LABELS = {Mode.train: "train", Mode.inference: "inference"}
+CROSS_ENTROPY_LABELS = {"standard": "standard (full logits)",
+                        "liger-fused": "Liger fused linear cross-entropy (modelled from source)"}
+KEEP_OUTPUTS_LABEL = "my loop keeps the model outputs (outputs = model(...))"
 LORA_TARGET_LABELS = {"all-linear": "all linear layers", "attention": "attention projections only"}
 LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": "nf4 4-bit (QLoRA)"}
 MODEL_SOURCE_LABELS = {"preset": "Preset", "config": "Hugging Face config.json"}
@@ -174,6 +177,8 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_tp": t.tensor_parallel,
         "sc_pp": t.pipeline_parallel,
         "sc_sp": t.sequence_parallel,
+        "sc_keep": t.keep_outputs,
+        "sc_ce": t.cross_entropy,
         "sc_lora": lora is not None,
         "sc_lora_rank": lora.rank if lora else 16,
         "sc_lora_targets": lora.targets if lora else "all-linear",
@@ -304,6 +309,12 @@ def scenario_sidebar() -> Scenario | None:
         if training:
             tr["gradient_accumulation_steps"] = int(st.number_input("Gradient accumulation steps", 1, 65536,
                                                                     step=1, key="sc_ga"))
+            tr["keep_outputs"] = bool(st.checkbox(
+                KEEP_OUTPUTS_LABEL, key="sc_keep",
+                help="Off: HF Trainer's `loss = model(...).loss` frees the logits before backward. On: "
+                     "`outputs = model(**batch); loss = outputs.loss` (accelerate and most hand-written "
+                     "loops) keeps the logits and the KV cache alive through backward, the optimizer step "
+                     "and the next forward."))
         slots["batch"] = st.empty()
 
     with sb.expander("Precision and optimizer", expanded=True, icon=":material/tune:"):
@@ -320,6 +331,11 @@ def scenario_sidebar() -> Scenario | None:
             if tr["activation_checkpointing"] == Checkpointing.full.value:
                 tr["checkpoint_every"] = int(st.number_input("Checkpoint 1 of every k layers", 1, 1024, step=1,
                                                              key="sc_every"))
+            tr["cross_entropy"] = _select(
+                "Loss kernel", CROSS_ENTROPY_LABELS, "sc_ce",
+                help="Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
+                     "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
+                     "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU.")
         tr["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, "sc_zero")
         if tr["zero_stage"] in (2, 3):
             tr["sharding"] = _select("Sharded by", SHARDING_LABELS, "sc_sharding",

@@ -79,6 +79,10 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
         kw["optim_args"] = optim_args
     if kw["activation_checkpointing"]:
         kw["activation_checkpointing_kwargs"] = {"use_reentrant": False}
+    if t.cross_entropy == "liger-fused":  # only the fused loss, as the calculator models it
+        kw["use_liger_kernel"] = True
+        kw["liger_kernel_config"] = {"fused_linear_cross_entropy": True, "cross_entropy": False, "rope": False,
+                                     "rms_norm": False, "swiglu": False}
     if uses_deepspeed(sc):
         kw["deepspeed"] = deepspeed_config_path
     return kw

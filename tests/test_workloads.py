@@ -1,0 +1,102 @@
+"""The loop around the model, masks under checkpointing, the fused loss and the layer kinds of the
+2026 families: engine-only checks (the committed measurements in data/ check the bytes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from calc.engine import _ctx, estimate, layer_ctxs
+from calc.layers import liger_chunk_tokens, sdpa_needs_mask
+from calc.presets import model_presets
+from calc.scenario import Scenario
+
+SMALL = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 128, "intermediate_size": 344,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+def _sc(model=None, **training) -> Scenario:
+    return Scenario.model_validate({"model": model or SMALL, "training": {"micro_batch_size": 1, "seq_len": 1024,
+                                                                          **training}})
+
+
+def _step_bytes(est) -> int:
+    return est.timeline.total(len(est.timeline.events) - 1)  # the optimizer step row
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
+def test_kept_outputs_hold_the_logits_through_the_step(precision):
+    """With full checkpointing there is no cache: the kept output is exactly the compute-dtype logits."""
+    base = _sc(precision=precision, activation_checkpointing="full")
+    keep = _sc(precision=precision, activation_checkpointing="full", keep_outputs=True)
+    logits = (4 if precision == "fp32" else 2) * 1024 * 32000
+    assert _step_bytes(estimate(keep, "cpu")) - _step_bytes(estimate(base, "cpu")) == logits
+    assert estimate(keep).peak_allocated_bytes > estimate(base).peak_allocated_bytes
+
+
+def test_kept_outputs_also_hold_the_kv_cache_without_checkpointing():
+    base, keep = _sc(precision="bf16"), _sc(precision="bf16", keep_outputs=True)
+    cache = 2 * 2 * 1024 * 64 * 2  # layers x (k + v) x tokens x kv width x bf16
+    assert _step_bytes(estimate(keep, "cpu")) - _step_bytes(estimate(base, "cpu")) == 2 * 1024 * 32000 + cache
+
+
+def test_checkpointing_keeps_the_eager_mask_and_position_ids_into_backward():
+    plain = estimate(_sc(precision="fp32", attention="eager", seq_len=512), "cpu")
+    ckpt = estimate(_sc(precision="fp32", attention="eager", seq_len=512, activation_checkpointing="full"), "cpu")
+    i = ckpt.timeline.events.index("loss backward")
+    j = plain.timeline.events.index("loss backward")
+    mask, pos = 512 * 512 * 4, 512 * 8
+    assert ckpt.timeline.other[i] - plain.timeline.other[j] == mask + pos
+
+
+@pytest.mark.parametrize(("seq", "needs"), [(63, False), (64, True), (65, True)])
+def test_sliding_window_mask_from_the_window_length_on(seq, needs):
+    model = {**SMALL, "model_type": "mistral", "sliding_window": 64}
+    assert sdpa_needs_mask(_ctx(_sc(model, seq_len=seq), "cpu")) is needs
+
+
+def test_liger_chunk_follows_the_kernel_heuristic():
+    # BT = 4096 * 4, V = 32000, H = 4096 -> inc_factor 8, chunk 2048 (the kernel's own comment)
+    assert liger_chunk_tokens(4 * 4096, 4096, 32000) == 2048
+    assert liger_chunk_tokens(7, 4096, 128256) == 1
+
+
+def test_liger_fused_loss_removes_the_vocabulary_sized_peak():
+    std = estimate(_sc(model="llama-3.1-8b", precision="bf16", seq_len=8192, activation_checkpointing="full"))
+    fused = estimate(_sc(model="llama-3.1-8b", precision="bf16", seq_len=8192, activation_checkpointing="full",
+                         cross_entropy="liger-fused"))
+    def at_loss(est) -> int:
+        tl = est.timeline
+        return tl.total(tl.events.index("loss backward"))
+
+    # no fp32 logits, log-probs or their gradients; the lm_head gradient now exists from the forward on
+    assert at_loss(fused) < at_loss(std) - 2 * 8192 * 128256 * 4
+
+
+def test_layer_kinds_of_gemma3_and_deepseek():
+    g3 = _ctx(_sc(model="gemma-3-1b", seq_len=1024), "cpu")
+    kinds = [c.sliding for c in layer_ctxs(g3, 12)]
+    assert kinds == [True] * 5 + [False] + [True] * 5 + [False]
+    ds = _ctx(_sc(model="deepseek-v3", seq_len=256), "cpu")
+    assert [c.dense_mlp for c in layer_ctxs(ds, 5)] == [True, True, True, False, False]
+
+
+def test_new_family_presets_count_their_published_totals():
+    presets = model_presets()
+    for pid in ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gemma-3-27b"):
+        p = presets[pid]
+        assert abs(p.spec.total_params() - p.published_params) <= 0.005 * p.published_params
+
+
+def test_lora_on_latent_attention_is_refused_clearly():
+    with pytest.raises(ValueError, match="latent attention"):
+        _sc(model="deepseek-v3", lora={"rank": 8})
+
+
+def test_trainer_export_switches_on_only_the_fused_loss():
+    from calc.export.hf import trainer_arguments
+
+    kw = trainer_arguments(_sc(model="llama-3.2-1b", cross_entropy="liger-fused"))
+    assert kw["use_liger_kernel"] is True
+    assert kw["liger_kernel_config"]["fused_linear_cross_entropy"] is True
+    assert not any(v for k, v in kw["liger_kernel_config"].items() if k != "fused_linear_cross_entropy")
+    assert "use_liger_kernel" not in trainer_arguments(_sc(model="llama-3.2-1b"))
