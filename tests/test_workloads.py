@@ -100,3 +100,18 @@ def test_trainer_export_switches_on_only_the_fused_loss():
     assert kw["liger_kernel_config"]["fused_linear_cross_entropy"] is True
     assert not any(v for k, v in kw["liger_kernel_config"].items() if k != "fused_linear_cross_entropy")
     assert "use_liger_kernel" not in trainer_arguments(_sc(model="llama-3.2-1b"))
+
+
+@pytest.mark.parametrize(("config", "msg"), [
+    ({"model_type": "deepseek_v3", "kv_lora_rank": "512"}, "kv_lora_rank must be an integer"),
+    ({"model_type": "deepseek_v2", "num_experts_per_tok": 6, "topk_method": "group_limited_greedy"},
+     "group_limited_greedy"),
+    ({"model_type": "gemma3_text", "layer_types": ["sliding_attention", "local"]}, "layer_types"),
+    ({"model_type": "glm4_moe", "n_shared_experts": -1}, "n_shared_experts must be >= 0"),
+    ({"model_type": "qwen3_moe", "mlp_only_layers": [0]}, "every layer must be a MoE layer"),
+])
+def test_new_family_configs_are_read_strictly(config, msg):
+    from calc.architectures import spec_from_hf_config
+
+    with pytest.raises(ValueError, match=msg):
+        spec_from_hf_config(config)
