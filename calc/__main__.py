@@ -1,4 +1,4 @@
-"""Command line: python -m calc {estimate,presets,fit,recommend,export-deepspeed,validate,calibrate} ...
+"""Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,validate,calibrate} ...
 
 Bad input gives a one-line error on stderr and exit code 2, never a traceback.
 """
@@ -165,6 +165,12 @@ def _percent(text: str) -> float:
     return x
 
 
+def _export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--learning-rate", type=float, help="peak learning rate (default 5e-5)")
+    p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default 0)")
+    p.add_argument("--total-steps", type=int, help="linear decay to 0 at this step (at least the warm-up)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m calc", description="GPU memory calculator (vramcalc)")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -189,9 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_count, default=10, help="how many configurations to list (1-1000)")
     p.add_argument("--format", choices=["json", "table"], default="table")
     p.set_defaults(func=_lazy("calc.recommend"))
+    p = sub.add_parser("export", help="ds_config.json, train.py, accelerate.yaml and launch.sh in a folder")
+    p.add_argument("scenario")
+    p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")
+    _export_options(p)
+    p.set_defaults(func=_lazy("calc.export.bundle"))
     p = sub.add_parser("export-deepspeed", help="DeepSpeed config for a scenario")
     p.add_argument("scenario")
     p.add_argument("-o", "--output")
+    _export_options(p)
     p.set_defaults(func=_lazy("calc.export.deepspeed"))
     p = sub.add_parser("validate", help="predicted vs measured peaks for a data set")
     p.add_argument("data", nargs="*", help="JSON-lines measurement files (default: data/*.jsonl)")

@@ -66,6 +66,7 @@ class States:
     gathered_layer: int = 0  # FSDP2: one decoder layer's unsharded weights while it runs
     reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
+    load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
 
 
 def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
@@ -104,8 +105,9 @@ def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool)
     return n
 
 
-def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
-    """Weights, gradients, optimizer states and their sharding for one GPU."""
+def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Target = "cuda") -> States:
+    """Weights, gradients, optimizer states and their sharding for one GPU; `target` decides how
+    DeepSpeed's pinned host buffers are sized (calc.parallel.pinned_bytes)."""
     spec, t = sc.spec, sc.training
     p = t.precision
     dp = sc.data_parallel
@@ -142,15 +144,23 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
     zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
                                                  params_offloaded=t.offload_params != Offload.none)
     cpu = nvme = 0
-    off_opt = states + master + grad32
     if t.offload_optimizer != Offload.none:
-        # ZeRO-Offload: the partitioned gradients are accumulated in pinned host memory (fp32),
-        # only the reduce buckets stay on the GPU (stage_1_and_2.py / stage3.py, cpu_offload)
+        # ZeRO-Offload (stage_1_and_2.py / stage3.py, cpu_offload): the optimizer states and a partition
+        # of master weights in the master dtype (fp32, or bf16 for pure bf16; a clone even when the model
+        # is fp32) live in host memory, the master in pinned memory, beside a pinned fp32 gradient
+        # partition; only the reduce buckets stay on the GPU
+        part = round(trainable * shard.optimizer)
+        master_bytes = part * (2 if p == Precision.bf16 else 4)
         if t.offload_optimizer == Offload.cpu:
-            cpu += off_opt
+            cpu += states + parallel.pinned_bytes(master_bytes, target)
         else:
-            nvme += off_opt
-        cpu += round(trainable * 4 * shard.optimizer) if not grad32 else 0
+            nvme += states + master_bytes
+        cpu += parallel.pinned_bytes(part * 4, target)
+        if t.zero_stage in (1, 2):
+            largest = max((prod(s) for s, _ in shapes), default=0)
+            dev_buf, host_buf = parallel.zero12_offload_buffers(part, largest, grad_b, target)
+            zero_buf += dev_buf
+            cpu += host_buf
         states, master, temp, grad32, grads = 0, 0, 0, 0, 0
     if t.offload_params != Offload.none:
         if t.offload_params == Offload.cpu:
@@ -160,7 +170,10 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool) -> States:
         weights = 0
     comps.append(Component(key="weights", category="parameters", label="Model weights", bytes=weights,
                            formula=w_formula, source="parameter count x bytes per weight (calc.precision)"))
-    return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps)
+    largest_all = max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0)
+    load = parallel.model_load_host_bytes(n_local, largest_all, precision.weight_bytes_per_param(p), t.zero_stage)
+    return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps,
+                  load_host=load)
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
@@ -541,7 +554,7 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Timeline, States] | None = None
     for first, last in stages:
-        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last)
+        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target)
         tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
               else _inference_timeline(sc, _inference_states(st), ctx, layers, ws)).build()
         peak = tl.total(tl.peak_index)
@@ -612,7 +625,9 @@ def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, train
         breakdown=bd, components=peak_components(sc, st, tl, ws), timeline=tl, device_total_bytes=dt,
         gpu_memory_bytes=mem, fits=None if mem is None else dt.expected <= mem,
         headroom_bytes=None if mem is None else mem - dt.expected,
-        cpu_ram_bytes=st.offloaded_cpu * per_node, nvme_bytes=st.offloaded_nvme * per_node,
+        # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
+        cpu_ram_bytes=max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0,
+        nvme_bytes=st.offloaded_nvme * per_node,
     )
 
 

@@ -48,12 +48,45 @@ def zero_model_state_bytes(params: int, stage: int, dp: int, k_bytes: int = 12,
 
 
 def reduce_bucket_bytes(grad_bytes: int, stage: int) -> int:
-    """ZeRO-1/2 reduce gradients through an IPG bucket of reduce_bucket_size elements in the
-    gradient dtype, two of them when overlap_comm is on, allocated by DeepSpeed whatever the
-    data-parallel size (deepspeed/runtime/zero/stage_1_and_2.py, ipg_buffer)."""
-    if stage not in (1, 2):
-        return 0
-    return REDUCE_BUCKET_ELEMENTS * grad_bytes * (2 if OVERLAP_COMM else 1)
+    """DeepSpeed's IPG (reduce) buckets of reduce_bucket_size elements in the gradient dtype, allocated
+    whatever the data-parallel size (modelled from DeepSpeed 0.19's source, not yet measured):
+    ZeRO-1/2 hold two when overlap_comm is on (stage_1_and_2.py, setup_buckets); ZeRO-3 with
+    contiguous_gradients, which the export writes, holds one per gradient dtype from initialisation on
+    (stage3.py, _setup_for_real_optimizer)."""
+    if stage in (1, 2):
+        return REDUCE_BUCKET_ELEMENTS * grad_bytes * (2 if OVERLAP_COMM else 1)
+    if stage == 3:
+        return REDUCE_BUCKET_ELEMENTS * grad_bytes
+    return 0
+
+
+def pinned_bytes(nbytes: int, target: str) -> int:
+    """Host memory that one pinned buffer takes. On CUDA, tensor.pin_memory() copies into PyTorch's
+    caching host allocator, which rounds each block up to a power of two; DeepSpeed's CPU accelerator
+    pins nothing (accelerator/cpu_accelerator.py, pin_memory returns the tensor). Modelled from source."""
+    if target != "cuda" or nbytes <= 0:
+        return max(nbytes, 0)
+    return 1 << (nbytes - 1).bit_length()
+
+
+def zero12_offload_buffers(partition: int, largest_param: int, weight_bytes: int, target: str) -> tuple[int, int]:
+    """(device bytes, pinned host bytes) that ZeRO-1/2 CPU offload adds besides the offloaded fp32 master
+    weights, gradients and states: a 16-bit copy of this rank's partition for the updated weights
+    (param_buffer_of_bit16_for_cpu_offload, pinned) and a gradient staging buffer of the largest
+    parameter's size on each side (temp_grad_buffer_for_cpu_offload, pinned; ..._for_gpu_offload on the
+    device), both in the weights' dtype (stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__). Modelled
+    from source, not yet measured."""
+    device = largest_param * weight_bytes
+    host = pinned_bytes(partition * weight_bytes, target) + pinned_bytes(largest_param * weight_bytes, target)
+    return device, host
+
+
+def model_load_host_bytes(params_local: int, largest_param: int, weight_bytes: int, stage: int) -> int:
+    """Host RAM one process needs while the model is built or loaded: the whole model in its load dtype
+    below ZeRO-3 (from_pretrained / from_config materialise it on the CPU before DeepSpeed moves it), only
+    the tensor being created at ZeRO-3, where zero.Init partitions each parameter as it is made
+    (the exported train.py builds TrainingArguments first for that). Modelled from source."""
+    return (largest_param if stage == 3 else params_local) * weight_bytes
 
 
 def stage3_live_param_bytes(layer_params: int, edge_params: int, weight_bytes: int, stage: int, dp: int,

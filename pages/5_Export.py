@@ -11,6 +11,7 @@ from calc.export import (
     ExportOptions,
     accelerate_config,
     export_deepspeed,
+    launch_script,
     scenario_from_ds_config,
     trainer_snippet,
 )
@@ -88,6 +89,8 @@ if ds is not None:
         st.caption(f"Note: {note}")
 
     st.subheader("Launch")
+    st.download_button("Download launch.sh", launch_script(target), file_name="launch.sh", mime="text/x-shellscript",
+                       key="exp_download_sh", on_click="ignore")
     st.code(compute.launch_lines(target), language="bash")
 
     st.subheader("Hugging Face Trainer (train.py)")

@@ -22,7 +22,10 @@ from calc.export import (
     ExportOptions,
     accelerate_config,
     deepspeed_config,
+    export_bundle,
     export_deepspeed,
+    launch_lines,
+    launch_script,
     scenario_from_ds_config,
     trainer_arguments,
     trainer_snippet,
@@ -143,23 +146,52 @@ def test_deepspeed_parses_every_export(ds_parser, monkeypatch, name, training):
         assert c.optimizer_name is None
     else:
         assert c.optimizer_name in ("adamw", "adam", "SGD", "Adafactor")
-    assert c.scheduler_name == "WarmupLR"
+    assert c.scheduler_name is None  # constant learning rate: no scheduler block (the Trainer's "constant")
+    assert "train_batch_size" not in cfg  # derived by DeepSpeed for any world size
 
 
 def test_deepspeed_parser_catches_a_wrong_batch(ds_parser, monkeypatch):
     sc = scen(zero_stage=2, precision="bf16-mixed")
     cfg = deepspeed_config(sc)
-    cfg["train_batch_size"] += 1
+    cfg["train_batch_size"] = sc.training.micro_batch_size * sc.training.gradient_accumulation_steps * sc.data_parallel + 1
     with pytest.raises(AssertionError, match="train_batch_size"):
         parse(ds_parser, cfg, sc.data_parallel, monkeypatch)
 
 
-def test_warmup_decay_scheduler(ds_parser, monkeypatch):
+@pytest.mark.parametrize(("warmup", "total", "kind"), [(0, None, "constant"), (10, None, "constant_with_warmup"),
+                                                   (0, 500, "linear"), (50, 1000, "linear")])
+def test_the_trainer_owns_the_schedule(warmup, total, kind):
+    """DeepSpeed's WarmupLR lags the Trainer's schedule by a step and cannot warm up for 0 or 1 steps, so
+    the ds_config has no scheduler block and the Trainer's arguments carry the schedule."""
+    o = ExportOptions(total_num_steps=total, warmup_steps=warmup, learning_rate=1e-4)
     sc = scen(zero_stage=1, precision="bf16-mixed")
-    cfg = deepspeed_config(sc, ExportOptions(total_num_steps=1000, warmup_steps=50, learning_rate=1e-4))
-    c = parse(ds_parser, cfg, sc.data_parallel, monkeypatch)
-    assert c.scheduler_name == "WarmupDecayLR" and c.scheduler_params["total_num_steps"] == 1000
-    assert c.optimizer_params["lr"] == 1e-4
+    cfg, kw = deepspeed_config(sc, o), trainer_arguments(sc, o)
+    assert "scheduler" not in cfg and cfg["optimizer"]["params"]["lr"] == 1e-4
+    assert (kw["lr_scheduler_type"], kw["warmup_steps"], kw.get("max_steps")) == (kind, warmup, total)
+
+
+def test_options_refuse_a_decay_shorter_than_the_warmup():
+    with pytest.raises(ValueError, match="shorter than warmup_steps"):
+        ExportOptions(total_num_steps=10, warmup_steps=20)
+
+
+def test_export_says_which_optimizer_and_schedule_run():
+    notes = export_deepspeed(scen(zero_stage=3, precision="bf16-mixed", offload_optimizer="cpu")).notes
+    assert notes[0] == "optimizer: DeepSpeedCPUAdam (AdamW) on the host, fp32 states"
+    assert notes[1].startswith("learning-rate schedule: constant 5e-05, applied by the Trainer")
+    fused = scen(zero_stage=2, precision="bf16-mixed", optimizer_impl="fused")
+    assert export_deepspeed(fused).notes[0] == "optimizer: DeepSpeed FusedAdam (AdamW) on the accelerator, no temporaries"
+    assert "torch_adam" not in deepspeed_config(fused)["optimizer"]["params"]
+    foreach = scen(zero_stage=2, precision="bf16-mixed")  # the scenario's default: torch's foreach AdamW
+    assert export_deepspeed(foreach).notes[0].startswith("optimizer: torch.optim.AdamW (torch_adam, foreach=True)")
+    assert deepspeed_config(foreach)["optimizer"]["params"] | {"torch_adam": True, "foreach": True} == \
+        deepspeed_config(foreach)["optimizer"]["params"]
+    loop = deepspeed_config(scen(zero_stage=1, precision="bf16-mixed", optimizer_impl="for-loop"))
+    assert loop["optimizer"]["params"]["foreach"] is False
+    assert export_deepspeed(scen(zero_stage=2, precision="bf16-mixed", optimizer="sgd")).notes[0] == \
+        "optimizer: torch.optim SGD"
+    warm = export_deepspeed(scen(zero_stage=1, precision="bf16-mixed"), ExportOptions(warmup_steps=10)).notes[1]
+    assert "linear warm-up from 0 to 5e-05 over 10 steps, then constant" in warm
 
 
 # ---- constants, errors, golden files -------------------------------------------------------------
@@ -224,7 +256,7 @@ def test_golden_files(name):
 
 ROUND_TRIP_FIELDS = ("precision", "zero_stage", "offload_optimizer", "offload_params", "micro_batch_size",
                      "gradient_accumulation_steps", "activation_checkpointing", "checkpoint_every", "tensor_parallel",
-                     "pipeline_parallel", "optimizer")
+                     "pipeline_parallel", "optimizer", "optimizer_impl")
 
 
 @pytest.mark.parametrize(("name", "training"), CASES, ids=[c[0] for c in CASES])
@@ -322,13 +354,39 @@ def test_trainer_arguments_are_accepted_by_transformers(tmp_path, name, training
     assert args.per_device_train_batch_size == sc.training.micro_batch_size
     assert args.gradient_accumulation_steps == sc.training.gradient_accumulation_steps
     snippet = trainer_snippet(sc)
-    tree = ast.parse(snippet)
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "TrainingArguments")
-    assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == trainer_arguments(sc)
+    constants = script_constants(snippet)
+    assert constants["TRAINING_ARGUMENTS"] == trainer_arguments(sc)
+    assert constants["MODEL_ID"] == "meta-llama/Llama-3.2-1B" and constants["MODEL_CONFIG"] is None
     if sc.training.lora is not None:
-        assert "get_peft_model" in snippet
+        assert constants["LORA"]["r"] == sc.training.lora.rank and "get_peft_model" in snippet
     if name == "qlora":
-        assert "bnb_4bit_quant_type='nf4'" in snippet
+        assert constants["QUANTIZATION"]["bnb_4bit_quant_type"] == "nf4"
+
+
+def script_constants(snippet: str) -> dict:
+    """The module-level literals of a generated train.py (it must parse as Python)."""
+    tree = ast.parse(snippet)
+    return {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id.isupper()
+            and n.targets[0].id != "DTYPE"}
+
+
+def test_train_script_embeds_a_config_dict_as_python():
+    """json.dumps inside Python source gave NameError: name 'false' is not defined; the script's
+    literals are Python's (True/False/None), and the config comes back equal."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "tie_word_embeddings": False,
+           "rope_scaling": None, "attention_bias": True, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}
+    sc = Scenario(model=cfg, hardware={"gpu": "a100-80gb", "num_gpus": 2},
+                  training={"zero_stage": 3, "precision": "bf16-mixed"})
+    snippet = trainer_snippet(sc)
+    constants = script_constants(snippet)
+    assert constants["MODEL_ID"] is None
+    assert constants["MODEL_CONFIG"] == {k: v for k, v in cfg.items() if k != "torch_dtype"}
+    assert "false" not in snippet and "null" not in snippet
+    # TrainingArguments before the model, so ZeRO-3's zero.Init partitions it as it is built
+    main = snippet[snippet.index("def main():"):]
+    assert main.index("parse_args_into_dataclasses") < main.index("build_model(")
 
 
 def test_hf_arguments_match_the_ds_config():
@@ -359,9 +417,12 @@ def test_accelerate_config_loads(tmp_path, cluster, training, dist, machines):
     c = ClusterConfig.from_yaml_file(str(path))
     assert str(c.distributed_type).endswith(dist)
     assert c.num_processes == sc.resolved_hardware().num_gpus and c.num_machines == machines
-    assert c.mixed_precision == ("fp16" if "fp16" in training["precision"] else "bf16")
-    if dist == "DEEPSPEED":
+    if dist == "DEEPSPEED":  # the precision is the ds_config's: accelerate refuses mixed_precision beside it
+        assert "mixed_precision" not in path.read_text() and c.mixed_precision is None
         assert c.deepspeed_config["zero3_init_flag"] == (training["zero_stage"] == 3)
+        assert c.deepspeed_config["deepspeed_config_file"] == "ds_config.json"
+    else:
+        assert c.mixed_precision == ("fp16" if "fp16" in training["precision"] else "bf16")
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
@@ -395,6 +456,40 @@ def test_cli_export_bad_input_exits_2(tmp_path, content, msg):
     r = run_cli("export-deepspeed", str(f))
     assert r.returncode == 2 and msg in r.stderr
     assert r.stderr.count("\n") == 1 and r.stdout == ""
+
+
+def test_cli_export_writes_the_whole_bundle(tmp_path):
+    sc = scen(zero_stage=3, precision="bf16-mixed", offload_optimizer="cpu")
+    f = tmp_path / "s.json"
+    f.write_text(sc.model_dump_json())
+    out = tmp_path / "bundle"
+    r = run_cli("export", str(f), "-o", str(out), "--warmup-steps", "10")
+    assert r.returncode == 0, r.stderr
+    files, notes = export_bundle(sc, ExportOptions(warmup_steps=10))
+    assert sorted(p.name for p in out.iterdir()) == sorted(files) == ["accelerate.yaml", "ds_config.json",
+                                                                      "launch.sh", "train.py"]
+    for name, text in files.items():
+        assert (out / name).read_text() == text
+    assert r.stdout.split() == [str(out / name) for name in files]
+    assert [line.removeprefix("note: ") for line in r.stderr.splitlines()] == notes
+    assert script_constants(files["train.py"])["TRAINING_ARGUMENTS"]["warmup_steps"] == 10
+    assert os.access(out / "launch.sh", os.X_OK)
+    assert subprocess.run(["bash", "-n", str(out / "launch.sh")]).returncode == 0
+    assert 'accelerate launch --config_file accelerate.yaml train.py "$@"' in files["launch.sh"]
+    assert "deepspeed --num_gpus 8 train.py" in files["launch.sh"]
+    r = run_cli("export", str(f), "-o", str(out), "--warmup-steps", "10", "--total-steps", "5")
+    assert r.returncode == 2 and "shorter than warmup_steps" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_launch_lines_for_several_nodes():
+    sc = Scenario(model=MODEL, hardware={"cluster": "64x-h100-sxm"}, training={"zero_stage": 3, "precision": "bf16-mixed"})
+    lines = launch_lines(sc)
+    assert 'accelerate launch --config_file accelerate.yaml --machine_rank "$NODE_RANK" train.py' in lines
+    assert "deepspeed --hostfile hostfile --num_nodes 8 --num_gpus 8 train.py" in lines
+    script = launch_script(sc)
+    assert "NODE_RANK:?" in script and subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    plain = launch_lines(Scenario(model=MODEL, hardware={"cluster": "4x-rtx-4090"}, training={"precision": "amp-bf16"}))
+    assert "torchrun --nnodes 1 --nproc_per_node 4 train.py" in plain
 
 
 def test_cli_export_unwritable_output_exits_2(tmp_path):

@@ -143,32 +143,7 @@ def recommendations(scenario_json: str, allow_method_change: bool, global_batch_
 # ---- Export ----------------------------------------------------------------------------------
 
 def launch_lines(sc: Scenario) -> str:
-    """Shell commands that start the exported run on the scenario's nodes (the file names are those of
-    the Export page's downloads). calc.export has no launch-line function yet; the node shape is
-    calc.speed's (the one the accelerate config is written for)."""
-    from calc.export.hf import uses_deepspeed
-    from calc.speed import hardware_of
+    """Shell commands that start the exported run (calc.export.launch_lines: the lines of launch.sh)."""
+    from calc.export import launch_lines as export_launch_lines
 
-    try:
-        node = hardware_of(sc)  # the node shape calc.speed and calc.export use
-        per_node, nodes = node.gpus_per_node, node.num_gpus // node.gpus_per_node
-    except ValueError:  # a custom GPU (memory size only): one process per GPU on one node
-        per_node, nodes = sc.resolved_hardware().num_gpus, 1
-    lines = ["# Hugging Face Trainer via accelerate (train.py and accelerate.yaml from this page)"]
-    if nodes > 1:
-        lines.append(f"# on each of the {nodes} nodes, with --machine_rank 0..{nodes - 1}:")
-    lines.append("accelerate launch --config_file accelerate.yaml" + (" --machine_rank $NODE_RANK" if nodes > 1 else "")
-                 + " train.py")
-    if uses_deepspeed(sc):
-        lines.append("")
-        lines.append("# or DeepSpeed's own launcher (a script that calls deepspeed.initialize(config=...))")
-        if nodes > 1:
-            lines.append(f"deepspeed --hostfile hostfile --num_nodes {nodes} --num_gpus {per_node} train.py "
-                         "--deepspeed ds_config.json")
-        else:
-            lines.append(f"deepspeed --num_gpus {per_node} train.py --deepspeed ds_config.json")
-    else:
-        lines.append("")
-        lines.append("# or torchrun (plain DDP)")
-        lines.append(f"torchrun --nnodes {nodes} --nproc_per_node {per_node} train.py")
-    return "\n".join(lines)
+    return export_launch_lines(sc)

@@ -20,7 +20,7 @@ import json
 import sys
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from calc.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
@@ -29,7 +29,7 @@ from calc.parallel import (
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
 )
-from calc.scenario import Checkpointing, Mode, Offload, Optimizer, Precision, Scenario
+from calc.scenario import Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions
 
 # DeepSpeed's fp16 dynamic loss-scaling defaults (runtime/precision_config.py, DeepSpeedFP16Config).
@@ -54,10 +54,16 @@ class ExportOptions(BaseModel):
     eps: float = Field(1e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     momentum: float = Field(0.9, ge=0, description="for sgd-momentum")
-    warmup_steps: int = Field(0, ge=0)
-    total_num_steps: int | None = Field(None, ge=1, description="given: WarmupDecayLR (linear decay); else WarmupLR")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up from 0 (the Trainer's schedule)")
+    total_num_steps: int | None = Field(None, ge=1, description="given: linear decay to 0 at this step (max_steps)")
     gradient_clipping: float = Field(1.0, ge=0)
     nvme_path: str = Field(DEFAULT_NVME_PATH, description="local NVMe mount for ZeRO-Infinity offload")
+
+    @model_validator(mode="after")
+    def _decay_after_warmup(self) -> ExportOptions:
+        if self.total_num_steps is not None and self.total_num_steps < self.warmup_steps:
+            raise ValueError(f"total_num_steps {self.total_num_steps} is shorter than warmup_steps {self.warmup_steps}")
+        return self
 
 
 class DeepSpeedExport(BaseModel):
@@ -89,8 +95,10 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     if t.pipeline_parallel > 1 and t.zero_stage > 1:
         raise ValueError("training.zero_stage: DeepSpeed's pipeline engine supports ZeRO-1 at most")
     dp = sc.data_parallel
+    # No train_batch_size: DeepSpeed derives it as micro x accumulation x data-parallel ranks, so the
+    # config runs at any world size, and zero.Init (which parses it before deepspeed.comm is up when
+    # accelerate initialised torch.distributed itself, partition_parameters.py) sees no mismatch.
     cfg: dict[str, Any] = {
-        "train_batch_size": t.micro_batch_size * t.gradient_accumulation_steps * dp,
         "train_micro_batch_size_per_gpu": t.micro_batch_size,
         "gradient_accumulation_steps": t.gradient_accumulation_steps,
         "gradient_clipping": o.gradient_clipping,
@@ -109,7 +117,7 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
         elif t.checkpoint_every > 1:
             notes.append(f"checkpointing 1 in {t.checkpoint_every} layers needs a custom wrapper (HF checkpoints "
                          f"every layer); number_checkpoints = {cfg['activation_checkpointing']['number_checkpoints']}")
-    opt = _optimizer_block(t.optimizer, o)
+    opt = _optimizer_block(sc, o)
     if opt is None:
         notes.append("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
                      "deepspeed.initialize(optimizer=...)")
@@ -122,7 +130,11 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
         if opt["type"] not in ("AdamW", "Adam") and t.offload_optimizer != Offload.none:
             cfg["zero_force_ds_cpu_optimizer"] = False
             notes.append(f"{opt['type']} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)")
-    cfg["scheduler"] = _scheduler_block(o)
+    notes.insert(0, f"optimizer: {ds_optimizer_name(sc)}")
+    notes.insert(1, f"learning-rate schedule: {schedule_description(o)}")
+    notes.insert(2, f"global batch: {t.micro_batch_size} x {t.gradient_accumulation_steps} accumulation x {dp} "
+                    f"data-parallel ranks = {t.micro_batch_size * t.gradient_accumulation_steps * dp} sequences "
+                    "(train_batch_size is left to DeepSpeed)")
     if t.tensor_parallel > 1:
         cfg["tensor_parallel"] = {"autotp_size": t.tensor_parallel}
         notes.append(f"tensor_parallel.autotp_size = {t.tensor_parallel}: DeepSpeed AutoTP training; "
@@ -204,7 +216,13 @@ def _checkpointing_block(sc: Scenario) -> dict[str, Any]:
             "profile": False}
 
 
-def _optimizer_block(opt: Optimizer, o: ExportOptions) -> dict[str, Any] | None:
+def _optimizer_block(sc: Scenario, o: ExportOptions) -> dict[str, Any] | None:
+    """DeepSpeed's optimizer block. Adam/AdamW follow the scenario's optimizer_impl, so the optimizer that
+    runs is the one the estimate counts: fused -> DeepSpeed's FusedAdam (no temporaries); foreach /
+    for-loop -> torch.optim's Adam/AdamW through DeepSpeed's torch_adam switch with that foreach setting
+    (runtime/engine.py, get_optimizer_configuration). Offloaded, DeepSpeed always runs DeepSpeedCPUAdam."""
+    t = sc.training
+    opt = t.optimizer
     if opt == Optimizer.adamw_8bit:
         return None
     params: dict[str, Any] = {"lr": o.learning_rate, "weight_decay": o.weight_decay}
@@ -212,6 +230,8 @@ def _optimizer_block(opt: Optimizer, o: ExportOptions) -> dict[str, Any] | None:
         params.update(betas=list(o.betas), eps=o.eps)
         if opt == Optimizer.adam:
             params["adam_w_mode"] = False  # DeepSpeed's "Adam" is AdamW unless told otherwise
+        if t.offload_optimizer == Offload.none and t.optimizer_impl != OptimizerImpl.fused:
+            params.update(torch_adam=True, foreach=t.optimizer_impl == OptimizerImpl.foreach)
     elif opt == Optimizer.sgd:
         params["momentum"] = 0.0
     elif opt == Optimizer.sgd_momentum:
@@ -219,22 +239,54 @@ def _optimizer_block(opt: Optimizer, o: ExportOptions) -> dict[str, Any] | None:
     return {"type": DS_OPTIMIZER_TYPES[opt], "params": params}
 
 
-def _scheduler_block(o: ExportOptions) -> dict[str, Any]:
-    if o.total_num_steps is not None:
-        return {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": o.learning_rate,
-                                                    "warmup_num_steps": o.warmup_steps,
-                                                    "total_num_steps": o.total_num_steps}}
-    return {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": o.learning_rate,
-                                           "warmup_num_steps": o.warmup_steps}}
+def schedule_description(o: ExportOptions) -> str:
+    """The learning-rate schedule of the exported run, in words. The Trainer owns it (train.py's
+    lr_scheduler_type / warmup_steps / max_steps) and the ds_config has no scheduler block: DeepSpeed's
+    WarmupLR cannot follow the Trainer's schedule (it refuses warmup_num_steps 0, stretches any warm-up to
+    at least 2 steps, and starts at warmup_min_lr and steps after the optimizer, so it lags the Trainer by
+    one step; runtime/lr_schedules.py), while the Trainer drives DeepSpeed's optimizer with its own
+    scheduler under every launcher (transformers.integrations.deepspeed, deepspeed_optim_sched)."""
+    if o.warmup_steps == 0 and o.total_num_steps is None:
+        shape = f"constant {o.learning_rate:g}"
+    else:
+        shape = f"linear warm-up from 0 to {o.learning_rate:g} over {o.warmup_steps} steps" if o.warmup_steps else \
+            f"{o.learning_rate:g}"
+        shape += f", then linear decay to 0 at step {o.total_num_steps}" if o.total_num_steps else ", then constant"
+    return (f"{shape}, applied by the Trainer (no scheduler block in ds_config.json; deepspeed.initialize on its "
+            "own runs at the constant optimizer lr)")
+
+
+def ds_optimizer_name(sc: Scenario) -> str:
+    """Which optimizer class deepspeed.initialize builds from the exported block (runtime/engine.py,
+    _configure_basic_optimizer / get_optimizer_configuration): Adam/AdamW are DeepSpeedCPUAdam when the
+    optimizer is offloaded and FusedAdam otherwise (multi-tensor kernels, no torch foreach temporaries);
+    SGD and Adafactor are torch.optim's; adamw-8bit is the user's bitsandbytes optimizer."""
+    t = sc.training
+    if t.optimizer == Optimizer.adamw_8bit:
+        return "bitsandbytes AdamW8bit, passed to deepspeed.initialize(optimizer=...)"
+    if t.optimizer in (Optimizer.adamw, Optimizer.adam):
+        mode = "AdamW" if t.optimizer == Optimizer.adamw else "Adam (adam_w_mode false)"
+        if t.offload_optimizer != Offload.none:
+            states = "bf16" if t.precision == Precision.bf16 else "fp32"
+            return f"DeepSpeedCPUAdam ({mode}) on the host, {states} states"
+        if t.optimizer_impl == OptimizerImpl.fused:
+            return f"DeepSpeed FusedAdam ({mode}) on the accelerator, no temporaries"
+        torch_name = "AdamW" if t.optimizer == Optimizer.adamw else "Adam"
+        return (f"torch.optim.{torch_name} (torch_adam, foreach={t.optimizer_impl == OptimizerImpl.foreach}), "
+                "as the scenario's optimizer_impl; set optimizer_impl fused for DeepSpeed's FusedAdam")
+    kind = {Optimizer.sgd: "SGD", Optimizer.sgd_momentum: "SGD with momentum", Optimizer.adafactor: "Adafactor"}
+    where = " on the host" if t.offload_optimizer != Offload.none else ""
+    return f"torch.optim {kind[t.optimizer]}{where}"
 
 
 def cli_main(args: Any) -> int:
     """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Bad input raises calc.errors.UserError."""
     from calc.__main__ import load_scenario
     from calc.errors import UserError
+    from calc.export.bundle import options_from_args
 
     sc = load_scenario(args.scenario)
-    exp = export_deepspeed(sc)
+    exp = export_deepspeed(sc, options_from_args(args))
     text = json.dumps(exp.config, indent=2) + "\n"
     if getattr(args, "output", None):
         try:

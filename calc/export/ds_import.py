@@ -24,7 +24,7 @@ from calc.parallel import (
     STAGE3_PREFETCH_ELEMENTS,
 )
 from calc.presets import cluster_presets, gpu_presets
-from calc.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, Precision, Scenario
+from calc.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 
 _ASSUMED = {
     "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS,
@@ -130,6 +130,18 @@ def _optimizer(cfg: dict[str, Any]) -> Optimizer | None:
                      "for bitsandbytes AdamW8bit pass optimizer='adamw-8bit')")
 
 
+def _optimizer_impl(cfg: dict[str, Any], offload: Offload) -> OptimizerImpl | None:
+    """Adam/AdamW: torch_adam runs torch.optim's (foreach unless foreach is false); otherwise DeepSpeed's
+    FusedAdam, which has no temporaries like torch's fused. Offloaded: DeepSpeedCPUAdam (impl unused)."""
+    o = _block(cfg, "optimizer")
+    if str(o.get("type", "")).lower() not in ("adam", "adamw") or offload != Offload.none:
+        return None
+    params = o.get("params") or {}
+    if params.get("torch_adam"):
+        return OptimizerImpl.for_loop if params.get("foreach") is False else OptimizerImpl.foreach
+    return OptimizerImpl.fused
+
+
 def _every_from_checkpoints(n: int, layers: int) -> int:
     """Smallest k with ceil(L / k) == n (the exporter writes n = ceil(L / k))."""
     for k in range(1, layers + 1):
@@ -191,6 +203,9 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
     opt = _optimizer(ds_config)
     if opt is not None:
         fields["optimizer"] = opt
+        impl = _optimizer_impl(ds_config, off_opt)
+        if impl is not None:
+            fields["optimizer_impl"] = impl
     ac = _block(ds_config, "activation_checkpointing")
     if ac:
         fields["activation_checkpointing"] = Checkpointing.full

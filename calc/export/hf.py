@@ -1,26 +1,33 @@
-"""The same setup for the Hugging Face Trainer (TrainingArguments kwargs + a runnable snippet) and an
+"""The same setup for the Hugging Face Trainer (TrainingArguments kwargs + a runnable train.py) and an
 accelerate config (YAML).
 
 DeepSpeed is used (TrainingArguments(deepspeed=...), accelerate distributed_type DEEPSPEED) whenever
 the scenario needs it: a ZeRO stage, or DeepSpeed's own 16-bit weights (bf16-mixed / fp16-mixed /
 pure bf16). AMP at ZeRO 0 is the Trainer's own autocast (bf16=True / fp16=True) over plain DDP.
 The ds_config the kwargs point to is calc.export.deepspeed's, with the same hyper-parameters, so the
-Trainer's consistency checks (batch sizes, lr, betas, clipping) pass.
+Trainer's consistency checks (batch sizes, lr, betas, clipping) pass; the optimizer is the ds_config's
+(its "optimizer" block wins over `optim`) and the learning-rate schedule is the Trainer's own.
+
+train.py builds TrainingArguments before the model: with ZeRO-3 in the ds_config, TrainingArguments
+registers it (transformers.integrations.HfDeepSpeedConfig), so from_config / from_pretrained run
+under deepspeed.zero.Init and every rank only ever holds its partition of the weights.
 """
 
 from __future__ import annotations
 
-import json
+import pprint
 import re
 from typing import Any
 
 import yaml
 
-from calc.export.deepspeed import ExportOptions
+from calc.export.deepspeed import ExportOptions, ds_optimizer_name, schedule_description
 from calc.presets import model_presets, resolve_hardware
 from calc.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
 
 DS_CONFIG_FILE = "ds_config.json"
+# Config keys that describe a checkpoint, not the architecture (the dtype comes from the precision).
+_CHECKPOINT_KEYS = ("torch_dtype", "dtype", "architectures", "transformers_version", "_name_or_path")
 
 
 def uses_deepspeed(sc: Scenario) -> bool:
@@ -47,6 +54,13 @@ def _optim(t: Any) -> tuple[str, str | None, list[str]]:
     return "adafactor", None, notes
 
 
+def _lr_scheduler_type(o: ExportOptions) -> str:
+    """The Trainer's name for calc.export.deepspeed's schedule (schedule_description)."""
+    if o.total_num_steps:
+        return "linear"
+    return "constant_with_warmup" if o.warmup_steps else "constant"
+
+
 def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
                       deepspeed_config_path: str = DS_CONFIG_FILE, output_dir: str = "out") -> dict[str, Any]:
     """TrainingArguments(**kwargs) for the scenario (JSON-serialisable)."""
@@ -66,12 +80,15 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
         "adam_epsilon": o.eps,
         "max_grad_norm": o.gradient_clipping,
         "warmup_steps": o.warmup_steps,
-        "lr_scheduler_type": "linear" if o.total_num_steps else "constant_with_warmup",
+        "lr_scheduler_type": _lr_scheduler_type(o),
         "optim": optim,
         "bf16": t.precision in (Precision.amp_bf16, Precision.bf16_mixed, Precision.bf16),
         "fp16": t.precision in (Precision.amp_fp16, Precision.fp16_mixed),
         # transformers 5.x name (gradient_checkpointing is its deprecated alias)
         "activation_checkpointing": t.activation_checkpointing != Checkpointing.none,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
     }
     if o.total_num_steps:
         kw["max_steps"] = o.total_num_steps
@@ -88,66 +105,206 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
     return kw
 
 
-def _model_source(sc: Scenario) -> tuple[str, str]:
-    """(how to build the model in code, a short name)."""
-    if isinstance(sc.model, str):
-        src = model_presets()[sc.model].source
-        m = re.match(r"https://huggingface\.co/([^/]+/[^/]+)/", src)
-        repo = m.group(1) if m else sc.model
-        return repr(repo), repo
-    return "config", sc.spec.name or sc.spec.family
+def hub_id(sc: Scenario) -> str | None:
+    """The Hugging Face repository of a preset model (its source URL), None for a config dict."""
+    if not isinstance(sc.model, str):
+        return None
+    src = model_presets()[sc.model].source
+    m = re.match(r"https://huggingface\.co/([^/]+/[^/]+)/", src)
+    return m.group(1) if m else sc.model
+
+
+def _architecture_config(sc: Scenario) -> dict[str, Any] | None:
+    if not isinstance(sc.model, dict):
+        return None
+    return {k: v for k, v in sc.model.items() if k not in _CHECKPOINT_KEYS}
+
+
+def _literal(value: Any) -> str:
+    """A Python literal for JSON-like data (True/False/None, never JSON's true/false/null)."""
+    return pprint.pformat(value, indent=1, width=110, sort_dicts=False)
+
+
+_DTYPES = {Precision.fp32: "float32", Precision.amp_bf16: "float32", Precision.amp_fp16: "float32",
+           Precision.bf16_mixed: "bfloat16", Precision.bf16: "bfloat16", Precision.fp16_mixed: "float16"}
+
+_SCRIPT = '''\
+"""Train {name} with the Hugging Face Trainer, as vramcalc estimated it.
+
+Generated by vramcalc (calc.export). Runs as written:
+    python train.py [--max_steps N]                                    # one process
+    deepspeed --num_gpus G train.py [--max_steps N]                    # DeepSpeed's launcher
+    accelerate launch --config_file accelerate.yaml train.py [--max_steps N]
+Every TrainingArguments flag works (--max_steps, --output_dir, --save_strategy, ...). With no
+--dataset it trains on generated random tokens; --dataset FILE.jsonl reads {{"input_ids": [...]}} lines.
+--model_config config.json builds that architecture with random weights instead of {source}.
+{notes}"""
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+MODEL_ID = {model_id!r}
+MODEL_CONFIG = {model_config}
+TRAINING_ARGUMENTS = {training_arguments}
+SEQ_LEN = {seq_len}
+DTYPE = torch.{dtype}
+ATTENTION = {attention!r}
+LORA = {lora}
+QUANTIZATION = {quant}  # bitsandbytes BitsAndBytesConfig kwargs for a QLoRA base (needs a CUDA GPU)
+CHECKPOINT_KEYS = {checkpoint_keys!r}
+DEFAULT_STEPS = 100  # optimizer steps the generated dataset covers when --max_steps is not given
+
+
+@dataclass
+class ScriptArguments:
+    dataset: str | None = field(default=None, metadata={{"help": "JSON lines of {{'input_ids': [...]}}"}})
+    model_config: str | None = field(default=None, metadata={{"help": "config.json: random weights"}})
+    seq_len: int = field(default=SEQ_LEN, metadata={{"help": "tokens per sample"}})
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    """Reproducible random token ids (sample i is seeded with i), labels = inputs."""
+
+    def __init__(self, samples, seq_len, vocab_size):
+        self.samples, self.seq_len, self.vocab_size = samples, seq_len, vocab_size
+
+    def __len__(self):
+        return self.samples
+
+    def __getitem__(self, i):
+        ids = torch.randint(self.vocab_size, (self.seq_len,), generator=torch.Generator().manual_seed(i))
+        return {{"input_ids": ids, "labels": ids}}
+
+
+class TokenFile(torch.utils.data.Dataset):
+    """Fixed-length chunks of the token ids in a JSON-lines file."""
+
+    def __init__(self, path, seq_len):
+        ids = []
+        with open(path) as fh:
+            for line in fh:
+                if line.strip():
+                    ids.extend(json.loads(line)["input_ids"])
+        self.chunks = [ids[i:i + seq_len] for i in range(0, len(ids) - seq_len + 1, seq_len)]
+        if not self.chunks:
+            raise SystemExit(f"{{path}}: fewer than {{seq_len}} tokens")
+
+    def __len__(self):
+        return len(self.chunks)
+
+    def __getitem__(self, i):
+        ids = torch.tensor(self.chunks[i])
+        return {{"input_ids": ids, "labels": ids}}
+
+
+def single_process_defaults():
+    """`python train.py` alone: the rendezvous variables a launcher would set (one rank)."""
+    if "LOCAL_RANK" not in os.environ:
+        for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"), ("RANK", "0"),
+                           ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+            os.environ.setdefault(key, value)
+
+
+def build_model(script):
+    """After TrainingArguments: under ZeRO-3 this runs inside deepspeed.zero.Init (partitioned)."""
+    cfg = MODEL_CONFIG
+    if script.model_config:
+        with open(script.model_config) as fh:
+            cfg = json.load(fh)
+    kwargs = {{"attn_implementation": ATTENTION, "dtype": DTYPE}}
+    if QUANTIZATION is not None:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(**QUANTIZATION)
+    if cfg is None:
+        return AutoModelForCausalLM.from_pretrained(MODEL_ID, **kwargs)
+    cfg = {{k: v for k, v in cfg.items() if k not in CHECKPOINT_KEYS}}
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    return AutoModelForCausalLM.from_config(config, **kwargs)
+
+
+def report_parameters(model):
+    """One line per rank: under ZeRO-3 every parameter is a partitioned DeepSpeed parameter (ds_numel
+    elements in all, ds_tensor this rank's share, ds_status NOT_AVAILABLE until gathered)."""
+    params = list(model.parameters())
+    total = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+    held = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
+    zero3 = [p for p in params if hasattr(p, "ds_status")]
+    status = sorted({{p.ds_status.name for p in zero3}})
+    print(f"[rank {{os.environ.get('RANK', '0')}}] parameters: {{total:,}}, held by this rank: {{held:,}}, "
+          f"partitioned by ZeRO-3: {{len(zero3)}} of {{len(params)}} tensors {{status}}", flush=True)
+
+
+def with_lora(model):
+    if LORA is None:
+        return model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if QUANTIZATION is not None:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **LORA))
+
+
+def main():
+    single_process_defaults()
+    parser = HfArgumentParser((ScriptArguments, TrainingArguments))
+    parser.set_defaults(**TRAINING_ARGUMENTS)
+    script, args = parser.parse_args_into_dataclasses()
+    model = build_model(script)
+    report_parameters(model)
+    model = with_lora(model)
+    if script.dataset:
+        data = TokenFile(script.dataset, script.seq_len)
+    else:
+        steps = args.max_steps if args.max_steps > 0 else DEFAULT_STEPS
+        samples = steps * args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        data = RandomTokens(samples, script.seq_len, model.config.get_text_config().vocab_size)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+'''
 
 
 def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
                     deepspeed_config_path: str = DS_CONFIG_FILE) -> str:
-    """A Python script that builds the model and a Trainer with these arguments."""
+    """train.py: a script that runs as written (see its docstring) and trains the scenario."""
     t = sc.training
-    kw = trainer_arguments(sc, options, deepspeed_config_path)
-    _, _, opt_notes = _optim(t)
-    src, _ = _model_source(sc)
-    dtype = {Precision.fp32: "torch.float32", Precision.amp_bf16: "torch.float32", Precision.amp_fp16: "torch.float32",
-             Precision.bf16_mixed: "torch.bfloat16", Precision.bf16: "torch.bfloat16",
-             Precision.fp16_mixed: "torch.float16"}[t.precision]
-    lines = ["# Generated by vramcalc (calc.export.hf) for this scenario.", "import torch",
-             "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments"]
-    quant = t.lora is not None and t.lora.base_weights != "bf16"
-    if isinstance(sc.model, dict):
-        lines.append("from transformers import AutoConfig")
-    if quant:
-        lines.append("from transformers import BitsAndBytesConfig")
+    o = options or ExportOptions()
+    kw = trainer_arguments(sc, o, deepspeed_config_path)
+    dtype = "bfloat16" if t.lora is not None and t.precision != Precision.fp32 else _DTYPES[t.precision]
+    lora = None
     if t.lora is not None:
-        lines.append("from peft import LoraConfig, get_peft_model" + (", prepare_model_for_kbit_training" if quant
-                                                                        else ""))
-    lines.append("")
-    if isinstance(sc.model, dict):
-        lines.append(f"config = AutoConfig.for_model(**{json.dumps(sc.model)})")
-    args = [f"attn_implementation={t.attention.value!r}",
-            f"dtype={'torch.bfloat16' if t.lora is not None and t.precision != Precision.fp32 else dtype}"]
-    if quant:
-        if t.lora.base_weights == "nf4":
-            lines.append("bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
-                         "bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)")
-        else:
-            lines.append("bnb = BitsAndBytesConfig(load_in_8bit=True)")
-        args.append("quantization_config=bnb")
-    if isinstance(sc.model, dict):
-        lines.append(f"model = AutoModelForCausalLM.from_config(config, {', '.join(args)})")
-    else:
-        lines.append(f"model = AutoModelForCausalLM.from_pretrained({src}, {', '.join(args)})")
-    if t.lora is not None:
-        if quant:
-            lines.append("model = prepare_model_for_kbit_training(model, use_gradient_checkpointing="
-                         f"{t.activation_checkpointing != Checkpointing.none})")
-        targets = '"all-linear"' if t.lora.targets == "all-linear" else '["q_proj", "k_proj", "v_proj", "o_proj"]'
-        lines.append(f"model = get_peft_model(model, LoraConfig(r={t.lora.rank}, lora_alpha={t.lora.alpha:g}, "
-                     f"target_modules={targets}, task_type='CAUSAL_LM'))")
-    lines.append("args = TrainingArguments(\n" + "".join(f"    {k}={v!r},\n" for k, v in kw.items()) + ")")
-    lines.append("trainer = Trainer(model=model, args=args, train_dataset=train_dataset)  # your dataset")
-    lines.append("trainer.train()")
-    notes = list(opt_notes)
+        targets = "all-linear" if t.lora.targets == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        lora = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
+    quant = None
+    if t.lora is not None and t.lora.base_weights == "nf4":
+        quant = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+                 "bnb_4bit_compute_dtype": "bfloat16"}
+    elif t.lora is not None and t.lora.base_weights == "int8":
+        quant = {"load_in_8bit": True}
+    notes = [f"{n}." for n in script_notes(sc, o)]
+    return _SCRIPT.format(
+        name=sc.spec.name or sc.spec.family, source=hub_id(sc) or "the embedded config",
+        notes="".join(f"\nNote: {n}" for n in notes) + ("\n" if notes else ""),
+        model_id=hub_id(sc), model_config=_literal(_architecture_config(sc)), training_arguments=_literal(kw),
+        seq_len=t.seq_len, dtype=dtype, attention=t.attention.value, lora=_literal(lora), quant=_literal(quant),
+        checkpoint_keys=_CHECKPOINT_KEYS)
+
+
+def script_notes(sc: Scenario, o: ExportOptions) -> list[str]:
+    """What the run will use, and what the script cannot express."""
+    t = sc.training
+    _, _, notes = _optim(t)
     if uses_deepspeed(sc):
-        notes.append(f"launch with: accelerate launch --config_file accelerate.yaml train.py  ({kw['deepspeed']} from "
-                     "`python -m calc export-deepspeed`)")
+        notes = [f"optimizer: {ds_optimizer_name(sc)} (the ds_config's optimizer block; `optim` is not used)"]
+    notes.append(f"learning rate: lr_scheduler_type {_lr_scheduler_type(o)!r}: {schedule_description(o)}")
     if t.tensor_parallel > 1 or t.pipeline_parallel > 1:
         notes.append(f"TP {t.tensor_parallel} x PP {t.pipeline_parallel}: the Trainer does not pipeline; use "
                      "DeepSpeed AutoTP (tensor_parallel.autotp_size in the ds_config) or Megatron-DeepSpeed")
@@ -156,17 +313,23 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
                      "whole layers")
     elif t.activation_checkpointing == Checkpointing.full and t.checkpoint_every > 1:
         notes.append(f"activation_checkpointing=True checkpoints every layer, not 1 in {t.checkpoint_every}")
-    return "\n".join(lines + [f"# note: {n}" for n in notes]) + "\n"
+    return notes
+
+
+def node_shape(sc: Scenario) -> tuple[int, int]:
+    """(processes per node, nodes): the cluster's node size, else up to 8 GPUs per node."""
+    hw = resolve_hardware(sc.hardware)
+    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    return per_node, hw.num_gpus // per_node
 
 
 def accelerate_config(sc: Scenario, deepspeed_config_path: str = DS_CONFIG_FILE) -> str:
-    """accelerate's config.yaml (ClusterConfig fields) for the same number of machines and processes."""
+    """accelerate's config.yaml (ClusterConfig fields) for the same number of machines and processes.
+    With DeepSpeed the precision lives in the ds_config alone: accelerate refuses mixed_precision beside
+    deepspeed_config_file (accelerate/utils/dataclasses.py, DeepSpeedPlugin)."""
     t = sc.training
     hw = resolve_hardware(sc.hardware)
-    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
-    machines = hw.num_gpus // per_node
-    mp = "bf16" if t.precision in (Precision.amp_bf16, Precision.bf16_mixed, Precision.bf16) else \
-        "fp16" if t.precision.uses_fp16 else "no"
+    _, machines = node_shape(sc)
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
@@ -174,7 +337,6 @@ def accelerate_config(sc: Scenario, deepspeed_config_path: str = DS_CONFIG_FILE)
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": mp,
         "num_machines": machines,
         "num_processes": hw.num_gpus,
         "rdzv_backend": "static",
@@ -187,6 +349,9 @@ def accelerate_config(sc: Scenario, deepspeed_config_path: str = DS_CONFIG_FILE)
     if uses_deepspeed(sc):
         cfg["deepspeed_config"] = {"deepspeed_config_file": deepspeed_config_path,
                                    "zero3_init_flag": t.zero_stage == 3}
+    else:
+        cfg["mixed_precision"] = "bf16" if t.precision == Precision.amp_bf16 else \
+            "fp16" if t.precision == Precision.amp_fp16 else "no"
     if machines > 1:
         cfg["main_process_ip"] = "MAIN_NODE_IP"
         cfg["main_process_port"] = 29500

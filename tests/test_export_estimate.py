@@ -1,0 +1,109 @@
+"""The estimate is of the run the export writes: DeepSpeed's optimizer (its temporaries), its ZeRO
+buckets, and the host RAM that offload and model loading need (modelled from DeepSpeed 0.19's source;
+tests/test_export_run.py checks the optimizer class and ZeRO-3 partitioning against real DeepSpeed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from calc import parallel, precision
+from calc.engine import estimate, model_states
+from calc.export import deepspeed_config, export_deepspeed
+from calc.parallel import REDUCE_BUCKET_ELEMENTS
+from calc.scenario import Scenario
+from calc.units import GiB
+
+
+def scen(model: str = "llama-2-7b", gpus: int = 8, **training) -> Scenario:
+    t = {"micro_batch_size": 1, "seq_len": 2048, "precision": "bf16-mixed", **training}
+    return Scenario(model=model, hardware={"gpu": "a100-80gb", "num_gpus": gpus}, training=t)
+
+
+def layers(sc: Scenario) -> int:
+    return sc.spec.num_layers
+
+
+@pytest.mark.parametrize("impl", ["fused", "foreach", "for-loop"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_exported_optimizer_is_the_estimated_one(impl, stage):
+    """FusedAdam has no temporaries; torch's AdamW (torch_adam) has foreach's list or for-loop's
+    per-tensor pair. The export writes the one whose temporaries the estimate counts."""
+    sc = scen(zero_stage=stage, optimizer_impl=impl)
+    params = deepspeed_config(sc)["optimizer"]["params"]
+    st = model_states(sc, layers(sc), True, True)
+    if impl == "fused":
+        assert "torch_adam" not in params and st.opt_temp == 0
+    else:
+        assert params["torch_adam"] is True and params["foreach"] is (impl == "foreach")
+        assert st.opt_temp > 0
+
+
+def test_issue_7b_zero2_fused_adam_has_no_foreach_temporary():
+    """Issue 9: 7B on 8 GPUs at ZeRO-2 with DeepSpeed's FusedAdam was estimated ~3.1 GiB high."""
+    fused, foreach = scen(zero_stage=2, optimizer_impl="fused"), scen(zero_stage=2, optimizer_impl="foreach")
+    st = model_states(foreach, layers(foreach), True, True)
+    assert st.opt_temp == pytest.approx(4 * foreach.spec.total_params() / 8, rel=1e-3)  # fp32 sqrt list / 8
+    assert 3.0 * GiB < st.opt_temp < 3.3 * GiB
+    assert model_states(fused, layers(fused), True, True).opt_temp == 0
+    assert "FusedAdam" in export_deepspeed(fused).notes[0]
+
+
+@pytest.mark.parametrize(("prec", "grad_bytes"), [("bf16-mixed", 2), ("fp32", 4), ("amp-bf16", 4)])
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_zero3_reduce_bucket_is_counted(prec, grad_bytes, gpus):
+    """ZeRO-3 with the exported contiguous_gradients allocates one reduce_bucket_size bucket in the
+    gradient dtype at any data-parallel size (0.93 GiB in bf16, issue 9)."""
+    sc = scen(zero_stage=3, precision=prec, gpus=gpus)
+    assert deepspeed_config(sc)["zero_optimization"]["contiguous_gradients"] is True
+    bucket = REDUCE_BUCKET_ELEMENTS * grad_bytes
+    assert parallel.reduce_bucket_bytes(grad_bytes, 3) == bucket
+    st = model_states(sc, layers(sc), True, True)
+    gathered = parallel.stage3_live_param_bytes(sc.spec.layer_params(), max(sc.spec.embedding_params(),
+                                                sc.spec.lm_head_params()), precision.weight_bytes_per_param(
+                                                    sc.training.precision), 3, gpus)
+    assert st.zero_buffers == bucket + gathered
+    est = estimate(sc)
+    assert next(c for c in est.components if c.key == "zero_buffers").bytes == st.zero_buffers
+    if prec == "bf16-mixed":
+        assert bucket / GiB == pytest.approx(0.93, abs=0.01)
+
+
+def test_pinned_bytes_round_up_on_cuda_only():
+    assert parallel.pinned_bytes(3 * 2**30, "cuda") == 4 * 2**30
+    assert parallel.pinned_bytes(2**30, "cuda") == 2**30
+    assert parallel.pinned_bytes(3 * 2**30, "cpu") == 3 * 2**30
+    assert parallel.pinned_bytes(0, "cuda") == 0
+
+
+def test_zero2_offload_host_ram_counts_deepspeeds_buffers():
+    """ZeRO-2 + CPU optimizer offload, per rank: Adam states (8 B/param) + pinned fp32 master and fp32
+    gradient partitions + pinned 16-bit partition copy + two largest-parameter staging buffers (one
+    pinned on the host, one on the GPU)."""
+    sc = scen(zero_stage=2, offload_optimizer="cpu", gpus=8)
+    p, n = sc.spec.total_params(), 8
+    part = round(p / n)
+    largest = sc.spec.vocab_size * sc.spec.hidden_size
+    for target in ("cpu", "cuda"):
+        st = model_states(sc, layers(sc), True, True, target)
+
+        def pin(b, target=target):
+            return parallel.pinned_bytes(b, target)
+
+        want = 8 * part + pin(4 * part) + pin(4 * part) + pin(2 * part) + pin(2 * largest)
+        assert st.offloaded_cpu == pytest.approx(want, rel=1e-6)
+        assert st.zero_buffers == parallel.reduce_bucket_bytes(2, 2) + 2 * largest
+    assert model_states(sc, layers(sc), True, True, "cuda").offloaded_cpu > \
+        model_states(sc, layers(sc), True, True, "cpu").offloaded_cpu
+
+
+def test_offload_host_ram_includes_loading_the_model():
+    """Below ZeRO-3 each process holds the whole model on the host while it is loaded; at ZeRO-3 with
+    zero.Init (train.py builds TrainingArguments first) only one tensor at a time."""
+    z2 = scen(model="llama-3.1-70b", gpus=8, zero_stage=2, offload_optimizer="cpu")
+    z3 = scen(model="llama-3.1-70b", gpus=8, zero_stage=3, offload_optimizer="cpu")
+    p = z2.spec.total_params()
+    load = 2 * p * 8  # bf16 weights, 8 processes per node
+    assert estimate(z2).cpu_ram_bytes == max(load, model_states(z2, 80, True, True).offloaded_cpu * 8)
+    assert estimate(z2).cpu_ram_bytes >= load > 1.0e12
+    assert estimate(z3).cpu_ram_bytes == model_states(z3, 80, True, True).offloaded_cpu * 8
+    assert estimate(scen(zero_stage=2)).cpu_ram_bytes == 0  # no offload: nothing to check against host RAM
