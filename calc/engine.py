@@ -142,7 +142,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
     zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
-                                                 params_offloaded=t.offload_params != Offload.none)
+                                                 params_offloaded=t.offload_params != Offload.none,
+                                                 total_params=n_local)
     cpu = nvme = 0
     if t.offload_optimizer != Offload.none:
         # ZeRO-Offload (stage_1_and_2.py / stage3.py, cpu_offload): the optimizer states and a partition
@@ -168,6 +169,10 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         else:
             nvme += weights
         weights = 0
+    if target == "cpu":
+        # DeepSpeed's CPU accelerator: the "device" is the host, so what is offloaded to CPU RAM is in
+        # the same memory as everything else (and pin_memory is a no-op: pinned_bytes is exact)
+        zero_buf += cpu
     comps.append(Component(key="weights", category="parameters", label="Model weights", bytes=weights,
                            formula=w_formula, source="parameter count x bytes per weight (calc.precision)"))
     largest_all = max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0)

@@ -90,16 +90,18 @@ def model_load_host_bytes(params_local: int, largest_param: int, weight_bytes: i
 
 
 def stage3_live_param_bytes(layer_params: int, edge_params: int, weight_bytes: int, stage: int, dp: int,
-                            params_offloaded: bool = False) -> int:
+                            params_offloaded: bool = False, total_params: int | None = None) -> int:
     """ZeRO-3 gathers each module's full weights just before use and frees them after; with
-    prefetch, the current layer and the next bucket are alive. Bounded by max_live_parameters.
+    prefetch, the current layer and the next bucket are alive. Bounded by max_live_parameters and
+    by the model itself (a prefetch bucket larger than the model gathers the model; measured).
     The largest single gathered module (embedding / lm_head) is used when larger. On one GPU
     without offload the weights are whole already; with offload_param they live in host memory
     and are fetched to the GPU the same way whatever the data-parallel size."""
+    total_params = STAGE3_MAX_LIVE_PARAMETERS if total_params is None else total_params
     if stage < 3 or (dp == 1 and not params_offloaded):
         return 0
     live = min(2 * layer_params + STAGE3_PREFETCH_ELEMENTS, STAGE3_MAX_LIVE_PARAMETERS)
-    return max(live, edge_params) * weight_bytes
+    return min(max(live, edge_params), total_params) * weight_bytes
 
 
 def layers_on_stage(num_layers: int, pp: int) -> int:

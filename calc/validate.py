@@ -79,10 +79,34 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
      "math fallback, which is what the committed records measure"),
     ("CUDA-only terms: cuBLAS workspaces, 1-byte dropout masks, 512-byte block rounding",
      "PyTorch's documented allocator and kernel behaviour; no GPU record is committed"),
-    ("DeepSpeed ZeRO buffers and offload", "DeepSpeed's source; the sharded records measure FSDP2"),
+    ("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload",
+     "DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
+     "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)"),
 )
 
-GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "sharding", "device", "workload")
+# What of DeepSpeed's memory is checked against DeepSpeed itself (data/measured_deepspeed.jsonl, engine
+# "deepspeed": real DeepSpeed 0.19 on its CPU accelerator, 1-4 ranks over gloo, rank 0 under MemTracker;
+# tests/test_export_run.py) and what rests on its source alone. Shown by the Validation page and README.
+DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
+    ("ZeRO 0-3 partitioning of weights, gradients, fp32 master weights and Adam states", "measured (CPU)"),
+    ("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), one at ZeRO-3 "
+     "(contiguous_gradients), in the gradient dtype", "measured (CPU)"),
+    ("ZeRO-3 gathered parameters and prefetch (capped by the model size)", "measured (CPU, small models)"),
+    ("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
+     "16-bit staging copies", "measured (CPU accelerator: the host is the device)"),
+    ("which optimizer runs (FusedAdam / torch AdamW via torch_adam / DeepSpeedCPUAdam) and ZeRO-3's "
+     "zero.Init partitioning", "measured (tests/test_export_run.py)"),
+    ("pinned host buffers rounded up to a power of two by PyTorch's CUDA host allocator",
+     "modelled from source (CUDA only; the CPU accelerator pins nothing)"),
+    ("host RAM to load the model (whole model per process below ZeRO-3, one tensor under zero.Init)",
+     "modelled from source"),
+    ("ZeRO-0 bf16-mixed under DeepSpeed's BF16_Optimizer (keeps the 16-bit grads through the step)",
+     "not modelled: the estimate is the torch reference loop's"),
+    ("fp16 loss scaling, NVMe offload (ZeRO-Infinity)", "modelled from source; not runnable on this CPU"),
+)
+
+GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "sharding", "device", "workload",
+              "engine")
 
 
 def workload_tags(sc) -> list[str]:

@@ -1,4 +1,4 @@
-"""CLI: python -m measure SCENARIO.json --device cuda|cpu|fake [-o FILE] [--steps 3].
+"""CLI: python -m measure SCENARIO.json --device cuda|cpu|fake [-o FILE] [--steps 3] [--engine deepspeed].
 
 Prints one MeasurementRecord as JSON (and appends it as one line to FILE with -o). Bad input
 (unreadable or invalid scenario, a combination the device cannot run) prints one line on stderr and
@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, help="build the model with this many layers instead")
     ap.add_argument("--extrapolate", action="store_true",
                     help="measure two short depths and extrapolate linearly to the full layer count")
+    ap.add_argument("--engine", choices=("torch", "deepspeed"), default="torch",
+                    help="deepspeed: the exported ds_config on DeepSpeed's CPU accelerator, hardware.num_gpus "
+                         "ranks over gloo (--device cpu)")
     args = ap.parse_args(argv)
     if args.steps < 1:
         return _fail("--steps must be at least 1")
@@ -45,9 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     from measure.runner import measure
     from measure.workload import UnsupportedError
 
+    if args.engine == "deepspeed" and (args.device != "cpu" or args.layers or args.extrapolate):
+        return _fail("--engine deepspeed runs with --device cpu, without --layers / --extrapolate")
     try:
-        record = measure(scenario, args.device, steps=args.steps, name=args.name, num_layers=args.layers,
-                         extrapolate_layers=args.extrapolate)
+        if args.engine == "deepspeed":
+            from measure.deepspeed_run import measure_deepspeed_record
+
+            record = measure_deepspeed_record(scenario, steps=args.steps, name=args.name)
+        else:
+            record = measure(scenario, args.device, steps=args.steps, name=args.name, num_layers=args.layers,
+                             extrapolate_layers=args.extrapolate)
     except UnsupportedError as exc:
         return _fail(str(exc))
     except torch.OutOfMemoryError as exc:

@@ -27,7 +27,7 @@ from calc.scenario import Scenario
 SCHEMA_VERSION = 1
 
 Device = Literal["cuda", "cpu", "fake"]
-Engine = Literal["torch-single", "fsdp2"]
+Engine = Literal["torch-single", "fsdp2", "deepspeed"]
 Phase = Literal["forward", "backward", "optimizer"]
 
 
@@ -89,13 +89,15 @@ class Env(BaseModel):
 
 
 class Sharding(BaseModel):
-    """Multi-rank runs (engine fsdp2): FSDP2 fully_shard per decoder layer and on the root."""
+    """Multi-rank runs: engine fsdp2 (FSDP2 fully_shard per decoder layer and on the root, world size >= 2,
+    the ZeRO-2/3 analogues) or engine deepspeed (DeepSpeed ZeRO 0-3 itself, world size >= 1)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    world_size: int = Field(ge=2, le=2**20)
-    zero_stage: Literal[2, 3] = Field(description="the ZeRO stage this run is the analogue of")
-    reshard_after_forward: bool = Field(description="True ~ ZeRO-3; False keeps params gathered until backward")
+    world_size: int = Field(ge=1, le=2**20)
+    zero_stage: Literal[0, 1, 2, 3] = Field(description="the ZeRO stage (fsdp2: the one this run is the analogue of)")
+    reshard_after_forward: bool | None = Field(
+        None, description="fsdp2: True ~ ZeRO-3; False keeps params gathered until backward")
     process_group: Literal["fake", "gloo", "nccl"]
     rank: int = Field(0, ge=0, le=2**20, description="the rank whose memory this record reports")
 

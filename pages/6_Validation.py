@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.validate import DEEPSPEED_BEHAVIOURS
 from ui import charts, compute, fmt, state
 from ui.widgets import page_setup, scenario_or_stop
 
@@ -33,6 +34,8 @@ else:
     m1.metric("Measured runs", f"{len(cases):,}")
     m2.metric("Median |error| (%)", f"{rep.median_abs_error_pct:.2f} %")
     m3.metric("Worst |error| (%)", f"{rep.worst_abs_error_pct:.2f} %")
+with st.expander("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source"):
+    st.table({"behaviour": [b for b, _ in DEEPSPEED_BEHAVIOURS], "status": [s for _, s in DEEPSPEED_BEHAVIOURS]})
 st.session_state.setdefault("val_log", True)
 log_axes = st.toggle("Logarithmic axes (runs span from MiB to TiB)", key="val_log")
 plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot

@@ -226,3 +226,29 @@ def test_trainer_script_runs_under_each_launcher(tmp_path, launcher, world, trai
             assert total / world <= held < total / world + tensors * world, m.group(0)
         else:
             assert zero3 == 0 and held == total, m.group(0)
+
+
+# ---- DeepSpeed measured with DeepSpeed (python -m measure --engine deepspeed) ------------------------
+
+def test_measure_engine_deepspeed_records_the_exported_run(tmp_path):
+    """The measurement engine runs the exported config on DeepSpeed's CPU accelerator (2 ranks, gloo) and
+    the estimate of that run (target cpu: offloaded buffers share the host) is within the accuracy bar."""
+    from calc.validate import compare
+    from measure.record import load_records
+
+    sc = scenario("llama-3.2-1b", 2, zero_stage=2, precision="bf16-mixed", offload_optimizer="cpu")
+    (tmp_path / "s.json").write_text(sc.model_dump_json())
+    out = tmp_path / "ds.jsonl"
+    r = subprocess.run([sys.executable, "-m", "measure", str(tmp_path / "s.json"), "--device", "cpu", "--engine",
+                        "deepspeed", "-o", str(out), "--name", "tiny-z2-offload"], capture_output=True, text=True,
+                       env=env(), cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (rec,) = load_records(out)
+    assert rec.engine == "deepspeed" and rec.device == "cpu" and rec.sharding.world_size == 2
+    assert rec.sharding.zero_stage == 2 and rec.steps == 3
+    assert any("DeepSpeedCPUAdam" in n for n in rec.notes)
+    case = compare(rec)
+    assert abs(case.error_pct) <= 3.0, case
+    r = subprocess.run([sys.executable, "-m", "measure", str(tmp_path / "s.json"), "--device", "fake", "--engine",
+                        "deepspeed"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "--engine deepspeed runs with --device cpu" in r.stderr

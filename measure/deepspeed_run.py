@@ -1,0 +1,247 @@
+"""DeepSpeed measured with DeepSpeed itself: the exported ds_config (calc.export), real DeepSpeed on its
+CPU accelerator (DS_ACCELERATOR=cpu), world size 1-4 over gloo, rank 0 recorded.
+
+    python -m measure SCENARIO.json --device cpu --engine deepspeed [-o FILE]
+
+starts `torchrun --nproc_per_node hardware.num_gpus -m measure.deepspeed_run SCENARIO.json RAW.json`.
+Every rank builds the model as the exported train.py does (its build_model, after transformers'
+HfDeepSpeedConfig, so ZeRO-3 builds under zero.Init), passes the exported ds_config as written to
+deepspeed.initialize and trains `steps` optimizer steps on the same token batch. Rank 0 runs it all
+inside torch's MemTracker (live tensor bytes, as the cpu engine), so DeepSpeed's own buffers (flat
+16-bit groups, fp32 partitions, reduce buckets, CPU-offload staging) are counted as they are created;
+its phases are forward (engine(...)), backward (engine.backward, plus engine.step() on the micro-steps
+that only accumulate) and optimizer (engine.step() at the accumulation boundary). Initialisation is not
+a phase: the peak is that of the training steps, as for the other engines.
+
+On the CPU accelerator pin_memory is a no-op (nothing page-locked, no power-of-two rounding) and the
+"device" is the host, so offloaded buffers are counted in the same total; calc's estimate for a cpu
+DeepSpeed record adds them back (see calc.validate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from calc.scenario import Mode, Scenario
+from measure.workload import UnsupportedError
+
+MAX_WORLD = 4
+
+
+def check_deepspeed(scenario: Scenario) -> int:
+    """The world size, or UnsupportedError saying what DeepSpeed on the CPU cannot run."""
+    t = scenario.training
+    world = scenario.resolved_hardware().num_gpus
+    if scenario.mode != Mode.train:
+        raise UnsupportedError("--engine deepspeed measures training (mode=train)")
+    if not 1 <= world <= MAX_WORLD:
+        raise UnsupportedError(f"--engine deepspeed runs 1 to {MAX_WORLD} ranks on this machine, not {world}")
+    if t.precision.uses_fp16:
+        raise UnsupportedError("fp16 is not measured: DeepSpeed's CPU accelerator has no fp16 on this CPU")
+    if "nvme" in (t.offload_optimizer.value, t.offload_params.value):
+        raise UnsupportedError("NVMe offload is not measured (DeepSpeed's async_io op needs libaio)")
+    if t.tensor_parallel != 1 or t.pipeline_parallel != 1 or t.lora is not None:
+        raise UnsupportedError("--engine deepspeed measures data parallelism without LoRA")
+    if t.optimizer.value == "adamw-8bit":
+        raise UnsupportedError("adamw-8bit (bitsandbytes) needs CUDA")
+    return world
+
+
+def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
+    """Launch the ranks and return rank 0's raw fields (as measure.runner._measure_once)."""
+    world = check_deepspeed(scenario)
+    with tempfile.TemporaryDirectory() as tmp:
+        sc_path, out_path = Path(tmp) / "scenario.json", Path(tmp) / "raw.json"
+        sc_path.write_text(scenario.model_dump_json())
+        env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port",
+               str(_free_port()), "-m", "measure.deepspeed_run", str(sc_path), str(out_path), str(steps)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0 or not out_path.exists():
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise UnsupportedError(f"the DeepSpeed run failed: {tail[0]}")
+        return json.loads(out_path.read_text())
+
+
+def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | None = None) -> Any:
+    """A MeasurementRecord (engine deepspeed, device cpu) of rank 0 of the exported DeepSpeed run."""
+    from measure.record import Sharding
+    from measure.runner import _record
+
+    started = time.perf_counter()
+    raw = measure_deepspeed(scenario, steps)
+    sharding = Sharding(world_size=check_deepspeed(scenario), zero_stage=scenario.training.zero_stage,
+                        process_group="gloo", rank=0)
+    return _record(scenario, "cpu", steps, raw, started, name, None, engine="deepspeed", sharding=sharding)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
+    """One rank's run; rank 0 returns the record fields, the others None."""
+    import gc
+    from types import SimpleNamespace
+
+    import deepspeed
+    import torch
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from calc.export import export_bundle
+    from measure.runner import memtracker_fields
+    from measure.trackers import PhaseMemTracker
+    from measure.workload import NullTracker
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = torch.distributed.get_rank()
+    files, notes = export_bundle(scenario)
+    cfg = json.loads(files["ds_config.json"])
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "train.py").write_text(files["train.py"])
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("vramcalc_train", Path(tmp) / "train.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+    t = scenario.training
+    torch.manual_seed(0)
+    mt = PhaseMemTracker() if rank == 0 else NullTracker()
+    out: dict[str, Any] = {}
+    with mt if rank == 0 else contextlib.nullcontext():
+        hf = HfDeepSpeedConfig(cfg)  # noqa: F841 - transformers reads it while from_config runs (zero.Init)
+        model = script.build_model(SimpleNamespace(model_config=None))
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()
+                                                                                if p.requires_grad], config=cfg)
+        vocab = model.config.get_text_config().vocab_size
+        input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), generator=torch.Generator().manual_seed(1))
+        if t.activation_checkpointing.value != "none":
+            engine.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if rank == 0:
+            out["initial_allocated_bytes"] = mt.current_total()
+        for _ in range(steps):
+            for micro in range(t.gradient_accumulation_steps):
+                with mt.phase("forward"):
+                    loss = engine(input_ids=input_ids, labels=input_ids).loss
+                last = micro == t.gradient_accumulation_steps - 1
+                with mt.phase("backward"):
+                    engine.backward(loss)
+                    del loss
+                    if not last:
+                        engine.step()
+                if last:
+                    with mt.phase("optimizer"):
+                        engine.step()
+            mt.step_done()
+        if rank == 0:
+            out.update(memtracker_fields(mt))
+            out["peak_allocated_bytes"] = max(out["phase"].values())
+            params = list(engine.module.parameters())
+            out["weights_bytes"] = sum(p.ds_tensor.numel() * p.ds_tensor.element_size() if hasattr(p, "ds_tensor")
+                                       else p.numel() * p.element_size() for p in params)
+            out["num_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+            out["trainable_params"] = sum(getattr(p, "ds_numel", p.numel()) for p in params if p.requires_grad)
+            out["optimizer_state_bytes"] = None
+            out["categories"] = None
+            out["notes"] = [
+                "peak = MemTracker's live tensor bytes on rank 0, DeepSpeed's buffers included (CPU accelerator: "
+                "pin_memory is a no-op, offloaded and device buffers share the host)",
+                f"DeepSpeed {deepspeed.__version__}, exported ds_config as written; optimizer "
+                f"{type(engine.basic_optimizer).__name__}",
+                *notes[:2]]
+        engine.destroy()
+        del engine, model
+    gc.collect()
+    return out if rank == 0 else None
+
+
+# ---- the committed data set (data/measured_deepspeed.jsonl) ---------------------------------------
+
+def _model(kind: str) -> dict[str, Any]:
+    """Small models of three families (5 M parameters or so: DeepSpeed's 500 M-element buckets dominate
+    every peak at this size, so the non-bucket terms are also reported by calc.validate per record)."""
+    if kind == "gpt2":
+        return {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 4, "n_positions": 256, "n_inner": 1024,
+                "vocab_size": 4096}
+    cfg = {"model_type": kind, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512,
+           "tie_word_embeddings": kind == "qwen2"}
+    return cfg
+
+
+# (name, model, world, zero stage, precision, offload optimizer, offload params, extra training fields)
+SUITE: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
+    ("ds-z0-fp32-w1-llama", "llama", 1, 0, "fp32", "none", "none", {}),
+    ("ds-z0-fp32-w2-gpt2", "gpt2", 2, 0, "fp32", "none", "none", {}),
+    ("ds-z1-fp32-w2-llama", "llama", 2, 1, "fp32", "none", "none", {}),
+    ("ds-z1-bf16-mixed-w1-qwen2", "qwen2", 1, 1, "bf16-mixed", "none", "none", {}),
+    ("ds-z1-bf16-mixed-w4-llama", "llama", 4, 1, "bf16-mixed", "none", "none", {}),
+    ("ds-z2-bf16-mixed-w2-llama", "llama", 2, 2, "bf16-mixed", "none", "none", {}),
+    ("ds-z2-fp32-w2-qwen2", "qwen2", 2, 2, "fp32", "none", "none", {}),
+    ("ds-z2-bf16-mixed-offload-w2-gpt2", "gpt2", 2, 2, "bf16-mixed", "cpu", "none", {}),
+    ("ds-z2-fp32-offload-w1-llama", "llama", 1, 2, "fp32", "cpu", "none", {}),
+    ("ds-z2-bf16-mixed-accum2-w2-qwen2", "qwen2", 2, 2, "bf16-mixed", "none", "none",
+     {"gradient_accumulation_steps": 2}),
+    ("ds-z3-bf16-mixed-w2-llama", "llama", 2, 3, "bf16-mixed", "none", "none", {}),
+    ("ds-z3-bf16-mixed-w1-gpt2", "gpt2", 1, 3, "bf16-mixed", "none", "none", {}),
+    ("ds-z3-fp32-w4-qwen2", "qwen2", 4, 3, "fp32", "none", "none", {}),
+    ("ds-z3-bf16-mixed-offload-w2-qwen2", "qwen2", 2, 3, "bf16-mixed", "cpu", "none", {}),
+    ("ds-z3-bf16-mixed-offload-both-w2-llama", "llama", 2, 3, "bf16-mixed", "cpu", "cpu", {}),
+    ("ds-z3-fp32-offload-both-w2-gpt2", "gpt2", 2, 3, "fp32", "cpu", "cpu", {}),
+    ("ds-z3-bf16-mixed-ckpt-w2-llama", "llama", 2, 3, "bf16-mixed", "none", "none",
+     {"activation_checkpointing": "full"}),
+]
+
+
+def suite_scenarios() -> list[tuple[str, Scenario]]:
+    out = []
+    for name, kind, world, stage, prec, oo, op, extra in SUITE:
+        training = {"zero_stage": stage, "precision": prec, "offload_optimizer": oo, "offload_params": op,
+                    "micro_batch_size": 2, "seq_len": 128, **extra}
+        out.append((name, Scenario.model_validate({"model": _model(kind), "hardware": {"gpu": "a100-80gb",
+                                                                                       "num_gpus": world},
+                                                   "training": training})))
+    return out
+
+
+def run_suite(output: str, only: list[str] | None = None) -> int:
+    """python -m measure.deepspeed_run --suite data/measured_deepspeed.jsonl [NAME ...]"""
+    with open(output, "a") as fh:
+        for name, sc in suite_scenarios():
+            if only and name not in only:
+                continue
+            rec = measure_deepspeed_record(sc, 3, name)
+            fh.write(rec.to_json_line() + "\n")
+            fh.flush()
+            print(f"{name}: {rec.peak_allocated_bytes:,} B ({rec.wall_seconds:.0f} s)", flush=True)
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1] == "--suite":
+        return run_suite(sys.argv[2], sys.argv[3:])
+    scenario = Scenario.model_validate_json(Path(sys.argv[1]).read_text())
+    steps = int(sys.argv[3])
+    started = time.perf_counter()
+    raw = _run_rank(scenario, steps)
+    if raw is not None:
+        raw["wall_seconds"] = round(time.perf_counter() - started, 3)
+        Path(sys.argv[2]).write_text(json.dumps(raw))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
