@@ -67,6 +67,7 @@ class States:
     reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
+    persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
 
 
 def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
@@ -136,6 +137,11 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     grads = round(trainable * grad_b * shard.gradients)
     states = round(precision.optimizer_state_bytes(t.optimizer, state_p, shapes) * shard.optimizer)
     master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
+    if t.zero_stage >= 1 and not master:
+        # DeepSpeed ZeRO-1/2/3 always hand the optimizer a clone of this rank's partition in the master
+        # dtype (fp32; bf16 under bf16_master_weights_and_grads), even when the model is fp32
+        # (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)
+        master = round(trainable * (2 if p == Precision.bf16 else 4) * shard.optimizer)
     temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
     grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
     zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage)
@@ -157,6 +163,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         else:
             nvme += states + master_bytes
         cpu += parallel.pinned_bytes(part * 4, target)
+        if t.zero_stage == 3:  # the gradient partition buffer lives on the host with the optimizer
+            cpu += parallel.pinned_bytes(grads, target)
         if t.zero_stage in (1, 2):
             largest = max((prod(s) for s, _ in shapes), default=0)
             dev_buf, host_buf = parallel.zero12_offload_buffers(part, largest, grad_b, target)
@@ -177,8 +185,10 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
                            formula=w_formula, source="parameter count x bytes per weight (calc.precision)"))
     largest_all = max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0)
     load = parallel.model_load_host_bytes(n_local, largest_all, precision.weight_bytes_per_param(p), t.zero_stage)
+    # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
+    # (stage3.py, grad_partitions_flat_buffer), so the gradients are there in every phase
     return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps,
-                  load_host=load)
+                  load_host=load, persistent_grads=t.zero_stage == 3)
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
@@ -397,7 +407,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
     opt = st.optimizer
-    ga_grads = st.grads if t.gradient_accumulation_steps > 1 else 0
+    ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers
     layer_pgrads = sum(p.param_grad_bytes for p in lay)
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
@@ -495,7 +505,9 @@ def step_gradient_bytes(sc: Scenario, st: States) -> int:
     16-bit gradient partition is cast to an fp32 `.grad` of its master partition and the 16-bit
     grads are freed before the step (precision.MIXED_STEP_GRADIENTS_WHY); otherwise `.grad` itself."""
     t = sc.training
-    keeps_16bit = not (t.precision.is_mixed and t.offload_optimizer == Offload.none and not st.gathered_layer)
+    # DeepSpeed ZeRO-3 keeps its flat gradient-partition buffer through the step (persistent_grads)
+    keeps_16bit = not (t.precision.is_mixed and t.offload_optimizer == Offload.none and not st.gathered_layer
+                       and not st.persistent_grads)
     return (st.grads if keeps_16bit else 0) + st.grad_fp32_step
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from calc.engine import estimate, model_states
@@ -66,6 +66,10 @@ def test_more_batch_never_less_memory(data, extra):
 @given(scenarios(zero_stage=0), st.integers(0, 2))
 def test_higher_zero_stage_never_more_model_state_memory(data, stage):
     lo = Scenario.model_validate({**data, "training": {**data["training"], "zero_stage": stage}})
+    # DeepSpeed's ZeRO-1 hands the optimizer a clone of the partition in the master dtype even for an
+    # fp32 / bf16 model (measured: data/measured_deepspeed.jsonl), so only *-mixed, whose fp32 master
+    # exists at ZeRO 0 too, cannot grow from stage 0 to 1
+    assume(stage > 0 or lo.training.precision.is_mixed)
     hi = Scenario.model_validate({**data, "training": {**data["training"], "zero_stage": stage + 1}})
     a, b = model_states(lo, lo.spec.num_layers, True, True), model_states(hi, hi.spec.num_layers, True, True)
     assert b.weights + b.grads + b.optimizer <= a.weights + a.grads + a.optimizer
