@@ -144,7 +144,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         master = round(trainable * (2 if p == Precision.bf16 else 4) * shard.optimizer)
     temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
     grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
-    zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage)
+    zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage, autocast_bytes=2 if p.is_amp else 0)
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
     zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,

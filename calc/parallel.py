@@ -47,16 +47,20 @@ def zero_model_state_bytes(params: int, stage: int, dp: int, k_bytes: int = 12,
     return round(params * (weight_bytes * s.weights + grad_bytes * s.gradients + k_bytes * s.optimizer))
 
 
-def reduce_bucket_bytes(grad_bytes: int, stage: int) -> int:
-    """DeepSpeed's IPG (reduce) buckets of reduce_bucket_size elements in the gradient dtype, allocated
-    whatever the data-parallel size (modelled from DeepSpeed 0.19's source, not yet measured):
-    ZeRO-1/2 hold two when overlap_comm is on (stage_1_and_2.py, setup_buckets); ZeRO-3 with
-    contiguous_gradients, which the export writes, holds one per gradient dtype from initialisation on
-    (stage3.py, _setup_for_real_optimizer)."""
+def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0) -> int:
+    """DeepSpeed's IPG (reduce) buckets of reduce_bucket_size elements, one set per communication dtype,
+    allocated whatever the data-parallel size: ZeRO-1/2 hold two per dtype when overlap_comm is on
+    (stage_1_and_2.py, setup_buckets); ZeRO-3 with contiguous_gradients, which the export writes, one per
+    dtype from initialisation on (stage3.py, _setup_for_real_optimizer). The dtype is the gradients';
+    under torch_autocast (amp-*) the parameters of nn.Linear-like modules communicate in the autocast
+    dtype (`autocast_bytes`) and the rest (embeddings, norms) in fp32, so there are two
+    (runtime/torch_autocast.py, get_all_comm_dtypes). Measured on the CPU at ZeRO-1/2/3 (bf16, fp32) and
+    ZeRO-3 amp-bf16 (data/measured_deepspeed*.jsonl)."""
+    per_dtype = grad_bytes + autocast_bytes
     if stage in (1, 2):
-        return REDUCE_BUCKET_ELEMENTS * grad_bytes * (2 if OVERLAP_COMM else 1)
+        return REDUCE_BUCKET_ELEMENTS * per_dtype * (2 if OVERLAP_COMM else 1)
     if stage == 3:
-        return REDUCE_BUCKET_ELEMENTS * grad_bytes
+        return REDUCE_BUCKET_ELEMENTS * per_dtype
     return 0
 
 

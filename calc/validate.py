@@ -93,7 +93,7 @@ DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
     ("ZeRO-1/2 grads_in_partition buffer (fp32 models under-predicted by up to 12 % of the non-bucket bytes)",
      "measured, not yet modelled"),
     ("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), one at ZeRO-3 "
-     "(contiguous_gradients), in the gradient dtype", "measured (CPU)"),
+     "(contiguous_gradients), per communication dtype (amp-*: fp32 and the autocast dtype)", "measured (CPU)"),
     ("ZeRO-3 gathered parameters and prefetch (capped by the model size)", "measured (CPU, small models)"),
     ("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
      "16-bit staging copies", "measured (CPU accelerator: the host is the device)"),

@@ -170,13 +170,13 @@ def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
 
 # ---- the committed data set (data/measured_deepspeed.jsonl) ---------------------------------------
 
-def _model(kind: str) -> dict[str, Any]:
+def _model(kind: str, width: int = 256, layers: int = 4) -> dict[str, Any]:
     """Small models of three families (5 M parameters or so: DeepSpeed's 500 M-element buckets dominate
     every peak at this size, so the non-bucket terms are also reported by calc.validate per record)."""
     if kind == "gpt2":
-        return {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 4, "n_positions": 256, "n_inner": 1024,
-                "vocab_size": 4096}
-    cfg = {"model_type": kind, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+        return {"model_type": "gpt2", "n_embd": width, "n_head": 4, "n_layer": layers, "n_positions": 256,
+                "n_inner": 4 * width, "vocab_size": 4096}
+    cfg = {"model_type": kind, "hidden_size": width, "intermediate_size": width * 11 // 4, "num_hidden_layers": layers,
            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 512,
            "tie_word_embeddings": kind == "qwen2"}
     return cfg
@@ -206,21 +206,39 @@ SUITE: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
 ]
 
 
-def suite_scenarios() -> list[tuple[str, Scenario]]:
+# Held out: measured after the engine's DeepSpeed terms were settled on SUITE, and not used to change
+# them (other widths and depths, world size 3, Mistral, pure bf16, amp-bf16 via torch_autocast).
+HELDOUT: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
+    ("ds-heldout-z3-bf16-mixed-w3-mistral-384", "mistral", 3, 3, "bf16-mixed", "none", "none", {"width": 384}),
+    ("ds-heldout-z2-bf16-mixed-w4-gpt2-6l", "gpt2", 4, 2, "bf16-mixed", "none", "none", {"layers": 6}),
+    ("ds-heldout-z1-bf16-mixed-offload-w2-mistral", "mistral", 2, 1, "bf16-mixed", "cpu", "none", {}),
+    ("ds-heldout-z3-fp32-offload-w3-llama-320", "llama", 3, 3, "fp32", "cpu", "none", {"width": 320}),
+    ("ds-heldout-z2-bf16-mixed-ckpt-w2-qwen2", "qwen2", 2, 2, "bf16-mixed", "none", "none",
+     {"activation_checkpointing": "full"}),
+    ("ds-heldout-z2-bf16-w2-llama", "llama", 2, 2, "bf16", "none", "none", {}),
+    ("ds-heldout-z3-amp-bf16-w2-llama", "llama", 2, 3, "amp-bf16", "none", "none", {}),
+    ("ds-heldout-z0-fp32-w3-mistral", "mistral", 3, 0, "fp32", "none", "none", {"micro_batch_size": 4}),
+]
+
+
+def suite_scenarios(entries: list | None = None) -> list[tuple[str, Scenario]]:
     out = []
-    for name, kind, world, stage, prec, oo, op, extra in SUITE:
+    for name, kind, world, stage, prec, oo, op, extra in SUITE if entries is None else entries:
+        extra = dict(extra)
+        shape = {k: extra.pop(k) for k in ("width", "layers") if k in extra}
         training = {"zero_stage": stage, "precision": prec, "offload_optimizer": oo, "offload_params": op,
                     "micro_batch_size": 2, "seq_len": 128, **extra}
-        out.append((name, Scenario.model_validate({"model": _model(kind), "hardware": {"gpu": "a100-80gb",
-                                                                                       "num_gpus": world},
+        out.append((name, Scenario.model_validate({"model": _model(kind, **shape),
+                                                   "hardware": {"gpu": "a100-80gb", "num_gpus": world},
                                                    "training": training})))
     return out
 
 
-def run_suite(output: str, only: list[str] | None = None) -> int:
-    """python -m measure.deepspeed_run --suite data/measured_deepspeed.jsonl [NAME ...]"""
+def run_suite(output: str, only: list[str] | None = None, heldout: bool = False) -> int:
+    """python -m measure.deepspeed_run --suite data/measured_deepspeed.jsonl [NAME ...]
+    (--heldout-suite data/measured_deepspeed_heldout.jsonl for the held-out entries)"""
     with open(output, "a") as fh:
-        for name, sc in suite_scenarios():
+        for name, sc in suite_scenarios(HELDOUT if heldout else None):
             if only and name not in only:
                 continue
             rec = measure_deepspeed_record(sc, 3, name)
@@ -231,8 +249,8 @@ def run_suite(output: str, only: list[str] | None = None) -> int:
 
 
 def main() -> int:
-    if sys.argv[1] == "--suite":
-        return run_suite(sys.argv[2], sys.argv[3:])
+    if sys.argv[1] in ("--suite", "--heldout-suite"):
+        return run_suite(sys.argv[2], sys.argv[3:], heldout=sys.argv[1] == "--heldout-suite")
     scenario = Scenario.model_validate_json(Path(sys.argv[1]).read_text())
     steps = int(sys.argv[3])
     started = time.perf_counter()

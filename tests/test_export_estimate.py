@@ -48,15 +48,16 @@ def test_issue_7b_zero2_fused_adam_has_no_foreach_temporary():
     assert "FusedAdam" in export_deepspeed(fused).notes[0]
 
 
-@pytest.mark.parametrize(("prec", "grad_bytes"), [("bf16-mixed", 2), ("fp32", 4), ("amp-bf16", 4)])
+@pytest.mark.parametrize(("prec", "dtype_bytes"), [("bf16-mixed", (2,)), ("fp32", (4,)), ("amp-bf16", (4, 2))])
 @pytest.mark.parametrize("gpus", [1, 8])
-def test_zero3_reduce_bucket_is_counted(prec, grad_bytes, gpus):
-    """ZeRO-3 with the exported contiguous_gradients allocates one reduce_bucket_size bucket in the
-    gradient dtype at any data-parallel size (0.93 GiB in bf16, issue 9)."""
+def test_zero3_reduce_bucket_is_counted(prec, dtype_bytes, gpus):
+    """ZeRO-3 with the exported contiguous_gradients allocates one reduce_bucket_size bucket per
+    communication dtype at any data-parallel size (0.93 GiB in bf16, issue 9; under torch_autocast a
+    bf16 one for the Linear weights beside the fp32 one)."""
     sc = scen(zero_stage=3, precision=prec, gpus=gpus)
     assert deepspeed_config(sc)["zero_optimization"]["contiguous_gradients"] is True
-    bucket = REDUCE_BUCKET_ELEMENTS * grad_bytes
-    assert parallel.reduce_bucket_bytes(grad_bytes, 3) == bucket
+    bucket = REDUCE_BUCKET_ELEMENTS * sum(dtype_bytes)
+    assert parallel.reduce_bucket_bytes(dtype_bytes[0], 3, sum(dtype_bytes[1:])) == bucket
     st = model_states(sc, layers(sc), True, True)
     gathered = parallel.stage3_live_param_bytes(sc.spec.layer_params(), max(sc.spec.embedding_params(),
                                                 sc.spec.lm_head_params()), precision.weight_bytes_per_param(
