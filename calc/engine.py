@@ -68,6 +68,7 @@ class States:
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
+    zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
 
 
 def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
@@ -147,9 +148,9 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage, autocast_bytes=2 if p.is_amp else 0)
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
-    zero_buf += parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
-                                                 params_offloaded=t.offload_params != Offload.none,
-                                                 total_params=n_local)
+    # released again before the optimizer step (measured: ZeRO-3 step peaks hold no gathered weights)
+    gathered = parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
+                                                params_offloaded=t.offload_params != Offload.none, total_params=n_local)
     cpu = nvme = 0
     if t.offload_optimizer != Offload.none:
         # ZeRO-Offload (stage_1_and_2.py / stage3.py, cpu_offload): the optimizer states and a partition
@@ -188,7 +189,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
     # (stage3.py, grad_partitions_flat_buffer), so the gradients are there in every phase
     return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps,
-                  load_host=load, persistent_grads=t.zero_stage == 3)
+                  load_host=load, persistent_grads=t.zero_stage == 3, zero3_gathered=gathered)
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
@@ -408,7 +409,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
-    other0 = inputs + ws + st.zero_buffers
+    other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
     layer_pgrads = sum(p.param_grad_bytes for p in lay)
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
@@ -690,7 +691,8 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
               "the token batch on the device"),
              ("cublas_workspace", "cuBLAS workspaces", ws, "one per matmul thread (forward + autograd)",
               "CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)"),
-             ("zero_buffers", "ZeRO buckets / gathered weights", st.zero_buffers,
+             ("zero_buffers", "ZeRO buckets / gathered weights",
+              st.zero_buffers + (st.zero3_gathered if tl.phases[i] != "optimizer" else 0),
               "reduce bucket (stage 2) or gathered layer weights + prefetch (stage 3)",
               "DeepSpeed defaults in calc.parallel")]
     if tl.phases[i] == "optimizer":

@@ -61,10 +61,11 @@ def test_zero3_reduce_bucket_is_counted(prec, dtype_bytes, gpus):
     st = model_states(sc, layers(sc), True, True)
     gathered = parallel.stage3_live_param_bytes(sc.spec.layer_params(), max(sc.spec.embedding_params(),
                                                 sc.spec.lm_head_params()), precision.weight_bytes_per_param(
-                                                    sc.training.precision), 3, gpus)
-    assert st.zero_buffers == bucket + gathered
+                                                    sc.training.precision), 3, gpus, total_params=st.params_local)
+    assert (st.zero_buffers, st.zero3_gathered) == (bucket, gathered)
     est = estimate(sc)
-    assert next(c for c in est.components if c.key == "zero_buffers").bytes == st.zero_buffers
+    at_step = est.peak_phase == "optimizer"  # the gathered weights are released before the step
+    assert next(c for c in est.components if c.key == "zero_buffers").bytes == bucket + (0 if at_step else gathered)
     if prec == "bf16-mixed":
         assert bucket / GiB == pytest.approx(0.93, abs=0.01)
 
