@@ -142,6 +142,7 @@ Every TrainingArguments flag works (--max_steps, --output_dir, --save_strategy, 
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -235,8 +236,10 @@ def report_parameters(model):
     held = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
     zero3 = [p for p in params if hasattr(p, "ds_status")]
     status = sorted({{p.ds_status.name for p in zero3}})
-    print(f"[rank {{os.environ.get('RANK', '0')}}] parameters: {{total:,}}, held by this rank: {{held:,}}, "
-          f"partitioned by ZeRO-3: {{len(zero3)}} of {{len(params)}} tensors {{status}}", flush=True)
+    # one write per line, so that ranks sharing an unbuffered stream (`python -u`) do not split it
+    sys.stdout.write(f"[rank {{os.environ.get('RANK', '0')}}] parameters: {{total:,}}, held by this rank: "
+                     f"{{held:,}}, partitioned by ZeRO-3: {{len(zero3)}} of {{len(params)}} tensors {{status}}\\n")
+    sys.stdout.flush()
 
 
 def with_lora(model):
