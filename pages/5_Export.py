@@ -97,7 +97,10 @@ if ds is not None:
     snippet = trainer_snippet(target, opts)
     st.download_button("Download train.py", snippet, file_name="train.py", mime="text/x-python",
                        key="exp_download_py", on_click="ignore")
-    st.code(snippet, language="python", wrap_lines=True)
+    st.caption("Runs as written under `python`, `deepspeed` and `accelerate launch` (see its docstring); "
+               "accepts every Trainer flag, e.g. `--max_steps 10`.")
+    with st.expander("Show train.py"):
+        st.code(snippet, language="python", wrap_lines=True)
 
     st.subheader("accelerate config (accelerate.yaml)")
     acc = accelerate_config(target)
