@@ -9,6 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import calibration, charts, compute, fmt, state
+from ui import verdict as verdict_ui
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")
@@ -27,16 +28,11 @@ except ValueError as exc:
 
 dt = est.device_total_bytes
 what = f"**{est.model.name}**, {sc.mode.value} on **{hardware_name(sc)}**"
-if est.fits is None:
+if est.gpu_memory_bytes is None:
     st.info(f"{what}: no GPU memory size chosen; showing the per-GPU need.", icon=":material/info:")
-elif est.fits:
-    st.success(f"{what}: **fits with {fmt.gib(est.headroom_bytes)} headroom** per GPU "
-               f"(device total {fmt.gib(dt.expected)} expected of {fmt.gib(est.gpu_memory_bytes)}).",
-               icon=":material/check_circle:")
 else:
-    st.error(f"{what}: **does not fit: short by {fmt.gib(-est.headroom_bytes)}** per GPU "
-             f"(device total {fmt.gib(dt.expected)} expected vs {fmt.gib(est.gpu_memory_bytes)}).",
-             icon=":material/cancel:")
+    verdict_ui.box(st, est.verdict, what,
+                   f"device total {fmt.gib(dt.expected)} expected per GPU of {fmt.gib(est.gpu_memory_bytes)}")
 
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Peak allocated (GiB)", fmt.gib(est.peak_allocated_bytes),
@@ -78,19 +74,20 @@ with fit_col:
                        "turn on next.")
 with off_col:
     st.subheader("Offload")
-    hw = sc.resolved_hardware()
     if est.cpu_ram_bytes or est.nvme_bytes:
         st.metric("CPU RAM needed per node (GiB)", fmt.gib(est.cpu_ram_bytes), help=fmt.bytes_exact(est.cpu_ram_bytes))
         st.metric("NVMe space needed per node (GiB)", fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
-        for have, need, what in ((hw.cpu_ram_bytes, est.cpu_ram_bytes, "Host RAM"),
-                                 (hw.nvme_bytes, est.nvme_bytes, "NVMe")):
-            if have and need:
-                ok = need <= have
-                (st.success if ok else st.error)(
-                    f"{what} per node: {fmt.gib(have)}; offload needs {fmt.gib(need)} "
-                    f"({'fits' if ok else 'does not fit'}).")
-            elif need:
-                st.caption(f"{what} per node unknown: set it under Hardware to check.")
+        for lim in est.verdict.limits:
+            if lim.resource == "gpu":
+                continue
+            what = "Host RAM" if lim.resource == "host_ram" else "NVMe"
+            if lim.fits is None:
+                st.warning(f"{what} per node unknown: offload needs {fmt.gib(lim.needed_bytes)}; set the node's "
+                           f"{what} under Hardware to check.", icon=":material/help:")
+            else:
+                (st.success if lim.fits else st.error)(
+                    f"{what} per node: {fmt.gib(lim.available_bytes)}; offload needs {fmt.gib(lim.needed_bytes)} "
+                    f"({'fits' if lim.fits else 'does not fit'}).")
     else:
         st.caption("Nothing is offloaded. With ZeRO 1-3, optimizer states can move to CPU RAM or NVMe; with "
                    "ZeRO-3 the weights too (sidebar, Memory savers).")

@@ -94,6 +94,8 @@ def format_calibrated(ce: Any) -> str:
 
 
 def format_table(est: Any) -> str:
+    from calc.verdict import headline
+
     b = est.breakdown
     dt = est.device_total_bytes
     rows = [
@@ -108,10 +110,10 @@ def format_table(est: Any) -> str:
         ("device total (low/exp/high)", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
     ]
     if est.gpu_memory_bytes:
-        verdict = "fits" if est.fits else "does NOT fit"
-        rows.append(("GPU memory", f"{fmt_gib(est.gpu_memory_bytes)}: {verdict}, headroom {fmt_gib(est.headroom_bytes)}"))
+        rows.append(("GPU memory", f"{fmt_gib(est.gpu_memory_bytes)}, headroom {fmt_gib(est.headroom_bytes)}"))
     if est.cpu_ram_bytes or est.nvme_bytes:
         rows.append(("offload (per node)", f"CPU RAM {fmt_gib(est.cpu_ram_bytes)}, NVMe {fmt_gib(est.nvme_bytes)}"))
+    rows.append(("verdict", headline(est.verdict)))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n(1 GiB = 2^30 bytes)"
 

@@ -36,6 +36,7 @@ from calc.result import (
     Timeline,
 )
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
+from calc.verdict import make_verdict
 
 Target = Literal["cuda", "cpu"]
 Sharder = Literal["deepspeed", "fsdp2"]
@@ -566,7 +567,7 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     pp = t.pipeline_parallel
     layers = parallel.layers_on_stage(spec.num_layers, pp)
     training = sc.mode == Mode.train
-    ws = cublas_workspace_bytes(gpu.architecture if gpu else "hopper", training) if target == "cuda" else 0
+    ws = cublas_workspace_bytes(gpu.architecture if gpu else None, training) if target == "cuda" else 0
     fsdp = sharding == "fsdp2" and training and sc.data_parallel > 1 and t.zero_stage in (2, 3)
     ctx = _ctx(sc, target, fsdp)
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
@@ -634,18 +635,19 @@ def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, train
     mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
     phase = tl.phases[i]
     step = 1 if (phase == "optimizer" or st.optimizer == 0 or not training) else 2
-    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    per_node = hw.gpus_in_node()
+    # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
+    cpu_ram = max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0
+    nvme = st.offloaded_nvme * per_node
+    verdict = make_verdict(dt.expected, mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
     return Estimate(
         model=ModelSummary(name=spec.name or spec.family, family=spec.family, total_params=spec.total_params(),
                            trainable_params=st.trainable if training else 0, params_on_this_gpu=st.params_local,
                            num_layers=spec.num_layers, layers_on_this_gpu=layers),
         peak_allocated_bytes=peak, peak_phase=phase, peak_event=tl.events[i], peak_step=step,
         breakdown=bd, components=peak_components(sc, st, tl, ws), timeline=tl, device_total_bytes=dt,
-        gpu_memory_bytes=mem, fits=None if mem is None else dt.expected <= mem,
-        headroom_bytes=None if mem is None else mem - dt.expected,
-        # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
-        cpu_ram_bytes=max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0,
-        nvme_bytes=st.offloaded_nvme * per_node,
+        gpu_memory_bytes=mem, fits=verdict.fits, headroom_bytes=verdict.gpu_headroom_bytes,
+        cpu_ram_bytes=cpu_ram, nvme_bytes=nvme, verdict=verdict,
     )
 
 

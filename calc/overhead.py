@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from calc.presets import Architecture
+
 MiB = 2**20
 
 # CUDA context + loaded kernels (cuBLAS, cuDNN, NCCL modules) with lazy module loading
@@ -22,6 +24,7 @@ CUDA_CONTEXT_BYTES = {"low": 300 * MiB, "expected": 500 * MiB, "high": 1024 * Mi
 # thread (forward) and the autograd engine's device thread (backward).
 CUBLAS_WORKSPACE_BYTES_SM90 = 32 * MiB
 CUBLAS_WORKSPACE_BYTES_OLDER = 8 * MiB + 128 * 1024
+SM90_AND_LATER: frozenset[Architecture] = frozenset({"hopper", "blackwell"})
 
 # NCCL communicator buffers live outside the caching allocator: NCCL_BUFFSIZE (4 MiB) per channel
 # per peer plus proxy buffers; a few hundred MiB per rank on one node, more across nodes.
@@ -41,10 +44,11 @@ class DeviceOverhead:
     reserve: dict[str, int]
 
 
-def cublas_workspace_bytes(architecture: str | None, training: bool) -> int:
-    """Workspaces inside peak allocated: one per matmul thread (2 in training, 1 in inference)."""
-    per_handle = CUBLAS_WORKSPACE_BYTES_SM90 if (architecture or "").lower() in ("hopper", "blackwell") \
-        else CUBLAS_WORKSPACE_BYTES_OLDER
+def cublas_workspace_bytes(architecture: Architecture | None, training: bool) -> int:
+    """Workspaces inside peak allocated: one per matmul thread (2 in training, 1 in inference).
+    sm90+ (Hopper, Blackwell) get the larger default; without a GPU preset the architecture is
+    unknown and the pre-sm90 default is assumed."""
+    per_handle = CUBLAS_WORKSPACE_BYTES_SM90 if architecture in SM90_AND_LATER else CUBLAS_WORKSPACE_BYTES_OLDER
     return per_handle * (2 if training else 1)
 
 

@@ -38,6 +38,10 @@ class ModelPreset(BaseModel):
         return spec_from_hf_config(self.config, name=self.name)
 
 
+# A closed set: code branches on these values (calc.overhead), so a free-text name cannot silently miss.
+Architecture = Literal["volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell", "cdna3"]
+
+
 class GpuPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,7 +57,8 @@ class GpuPreset(BaseModel):
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
     pcie_gen: int = Field(ge=3, le=6)
     nvlink_bandwidth_bytes_per_s: float = Field(ge=0, description="per-GPU bidirectional; 0 = none")
-    architecture: str
+    architecture: Architecture = Field(description="GPU generation: decides e.g. the cuBLAS workspace size")
+    chip: str | None = Field(None, description="the die, e.g. GH100 (a label)")
     source: str = Field(description="URL of the datasheet")
     notes: str | None = None
 

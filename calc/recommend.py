@@ -222,13 +222,11 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
     impl = t.optimizer_impl
     if c.optimizer == Optimizer.adamw_8bit and impl == OptimizerImpl.for_loop:
         impl = OptimizerImpl.foreach
-    training = TrainingConfig(
-        micro_batch_size=mb, seq_len=t.seq_len, gradient_accumulation_steps=ga, precision=c.precision,
-        optimizer=c.optimizer, optimizer_impl=impl, activation_checkpointing=c.ckpt,
-        checkpoint_every=c.every if c.ckpt == Checkpointing.full else 1, attention=c.attention,
-        zero_stage=c.zero, offload_optimizer=c.off_opt, offload_params=c.off_par, tensor_parallel=c.tp,
-        pipeline_parallel=c.pp, sequence_parallel=t.sequence_parallel and c.tp > 1, lora=c.lora)
-    return Scenario(model=base.model, hardware=base.hardware, mode=base.mode, training=training)
+    return base.with_training(
+        micro_batch_size=mb, gradient_accumulation_steps=ga, precision=c.precision, optimizer=c.optimizer,
+        optimizer_impl=impl, activation_checkpointing=c.ckpt, checkpoint_every=c.every if c.ckpt == Checkpointing.full
+        else 1, attention=c.attention, zero_stage=c.zero, offload_optimizer=c.off_opt, offload_params=c.off_par,
+        tensor_parallel=c.tp, pipeline_parallel=c.pp, sequence_parallel=t.sequence_parallel and c.tp > 1, lora=c.lora)
 
 
 def _divisors(n: int) -> list[int]:
@@ -266,7 +264,7 @@ def enumerate_combos(sc: Scenario, method_change: bool) -> list[Combo]:
     hw = sc.resolved_hardware()
     gpu = gpu_presets()[hw.gpu]
     n = hw.num_gpus
-    per_node = min(hw.gpus_per_node or min(n, 8), n)
+    per_node = hw.gpus_in_node()
     same_p, change_p = _precisions(gpu.bf16 and gpu.bf16_tflops > 0, t.precision)
     methods: list[tuple[list[Precision], Optimizer, LoraConfig | None]] = []
     if not method_change:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.verdict import Verdict
+
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations", "other")
 CATEGORY_LABELS: dict[str, str] = {
     "parameters": "Parameters (weights on this GPU)",
@@ -104,8 +106,11 @@ class Estimate(BaseModel):
     timeline: Timeline
     device_total_bytes: DeviceTotal
     gpu_memory_bytes: int | None = Field(None, description="the GPU's total memory, if a GPU is chosen")
-    fits: bool | None = Field(None, description="device_total high <= GPU memory; None without a GPU")
+    fits: bool | None = Field(None, description="verdict.fits: every limit (GPU, host RAM, NVMe) met; None when "
+                              "one is unknown")
     headroom_bytes: int | None = Field(None, description="GPU memory - expected device total")
     cpu_ram_bytes: int = Field(0, description="host RAM per node needed for offloaded states/params")
     nvme_bytes: int = Field(0, description="NVMe space per node for offloaded states/params")
+    verdict: Verdict = Field(description="does it fit: GPU memory per GPU, host RAM and NVMe per node "
+                             "(calc.verdict); every page and the recommender read this")
     notes: list[str] = Field(default_factory=list)

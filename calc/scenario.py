@@ -192,6 +192,10 @@ def _cluster_gpus(cluster_id: str) -> int | None:
     c = cluster_presets().get(cluster_id)
     return None if c is None else c.num_gpus
 
+    def gpus_in_node(self) -> int:
+        """GPUs per node: `gpus_per_node`, by default min(num_gpus, 8) (the one place this default lives)."""
+        return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
+
 
 class Scenario(BaseModel):
     """Model + hardware + training setup. `model` is a preset id or a Hugging Face config dict."""
@@ -237,6 +241,20 @@ class Scenario(BaseModel):
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise ValueError("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2")
         return self
+
+    def variant(self, **fields: Any) -> Scenario:
+        """This scenario with some top-level fields (model, hardware, mode, training) replaced,
+        validated again. The one way to make a variant: every other field is carried over, so a field
+        added later survives the recommender, the waterfall, the what-ifs and Compare."""
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(fields)
+        return type(self).model_validate(data)
+
+    def with_training(self, **changes: Any) -> Scenario:
+        """This scenario with some training fields changed (ValidationError / ValueError if the result
+        is not a valid scenario)."""
+        training = TrainingConfig.model_validate({**self.training.model_dump(), **changes})
+        return self.variant(training=training)
 
     def resolved_hardware(self) -> HardwareConfig:
         """Hardware with a cluster preset expanded into gpu / num_gpus / gpus_per_node."""

@@ -195,7 +195,7 @@ def hardware_of(sc: Scenario) -> _Hw:
         raise ValueError("the speed model needs a GPU preset (hardware.gpu or hardware.cluster) for its TFLOPS "
                          "and link bandwidths; memory_bytes alone is not enough")
     cluster: ClusterPreset | None = cluster_presets().get(hw.cluster) if sc.hardware.cluster else None
-    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    per_node = hw.gpus_in_node()
     inter = cluster.inter_node_bandwidth_bytes_per_s if cluster and cluster.inter_node_bandwidth_bytes_per_s \
         else DEFAULT_INTER_NODE_BYTES_PER_S
     nvme = cluster.nvme_bandwidth_bytes_per_s if cluster else DEFAULT_NVME_BYTES_PER_S

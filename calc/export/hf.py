@@ -322,7 +322,7 @@ def script_notes(sc: Scenario, o: ExportOptions) -> list[str]:
 def node_shape(sc: Scenario) -> tuple[int, int]:
     """(processes per node, nodes): the cluster's node size, else up to 8 GPUs per node."""
     hw = resolve_hardware(sc.hardware)
-    per_node = min(hw.gpus_per_node or min(hw.num_gpus, 8), hw.num_gpus)
+    per_node = hw.gpus_in_node()
     return per_node, hw.num_gpus // per_node
 
 
