@@ -16,13 +16,13 @@ from calc.recommend import (
     DEFAULT_SAFETY_MARGIN,
     Candidate,
     RecommendRequest,
-    _run,
-    _setup,
     enumerate_combos,
+    methods_for,
     optimization_waterfall,
     recommend,
     recommendation_table,
 )
+from calc.recommend.search import _run, _setup
 from calc.scenario import Attention, Offload, Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,15 +47,20 @@ def rec_8b():
 
 def test_candidates_fit_and_are_sorted(rec_8b):
     req, rec = rec_8b
-    assert 1 <= len(rec.candidates) <= 8
+    assert [g.group for g in rec.groups] == ["full", "adapters"]  # a full fine-tuning scenario gets both
     assert rec.usable_bytes == int(rec.gpu_memory_bytes * (1 - DEFAULT_SAFETY_MARGIN))
-    speeds = [c.tokens_per_s_per_gpu for c in rec.candidates]
-    assert speeds == sorted(speeds, reverse=True)
-    assert [c.rank for c in rec.candidates] == list(range(1, len(rec.candidates) + 1))
-    for c in rec.candidates:
-        check_fits(c, rec.usable_bytes)
-        assert not c.method_change
-        assert c.scenario.training.attention == Attention.sdpa  # eager is dominated
+    for group in ("full", "adapters"):
+        cands = [c for c in rec.candidates if c.group == group]
+        assert 1 <= len(cands) <= 8
+        speeds = [c.tokens_per_s_per_gpu for c in cands]
+        assert speeds == sorted(speeds, reverse=True)
+        assert [c.rank for c in cands] == list(range(1, len(cands) + 1))
+        for c in cands:
+            check_fits(c, rec.usable_bytes)
+            assert c.verdict == estimate(c.scenario).verdict and c.verdict.fits
+            assert c.method_change == (group == "adapters")  # the scenario asked for full fine-tuning
+            assert (c.scenario.training.lora is not None) == (group == "adapters")
+            assert c.scenario.training.attention == Attention.sdpa  # eager is dominated
 
 
 def test_global_batch_is_reached(rec_8b):
@@ -69,10 +74,11 @@ def test_global_batch_is_reached(rec_8b):
 
 def test_explanation_names_the_winner_and_an_alternative(rec_8b):
     _, rec = rec_8b
-    e = rec.explanation
+    e = rec.groups[0].explanation
     assert e.startswith("ZeRO-") or e.startswith("no ZeRO")
     assert "fastest configuration that fits" in e and "tokens/s per GPU" in e
-    assert "would" in e  # a faster one that does not fit, or a slower one that does
+    assert "up to" in e or "would fit too" in e  # a faster one that does not fit, or a slower one that does
+    assert "%" not in rec.explanation or "x faster" in rec.explanation or " % faster" in rec.explanation
 
 
 def test_search_prunes_most_of_the_space(rec_8b):
@@ -89,12 +95,13 @@ def test_branch_and_bound_matches_brute_force():
     req = RecommendRequest(scenario=base, global_batch_size=64, max_candidates=3)
     s = _setup(req)
     best = 0.0
-    for c in enumerate_combos(base, False):
+    combos = enumerate_combos(base, methods_for(base, "full", widen=False))
+    for c in combos:
         per, mbs = s.split(c)
         for mb in mbs:
             if s.fit(c, mb, per // mb).ok:
                 best = max(best, s.speed(c, mb, per).tokens_per_s)
-    top = _run(_setup(req), enumerate_combos(base, False), 1)
+    top = _run(_setup(req), combos, 1)
     assert top and top[0].raw.tokens_per_s == pytest.approx(best, rel=1e-12)
 
 
@@ -119,7 +126,7 @@ def test_method_change_only_when_allowed_and_needed():
     loose = recommend(RecommendRequest(scenario=fits, global_batch_size=8, max_candidates=3, allow_method_change=True))
     assert loose.candidates and not loose.method_change
     for c in loose.candidates:
-        assert not c.method_change
+        assert c.method_change == (c.group == "adapters")
         check_fits(c, loose.usable_bytes)
 
 
@@ -177,7 +184,8 @@ def test_method_change_when_the_host_cannot_hold_the_offload():
         "gpu": "rtx-4090", "memory_bytes": 12 * 2**30, "cpu_ram_bytes": 16 * 2**30, "nvme_bytes": 100 * 10**9},
         "training": {"seq_len": 1024}})
     strict = recommend(RecommendRequest(scenario=base, global_batch_size=4, max_candidates=3))
-    assert strict.candidates == []
+    assert [c.group for c in strict.candidates] == ["adapters"] * len(strict.candidates) and strict.candidates
+    assert strict.method_change and "host RAM" in strict.groups[0].explanation
     loose = recommend(RecommendRequest(scenario=base, global_batch_size=4, max_candidates=3, allow_method_change=True))
     assert loose.method_change and loose.candidates
     assert all(c.method_change for c in loose.candidates)
@@ -201,8 +209,12 @@ def test_waterfall_order_and_effects():
     assert [s.method_change for s in steps][-3:] == [True, True, True] and not any(s.method_change for s in steps[:-3])
     ram = steps[0].scenario.resolved_hardware().cpu_ram_bytes
     for s in steps:
-        gpu_ok = s.device_total_expected_bytes <= estimate(s.scenario).gpu_memory_bytes * (1 - DEFAULT_SAFETY_MARGIN)
+        est = estimate(s.scenario)
+        assert s.verdict == est.verdict and s.fits == est.verdict.fits  # the one verdict, no margin of its own
+        gpu_ok = s.device_total_expected_bytes <= est.gpu_memory_bytes
         assert s.fits == (gpu_ok and s.cpu_ram_bytes <= ram)
+        assert s.tight == (bool(s.fits) and s.device_total_expected_bytes > est.gpu_memory_bytes
+                           * (1 - DEFAULT_SAFETY_MARGIN))
         assert s.step == steps.index(s)
     # 70B's fp32 master + Adam states + fp32 grads (16 B/param) exceed the node's 1 TiB of host RAM
     assert by["optimizer offload"].cpu_ram_bytes > ram and by["optimizer offload"].fits is False
@@ -233,7 +245,10 @@ def test_cli_recommend_table_and_json(tmp_path):
     r = run_cli("recommend", str(f), "--format", "json", "--top", "2")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert len(data["candidates"]) == 2 and data["target_global_batch_sequences"] == 4 * 2 * 8
+    assert [c["group"] for c in data["candidates"]] == ["full", "full", "adapters", "adapters"]
+    assert data["target_global_batch_sequences"] == 4 * 2 * 8
+    for c in data["candidates"]:
+        assert c["verdict"]["fits"] is True and c["verdict"]["limits"][0]["resource"] == "gpu"
 
 
 def test_cli_recommend_request_file(tmp_path):
@@ -263,3 +278,58 @@ def test_cli_recommend_bad_input_exits_2(tmp_path, content, msg):
 def test_cli_recommend_missing_file_exits_2(tmp_path):
     r = run_cli("recommend", str(tmp_path / "nope.json"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+# ---- groups, slow configurations, FSDP2 (issue 8) ----------------------------------------------------
+
+@pytest.mark.parametrize(("ratio", "words"), [(1.12, "12 % faster"), (2.46, "about 2.5x faster"),
+                                              (30.13, "about 30x faster"), (0.5, "about 2.0x slower"),
+                                              (0.9, "11 % slower")])
+def test_speed_comparisons_read_as_times(ratio, words):
+    from calc.recommend import speed_ratio_words
+
+    assert speed_ratio_words(ratio) == words
+
+
+def test_70b_on_8x_a100_offers_both_groups_and_says_full_is_offload_bound():
+    base = sc("llama-2-70b", "8x-a100-80gb", precision="bf16-mixed")
+    rec = recommend(RecommendRequest(scenario=base, max_candidates=3))
+    full, adapters = rec.groups
+    assert full.group == "full" and adapters.group == "adapters"
+    assert adapters.best_tokens_per_s_per_gpu > 10 * full.best_tokens_per_s_per_gpu
+    best_full = next(c for c in rec.candidates if c.group == "full")
+    assert best_full.slow is not None and "tokens/s per GPU is" in best_full.slow
+    assert best_full.tokens_per_s_per_gpu < 0.1 * best_full.compute_bound_tokens_per_s_per_gpu
+    advice = " ".join(full.advice)
+    assert "More GPUs:" in advice and "x A100" in advice  # how many GPUs would hold it without offload
+    assert "Adapters:" in advice and "x faster" in advice
+    assert "%" not in rec.explanation.split("Adapters")[-1]  # "about 100x faster", not "10000%"
+    assert all(c.slow is None for c in rec.candidates if c.group == "adapters")
+
+
+def test_lora_scenario_pins_the_adapters_group():
+    base = sc("llama-3.2-1b", "1x-a100-80gb", lora={"rank": 8})
+    rec = recommend(RecommendRequest(scenario=base, global_batch_size=8, max_candidates=2))
+    assert [g.group for g in rec.groups] == ["adapters"]
+    assert rec.candidates and all(c.scenario.training.lora.rank == 8 and not c.method_change for c in rec.candidates)
+
+
+def test_fsdp2_scenario_keeps_its_sharding_in_recommend_and_waterfall():
+    base = sc("llama-3.2-1b", "8x-a100-80gb", precision="bf16-mixed", zero_stage=3, sharding="fsdp2")
+    rec = recommend(RecommendRequest(scenario=base, global_batch_size=16, max_candidates=3))
+    assert rec.candidates
+    for c in rec.candidates:
+        t = c.scenario.training
+        assert t.sharding == "fsdp2" and t.zero_stage != 1 and t.offload_optimizer == Offload.none
+    steps = optimization_waterfall(base)
+    assert all(s.scenario.training.sharding == "fsdp2" for s in steps)
+    assert "ZeRO-1" not in [s.name for s in steps] and "optimizer offload" not in [s.name for s in steps]
+
+
+def test_waterfall_says_why_a_step_needs_more_memory():
+    steps = optimization_waterfall(sc("llama-3.1-8b", "8x-a100-80gb"))
+    for prev, s in zip(steps, steps[1:], strict=False):
+        rose = s.device_total_expected_bytes > prev.device_total_expected_bytes
+        assert (s.why_more is not None) == rose
+        if rose:
+            assert "more per GPU than the step before" in s.why_more

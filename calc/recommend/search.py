@@ -1,0 +1,276 @@
+"""The search: which configurations fit every limit (GPU memory with a safety margin, host RAM, NVMe),
+fastest first, in two groups: full fine-tuning and adapters (LoRA / QLoRA).
+
+The search enumerates precision, checkpointing granularity, attention kernel, ZeRO stage, offload
+targets, tensor/pipeline sizes and the micro-batch / gradient-accumulation split of a requested global
+batch (plus 8-bit AdamW, LoRA and QLoRA when the request allows changing the training method), keeps
+what fits on the GPU with a safety margin, and ranks by the speed model (calc.speed).
+
+It stays fast by never estimating what cannot win (branch and bound):
+1. Speed needs no memory estimate (~15 us), so every combination gets an upper bound first: its best
+   tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
+   once `max_candidates` fitting results are at least as fast as the next bound.
+2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
+   over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
+3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
+   SDPA/FlashAttention in every case), NVMe offload where CPU offload fits (same GPU memory, slower),
+   ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
+   frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
+4. Every memory estimate is cached by its exact configuration.
+"""
+
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from calc.engine import estimate
+from calc.recommend.combos import (
+    Combo,
+    _complexity,
+    _light,
+    _small_divisors,
+    enumerate_combos,
+    groups_for,
+    is_method_change,
+    methods_for,
+    scenario_for,
+)
+from calc.recommend.models import (
+    MAX_MICRO_BATCH,
+    Candidate,
+    Group,
+    Recommendation,
+    RecommendRequest,
+    SearchStats,
+)
+from calc.recommend.words import (
+    compute_bound_per_gpu,
+    group_result,
+    label,
+    overall_explanation,
+    slow_words,
+)
+from calc.result import Estimate
+from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
+from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, step_time, to_estimate
+from calc.verdict import gib_short
+
+
+@dataclass
+class _Fit:
+    est: Estimate | None
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class _Found:
+    combo: Combo
+    mb: int
+    ga: int
+    raw: _Raw
+    fit: _Fit
+
+
+@dataclass
+class _Search:
+    base: Scenario
+    hw: _Hw
+    assumptions: SpeedAssumptions
+    usable: int
+    gpu_memory: int
+    cpu_ram: int | None
+    nvme: int | None
+    target_seqs: int
+    stats: dict[str, int] = field(default_factory=lambda: dict(
+        combinations=0, pruned_dominated=0, pruned_infeasible_group=0, pruned_bound=0, memory_estimates=0,
+        speed_evaluations=0))
+    cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
+    infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
+    frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
+    tried_method_change: bool = False
+
+    def split(self, c: Combo) -> tuple[int, list[int]]:
+        dp = self.hw.num_gpus // (c.tp * c.pp)
+        if self.base.mode == Mode.inference:
+            per = max(self.target_seqs, 1)
+            return per, [m for m in (1 << i for i in range(11)) if m <= per] or [1]
+        per = max(1, round(self.target_seqs / dp))
+        return per, list(_small_divisors(per, MAX_MICRO_BATCH))
+
+    def speed(self, c: Combo, mb: int, per: int) -> _Raw:
+        self.stats["speed_evaluations"] += 1
+        ga = per // mb if self.base.mode == Mode.train else 1
+        return step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len), self.hw, self.base.mode,
+                         self.assumptions)
+
+    def fit(self, c: Combo, mb: int, ga: int) -> _Fit:
+        key = (c, mb, ga)
+        if key in self.cache:
+            return self.cache[key]
+        try:
+            sc = scenario_for(self.base, c, mb, ga)
+        except (ValidationError, ValueError) as exc:
+            f = _Fit(None, False, f"invalid: {exc}")
+            self.cache[key] = f
+            return f
+        self.stats["memory_estimates"] += 1
+        est = estimate(sc)
+        need = est.device_total_bytes.expected
+        if need > self.usable:
+            f = _Fit(est, False, f"needs {gib_short(need)} per GPU, over the usable {gib_short(self.usable)} "
+                                 f"(GPU memory less the safety margin)")
+        elif est.verdict.fits is False:  # host RAM or NVMe: the verdict's own sentence ("offload needs ...")
+            f = _Fit(est, False, "; ".join(est.verdict.reasons))
+        else:
+            f = _Fit(est, True)
+        self.cache[key] = f
+        return f
+
+
+def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
+    """The member of c's group (same precision, stage, TP/PP, method) that needs the least GPU memory
+    (offload_ok=False under FSDP2, whose offload is not modelled; sdpa=False for eager-only models)."""
+    can = offload_ok and c.zero >= 1
+    oo = Offload.cpu if can and c.optimizer != Optimizer.adamw_8bit and c.lora is None else c.off_opt
+    op = Offload.cpu if can and c.zero == 3 else c.off_par
+    if c.off_opt == Offload.nvme:
+        oo = Offload.nvme
+    if c.off_par == Offload.nvme:
+        op = Offload.nvme
+    return c.with_(ckpt=Checkpointing.full, every=1, attention=Attention.sdpa if sdpa else Attention.eager,
+                   off_opt=oo, off_par=op)
+
+
+def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
+    entries = []
+    for c in combos:
+        s.stats["combinations"] += 1
+        if c.attention == Attention.eager and s.base.spec.sdpa_supported:
+            s.stats["pruned_dominated"] += 1  # SDPA: same FLOPs, no S x S tensors in HBM
+            continue
+        per, mbs = s.split(c)
+        raws = {mb: s.speed(c, mb, per) for mb in mbs}
+        ub = max(r.tokens_per_s for r in raws.values())
+        entries.append((ub, c, per, mbs, raws))
+    entries.sort(key=lambda e: (-e[0], _complexity(e[1])))
+    found: list[_Found] = []
+    group_ok: dict[Combo, bool] = {}
+    ram_only: set[Combo] = set()
+    for i, (ub, c, per, mbs, raws) in enumerate(entries):
+        if len(found) >= k and ub <= found[k - 1].raw.tokens_per_s:
+            s.stats["pruned_bound"] += len(entries) - i
+            break
+        ga0 = per // mbs[0] if s.base.mode == Mode.train else 1
+        if c.off_opt == Offload.nvme or c.off_par == Offload.nvme:
+            cpu_twin = c.with_(off_opt=Offload.cpu if c.off_opt != Offload.none else Offload.none,
+                               off_par=Offload.cpu if c.off_par != Offload.none else Offload.none)
+            twin = s.cache.get((cpu_twin, mbs[0], ga0))
+            if twin is not None and cpu_twin not in ram_only:
+                s.stats["pruned_dominated"] += 1  # same GPU memory as the CPU twin, slower: only for lack of RAM
+                continue
+        fr = _frugal(c, s.base.training.sharding != "fsdp2", s.base.spec.sdpa_supported)
+        if fr not in group_ok:
+            f_fr = s.fit(fr, mbs[0], ga0)
+            group_ok[fr] = f_fr.ok or f_fr.reason.startswith("offload")
+            if not group_ok[fr]:
+                s.frugal_failures.append((fr, f_fr))
+        if not group_ok[fr]:
+            s.stats["pruned_infeasible_group"] += 1
+            continue
+        f0 = s.fit(c, mbs[0], ga0)
+        if not f0.ok:
+            if f0.reason.startswith("offload"):
+                ram_only.add(c)
+            s.infeasible.append((ub, c, f0))
+            continue
+        lo, hi = 0, len(mbs) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            ga = per // mbs[mid] if s.base.mode == Mode.train else 1
+            if s.fit(c, mbs[mid], ga).ok:
+                lo = mid
+            else:
+                hi = mid - 1
+        best = max(mbs[: lo + 1], key=lambda m: (raws[m].tokens_per_s, m))
+        ga = per // best if s.base.mode == Mode.train else 1
+        f = s.fit(c, best, ga)
+        if not f.ok:  # memory not monotone here (e.g. accumulation on/off): fall back to the largest that fit
+            best = mbs[lo]
+            ga = per // best if s.base.mode == Mode.train else 1
+            f = s.fit(c, best, ga)
+        found.append(_Found(c, best, ga, raws[best], f))
+        found.sort(key=lambda x: (-x.raw.tokens_per_s, _complexity(x.combo)))
+        del found[max(k, 1) * 4:]  # keep a few spares for the explanation
+    return found
+
+
+def _target_sequences(req: RecommendRequest) -> int:
+    t = req.scenario.training
+    if req.global_batch_size is not None:
+        return req.global_batch_size
+    if req.global_batch_tokens is not None:
+        return max(1, round(req.global_batch_tokens / t.seq_len))
+    if req.scenario.mode == Mode.inference:
+        return t.micro_batch_size
+    return t.micro_batch_size * t.gradient_accumulation_steps * req.scenario.data_parallel
+
+
+def _setup(req: RecommendRequest) -> _Search:
+    sc = req.scenario
+    hw = hardware_of(sc)
+    rhw = sc.resolved_hardware()
+    mem = rhw.memory_bytes or hw.gpu.memory_bytes
+    usable = int(mem * (1 - req.safety_margin))
+    return _Search(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, rhw.nvme_bytes, _target_sequences(req))
+
+
+def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
+    """Each group's fastest configurations that fit every limit (see calc.recommend's docstring)."""
+    if isinstance(req, Scenario):
+        req = RecommendRequest(scenario=req, **kw)
+    t0 = time.perf_counter()
+    sc, k = req.scenario, req.max_candidates
+    searched: list[tuple[Group, _Search, list[_Found]]] = []
+    notes: list[str] = []
+    for group in groups_for(sc):
+        s = _setup(req)
+        found = _run(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
+        wider = methods_for(sc, group, widen=True)
+        if not found and wider and req.allow_method_change:
+            s.tried_method_change = True
+            found = _run(s, enumerate_combos(sc, wider), k)
+        elif not found and wider:
+            notes.append(f"{group}: nothing fits; set allow_method_change to consider "
+                         + ("8-bit AdamW or pure bf16 states" if group == "full" else "QLoRA"))
+        searched.append((group, s, found))
+    cands = [_candidate(i + 1, f, s, group) for group, s, found in searched for i, f in enumerate(found[:k])]
+    groups = [group_result(group, s, found, searched) for group, s, found in searched]
+    stats = {key: sum(s.stats[key] for _, s, _ in searched) for key in searched[0][1].stats}
+    first = searched[0][1]
+    return Recommendation(
+        candidates=cands, groups=groups, explanation=overall_explanation(groups, cands),
+        gpu_memory_bytes=first.gpu_memory, usable_bytes=first.usable, target_global_batch_sequences=first.target_seqs,
+        method_change=bool(cands) and all(c.method_change for c in cands),
+        stats=SearchStats(**stats, elapsed_s=time.perf_counter() - t0), notes=notes)
+
+
+def _candidate(rank: int, f: _Found, s: _Search, group: Group) -> Candidate:
+    sc = scenario_for(s.base, f.combo, f.mb, f.ga)
+    est = f.fit.est
+    assert est is not None
+    sp = to_estimate(f.raw, s.hw, s.assumptions)
+    bound = compute_bound_per_gpu(f.raw, s.hw.num_gpus)
+    return Candidate(
+        rank=rank, group=group, label=label(f.combo, f.mb, f.ga, s.base.mode), scenario=sc,
+        method_change=is_method_change(f.combo, s.base.training), global_batch_tokens=sp.tokens_per_step,
+        tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu, tokens_per_s=sp.tokens_per_s, step_s=sp.step_s,
+        peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=est.device_total_bytes.expected,
+        device_total_high_bytes=est.device_total_bytes.high, usable_bytes=s.usable, cpu_ram_bytes=est.cpu_ram_bytes,
+        verdict=est.verdict, compute_bound_tokens_per_s_per_gpu=bound,
+        slow=slow_words(f.raw, sp.tokens_per_s_per_gpu, bound), speed=sp)

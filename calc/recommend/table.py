@@ -1,0 +1,114 @@
+"""The model x hardware table: every cell is a `recommend` search, none is typed in."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from calc.presets import cluster_presets, gpu_presets
+from calc.recommend.combos import combo_of
+from calc.recommend.models import (
+    DEFAULT_SAFETY_MARGIN,
+    TABLE_GLOBAL_BATCH_TOKENS,
+    TABLE_HARDWARE,
+    TABLE_MODELS,
+    TABLE_SEQ_LEN,
+    Candidate,
+    RecommendRequest,
+)
+from calc.recommend.search import recommend
+from calc.recommend.words import short_label
+from calc.scenario import HardwareConfig, Scenario, TrainingConfig
+
+
+class TableCell(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    hardware: str
+    status: Literal["fits", "method-change", "nothing-fits"]
+    label: str = Field(description="the fastest configuration, or why nothing fits")
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s: float | None = None
+    device_total_expected_bytes: int | None = None
+    usable_bytes: int
+    scenario: Scenario | None = None
+    note: str = ""
+
+
+class Table(BaseModel):
+    """Rows = models, columns = hardware; every cell comes from `recommend`, none is typed in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str]
+    hardware: list[str]
+    cells: list[list[TableCell]]
+    assumptions: str
+
+    def to_markdown(self) -> str:
+        head = "| model | " + " | ".join(self.hardware) + " |"
+        sep = "|---" * (len(self.hardware) + 1) + "|"
+        rows = []
+        for m, row in zip(self.models, self.cells, strict=True):
+            cells = []
+            for c in row:
+                if c.status == "nothing-fits":
+                    cells.append(f"does not fit ({c.note})" if c.note else "does not fit")
+                else:
+                    cells.append(f"{c.label}; {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+                                 + (" (method change)" if c.status == "method-change" else ""))
+            rows.append(f"| {m} | " + " | ".join(cells) + " |")
+        return "\n".join([head, sep, *rows, "", self.assumptions])
+
+
+def _hardware_config(hw_id: str) -> HardwareConfig:
+    if hw_id in cluster_presets():
+        return HardwareConfig(cluster=hw_id)
+    if hw_id in gpu_presets():
+        return HardwareConfig(gpu=hw_id)
+    raise ValueError(f"unknown hardware {hw_id!r}: give a cluster preset (e.g. 8x-a100-80gb) or a GPU preset")
+
+
+def recommendation_table(models: list[str] | tuple[str, ...] = TABLE_MODELS,
+                         hardware: list[str] | tuple[str, ...] = TABLE_HARDWARE, *,
+                         seq_len: int = TABLE_SEQ_LEN, global_batch_tokens: int = TABLE_GLOBAL_BATCH_TOKENS,
+                         safety_margin: float = DEFAULT_SAFETY_MARGIN) -> Table:
+    """Fastest full fine-tuning configuration (AdamW) per model x hardware; where none fits, whether LoRA
+    or QLoRA would (and how fast)."""
+    cells: list[list[TableCell]] = []
+    for m in models:
+        row = []
+        for h in hardware:
+            sc = Scenario(model=m, hardware=_hardware_config(h), training=TrainingConfig(seq_len=seq_len))
+            req = RecommendRequest(scenario=sc, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin,
+                                   max_candidates=1, allow_method_change=True)
+            rec = recommend(req)
+            own = [c for c in rec.candidates if c.group == "full" and not c.method_change]
+            if own:
+                c = own[0]
+                row.append(TableCell(model=m, hardware=h, status="fits", label=_cell_label(c), usable_bytes=rec.usable_bytes,
+                                     tokens_per_s_per_gpu=c.tokens_per_s_per_gpu, tokens_per_s=c.tokens_per_s,
+                                     device_total_expected_bytes=c.device_total_expected_bytes, scenario=c.scenario))
+            elif rec.candidates:
+                c = max(rec.candidates, key=lambda x: x.tokens_per_s_per_gpu)
+                row.append(TableCell(model=m, hardware=h, status="method-change", label=_cell_label(c),
+                                     usable_bytes=rec.usable_bytes, tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,
+                                     tokens_per_s=c.tokens_per_s, device_total_expected_bytes=c.device_total_expected_bytes,
+                                     scenario=c.scenario, note="full fine-tuning does not fit"))
+            else:
+                row.append(TableCell(model=m, hardware=h, status="nothing-fits", label=rec.explanation,
+                                     usable_bytes=rec.usable_bytes, note="not even QLoRA"))
+        cells.append(row)
+    text = (f"Each cell: the fastest configuration found by calc.recommend for full fine-tuning with AdamW, "
+            f"{seq_len}-token sequences and a {global_batch_tokens:,}-token global batch, fitting in "
+            f"(1 - {safety_margin:g}) x GPU memory; where none fits, LoRA/QLoRA/8-bit AdamW are tried. "
+            "Speeds come from calc.speed (MFU 0.40 assumed).")
+    return Table(models=list(models), hardware=list(hardware), cells=cells, assumptions=text)
+
+
+def _cell_label(c: Candidate) -> str:
+    t = c.scenario.training
+    return f"{short_label(combo_of(t))}, {t.precision.value}, mb {t.micro_batch_size} x {t.gradient_accumulation_steps}"
+

@@ -1,0 +1,162 @@
+"""The "what to turn on next" waterfall: optimizations turned on one at a time, cheapest first, each
+with its memory (and why, when a step needs more), its verdict and its speed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from calc.engine import estimate
+from calc.presets import gpu_presets
+from calc.recommend.models import DEFAULT_LORA, DEFAULT_QLORA, DEFAULT_SAFETY_MARGIN
+from calc.result import CATEGORIES, Estimate
+from calc.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Scenario
+from calc.speed import SpeedAssumptions, hardware_of, step_time, to_estimate
+from calc.verdict import Verdict, gib_short
+
+CATEGORY_SHORT = {"parameters": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
+                  "activations": "activations", "other": "transients"}
+
+class WaterfallStep(BaseModel):
+    """The scenario after turning on one more optimization, cumulatively."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    name: str
+    change: str = Field(description="what this step turns on")
+    scenario: Scenario
+    method_change: bool
+    peak_allocated_bytes: int
+    device_total_expected_bytes: int
+    device_total_high_bytes: int
+    cpu_ram_bytes: int = Field(description="host RAM per node the offload needs")
+    verdict: Verdict = Field(description="the engine's verdict (GPU memory, host RAM, NVMe)")
+    fits: bool | None = Field(description="verdict.fits")
+    tight: bool = Field(False, description="fits, but the expected device total is above (1 - margin) x GPU memory")
+    tokens_per_s_per_gpu: float | None
+    step_s: float | None
+    why_more: str | None = Field(None, description="when this step needs more GPU memory than the one before: why")
+
+
+def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_MARGIN,
+                           assumptions: SpeedAssumptions | None = None) -> list[WaterfallStep]:
+    """Turn optimizations on one at a time, cheapest first, each on top of the previous ones:
+
+    0 baseline: fp32, eager attention, no checkpointing, no ZeRO, the user's optimizer (AdamW for 8-bit);
+    1 mixed precision (bf16-mixed, or fp16-mixed on GPUs without bf16); 2 SDPA/FlashAttention;
+    3 full activation checkpointing; 4-6 ZeRO-1, -2, -3 (only with more than one data-parallel rank;
+    pipeline parallelism stops at ZeRO-1); 7 optimizer offload to CPU (ZeRO-Offload; on one rank with
+    ZeRO-2); 8 parameter offload to CPU (ZeRO-3); then the method changes, each replacing offload with
+    the best non-offload ZeRO stage (DeepSpeed's CPU Adam replaces bitsandbytes, LoRA's states are tiny):
+    9 8-bit AdamW; 10 LoRA r16 on all linear layers (bf16 base); 11 QLoRA (NF4 base, ZeRO <= 2).
+    Micro-batch, accumulation, sequence length and TP/PP stay as in `sc`. Under FSDP2 the ZeRO-1 and
+    offload steps are left out (FSDP2 shards gradients with the weights, and its offload is not modelled)."""
+    a = assumptions or SpeedAssumptions()
+    t = sc.training
+    hwc = sc.resolved_hardware()
+    gpu = gpu_presets().get(hwc.gpu) if hwc.gpu else None
+    mem = hwc.memory_bytes or (gpu.memory_bytes if gpu else None)
+    fsdp = t.sharding == "fsdp2"
+    dp, pp1 = sc.data_parallel, t.pipeline_parallel == 1
+    bf16 = gpu is None or (gpu.bf16 and gpu.bf16_tflops > 0)
+    mixed = Precision.bf16_mixed if bf16 else Precision.fp16_mixed
+    amp = Precision.amp_bf16 if bf16 else Precision.amp_fp16
+    opt = Optimizer.adamw if t.optimizer == Optimizer.adamw_8bit else t.optimizer
+    cur: dict[str, Any] = {}
+    cur.update(precision=Precision.fp32, attention=Attention.eager, activation_checkpointing=Checkpointing.none,
+               checkpoint_every=1, zero_stage=0, offload_optimizer=Offload.none, offload_params=Offload.none,
+               optimizer=opt, lora=None)
+    no_offload_zero = (3 if pp1 else 1) if dp > 1 else 0
+    plan: list[tuple[str, str, dict[str, Any], bool]] = [
+        ("baseline", "fp32 weights, eager attention, no checkpointing, plain data parallel", {}, False),
+        ("mixed precision", f"{mixed.value}: 16-bit weights, grads and activations; fp32 master + states",
+         {"precision": mixed}, False),
+        ("FlashAttention / SDPA", "the B x heads x S x S scores are never stored",
+         {"attention": Attention.sdpa if sc.spec.sdpa_supported else Attention.eager}, False),
+        ("activation checkpointing", "full: keep each layer's input, recompute its forward in backward",
+         {"activation_checkpointing": Checkpointing.full}, False),
+    ]
+    if dp > 1 and not fsdp:
+        plan.append(("ZeRO-1", f"optimizer states + master weights sharded over {dp} ranks", {"zero_stage": 1}, False))
+    if dp > 1 and pp1:
+        plan.append(("ZeRO-2", "+ gradients sharded", {"zero_stage": 2}, False))
+        plan.append(("ZeRO-3", "+ 16-bit weights sharded", {"zero_stage": 3}, False))
+    if not fsdp:
+        plan += _offload_steps(no_offload_zero, pp1)
+    plan += _method_steps(no_offload_zero, opt, amp, mixed)
+    out: list[WaterfallStep] = []
+    prev: Estimate | None = None
+    for i, (name, change, upd, method) in enumerate(plan):
+        cur.update(upd)
+        s2 = sc.with_training(**cur)
+        est = estimate(s2)
+        need = est.device_total_bytes.expected
+        sp = None
+        if gpu is not None:
+            hw = hardware_of(s2)
+            sp = to_estimate(step_time(s2.spec, s2.training, hw, s2.mode, a), hw, a)
+        out.append(WaterfallStep(
+            step=i, name=name, change=change, scenario=s2, method_change=method,
+            peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
+            device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
+            verdict=est.verdict, fits=est.verdict.fits,
+            tight=bool(est.verdict.fits) and mem is not None and need > mem * (1 - safety_margin),
+            tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None,
+            why_more=None if prev is None else why_more(name, prev, est)))
+        prev = est
+    return out
+
+
+def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[str, str, dict[str, Any], bool]]:
+    steps = []
+    steps.append(("optimizer offload", "optimizer states + fp32 master weights in CPU RAM, CPU Adam (ZeRO-Offload)",
+                 {"zero_stage": max(no_offload_zero, 2 if pp1 else 1), "offload_optimizer": Offload.cpu}, False))
+    if pp1:
+        steps.append(("parameter offload", "16-bit weights in CPU RAM (ZeRO-3 offload_param)",
+                      {"zero_stage": 3, "offload_params": Offload.cpu}, False))
+    return steps
+
+
+def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision
+                  ) -> list[tuple[str, str, dict[str, Any], bool]]:
+    back = {"offload_optimizer": Offload.none, "offload_params": Offload.none, "zero_stage": no_offload_zero}
+    return [
+        ("8-bit optimizer", "bitsandbytes AdamW8bit: 2 x 1-byte states on the GPU instead of offload",
+         {**back, "optimizer": Optimizer.adamw_8bit}, True),
+        ("LoRA", "frozen bf16 base weights, rank-16 adapters on all linear layers",
+         {**back, "optimizer": opt, "lora": DEFAULT_LORA, "precision": amp if no_offload_zero == 0 else mixed}, True),
+        ("QLoRA", "frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)",
+         {**back, "optimizer": opt, "lora": DEFAULT_QLORA, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
+         True),
+    ]
+
+
+# Why a step can need more GPU memory than the one before it (modelled mechanisms, not measured).
+_MORE_BECAUSE = {
+    "mixed precision": "*-mixed keeps fp32 master weights (4 B per parameter) beside the 16-bit weights; the "
+                       "16-bit activations do not make up for it at this batch",
+    "activation checkpointing": "recomputing a layer in backward re-creates its activations at the backward peak",
+    "ZeRO-1": "ZeRO adds communication buckets",
+    "ZeRO-2": "ZeRO-2 adds gradient reduce buckets",
+    "ZeRO-3": "ZeRO-3 gathers each layer's full weights (and prefetches the next) while it runs",
+    "optimizer offload": "the offloaded step needs a stage that shards less than the one before",
+    "parameter offload": "ZeRO-3 offload gathers each layer's weights from host RAM into GPU buffers",
+    "8-bit optimizer": "the method steps turn offload off again: the 8-bit states live on the GPU",
+    "LoRA": "offload is off again: the frozen base weights live on the GPU",
+    "QLoRA": "NF4 base weights are not sharded by ZeRO-3, so each GPU holds a whole 4-bit copy",
+}
+
+
+def why_more(name: str, before: Estimate, after: Estimate) -> str | None:
+    """None when the step does not raise the expected device total; otherwise the categories that grew
+    and the mechanism behind them."""
+    rise = after.device_total_bytes.expected - before.device_total_bytes.expected
+    if rise <= 0:
+        return None
+    grew = [(CATEGORY_SHORT[c], getattr(after.breakdown, c) - getattr(before.breakdown, c)) for c in CATEGORIES]
+    parts = ", ".join(f"{label} +{gib_short(d)}" for label, d in grew if d > 0)
+    because = _MORE_BECAUSE.get(name, "")
+    return (f"needs {gib_short(rise)} more per GPU than the step before ({parts})"
+            + (f": {because}" if because else "") + ".")

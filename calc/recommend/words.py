@@ -1,0 +1,272 @@
+"""The recommender's words: configuration labels, why the winner wins, speed comparisons as times
+("about 30x faster"), and what would make a far-too-slow configuration practical."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from calc.engine import estimate
+from calc.recommend.combos import Combo
+from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
+from calc.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
+from calc.speed import _Raw, estimate_speed
+from calc.verdict import gib_short
+
+if TYPE_CHECKING:
+    from calc.recommend.search import _Fit, _Found, _Search
+
+def _ckpt_words(c: Combo) -> str:
+    if c.ckpt == Checkpointing.none:
+        return "no checkpointing"
+    if c.ckpt == Checkpointing.selective:
+        return "selective checkpointing"
+    return "full checkpointing" + (f" (1 in {c.every} layers)" if c.every > 1 else "")
+
+
+def _off_words(c: Combo) -> str:
+    parts = []
+    if c.off_opt != Offload.none:
+        parts.append(f"optimizer offload to {c.off_opt.value.upper() if c.off_opt == Offload.cpu else 'NVMe'}")
+    if c.off_par != Offload.none:
+        parts.append(f"parameter offload to {c.off_par.value.upper() if c.off_par == Offload.cpu else 'NVMe'}")
+    return " + ".join(parts)
+
+
+def _method_words(c: Combo) -> str:
+    if c.lora is not None:
+        return ("QLoRA" if c.lora.base_weights == "nf4" else "LoRA" if c.lora.base_weights == "bf16"
+                else "int8 LoRA") + f" r{c.lora.rank}"
+    if c.optimizer == Optimizer.adamw_8bit:
+        return "8-bit AdamW"
+    return ""
+
+
+def short_label(c: Combo) -> str:
+    """'ZeRO-2 + full checkpointing' style name of a combination."""
+    parts = [f"ZeRO-{c.zero}" if c.zero else "no ZeRO (DDP)", _ckpt_words(c)]
+    if c.off_opt != Offload.none or c.off_par != Offload.none:
+        parts.append(_off_words(c))
+    if c.tp > 1 or c.pp > 1:
+        parts.append(f"TP {c.tp} x PP {c.pp}")
+    m = _method_words(c)
+    if m:
+        parts.insert(0, m)
+    return " + ".join(parts)
+
+
+def label(c: Combo, mb: int, ga: int, mode: Mode = Mode.train) -> str:
+    att = "" if c.attention == Attention.sdpa else ", eager attention"
+    batch = f"micro-batch {mb} x {ga} accumulation" if mode == Mode.train else f"batch {mb}"
+    return f"{c.precision.value}, {short_label(c)}{att}, {batch}"
+
+
+def _diff(a: Combo, b: Combo) -> str:
+    """How b differs from a, in words ('ZeRO-3', 'without checkpointing', ...)."""
+    out = []
+    if a.zero != b.zero:
+        out.append(f"ZeRO-{b.zero}" if b.zero else "without ZeRO")
+    if (a.ckpt, a.every) != (b.ckpt, b.every):
+        out.append("without checkpointing" if b.ckpt == Checkpointing.none else _ckpt_words(b))
+    if (a.off_opt, a.off_par) != (b.off_opt, b.off_par):
+        out.append("with " + _off_words(b) if _off_words(b) else "without offload")
+    if (a.tp, a.pp) != (b.tp, b.pp):
+        out.append(f"TP {b.tp} x PP {b.pp}")
+    if a.precision != b.precision:
+        out.append(b.precision.value)
+    if (a.optimizer, a.lora_key) != (b.optimizer, b.lora_key):
+        out.append(_method_words(b) or "full fine-tuning")
+    return " + ".join(out) or "the same"
+
+
+def _why_slower(w: _Raw, o: _Raw, interconnect: str) -> str:
+    d_comp, d_comm, d_off = o.compute_s - w.compute_s, o.comm_s - w.comm_s, o.offload_s - w.offload_s
+    biggest = max((d_comp, "compute"), (d_comm, "comm"), (d_off, "offload"))[1]
+    if biggest == "comm":
+        return f"more exposed communication over {interconnect}"
+    if biggest == "offload":
+        return "offload traffic and CPU Adam"
+    return "recomputation" if o.exec_fpt > w.exec_fpt else "pipeline bubbles and smaller micro-batches"
+
+
+def speed_ratio_words(ratio: float) -> str:
+    """A speed comparison a person can use: '12 % faster', 'about 2.5x faster', 'about 36x slower'."""
+    if ratio <= 0:
+        return "not comparable"
+    faster = ratio >= 1
+    r = ratio if faster else 1 / ratio
+    word = "faster" if faster else "slower"
+    if r < 1.5:
+        return f"{(r - 1) * 100:.0f} % {word}"
+    return f"about {r:.1f}x {word}" if r < 10 else f"about {r:.0f}x {word}"
+
+
+def _explain(s: _Search, found: list[_Found]) -> str:
+    w = found[0]
+    tps = w.raw.tokens_per_s / s.hw.num_gpus
+    need = w.fit.est.device_total_bytes.expected if w.fit.est else 0
+    head = (f"{short_label(w.combo)}: the fastest configuration that fits ({tps:,.0f} tokens/s per GPU, "
+            f"{gib_short(need)} of {gib_short(s.usable)} usable per GPU)")
+    clauses = []
+    faster = [(ub, c, f) for ub, c, f in s.infeasible if ub > w.raw.tokens_per_s and f.est is not None]
+    if faster:
+        def closeness(e):
+            return (_ndiff(w.combo, e[1]), -e[0])
+        ub, c, f = min(faster, key=closeness)
+        clauses.append(f"{_diff(w.combo, c)}: up to {speed_ratio_words(ub / w.raw.tokens_per_s)}, but {f.reason}")
+    alt = _slower_alternative(s, w)
+    if alt is not None:
+        o, oraw = alt
+        ratio = oraw.tokens_per_s / w.raw.tokens_per_s
+        if ratio > 0.999:
+            clauses.append(f"{_diff(w.combo, o)} would fit too and is as fast; the simpler setup is listed first")
+        else:
+            link = oraw.interconnect if oraw.interconnect != "none" else "the links"
+            clauses.append(f"{_diff(w.combo, o)} would fit too but is {speed_ratio_words(ratio)} "
+                           f"({_why_slower(w.raw, oraw, link)})")
+    return head + ("; " + "; ".join(clauses) if clauses else "") + "."
+
+
+def _ndiff(a: Combo, b: Combo) -> int:
+    return sum(getattr(a, k) != getattr(b, k) for k in ("precision", "ckpt", "every", "zero", "off_opt", "off_par",
+                                                        "tp", "pp", "optimizer", "lora_key"))
+
+
+def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
+    """The fastest other ZeRO stage (same everything else, same micro-batch) that fits."""
+    best = None
+    per = w.mb * w.ga if s.base.mode == Mode.train else w.mb
+    for z in (0, 1, 2, 3):
+        if z == w.combo.zero or (w.combo.pp > 1 and z > 1) or (w.combo.precision.is_amp and z > 0):
+            continue
+        oo = w.combo.off_opt if z >= 1 else Offload.none
+        op = w.combo.off_par if z == 3 else Offload.none
+        c = w.combo.with_(zero=z, off_opt=oo, off_par=op)
+        if s.hw.num_gpus // (c.tp * c.pp) == 1 and z > 0 and oo == Offload.none and op == Offload.none:
+            continue
+        f = s.fit(c, w.mb, w.ga)
+        if not f.ok:
+            continue
+        raw = s.speed(c, w.mb, per)
+        if raw.tokens_per_s <= w.raw.tokens_per_s and (best is None or raw.tokens_per_s > best[1].tokens_per_s):
+            best = (c, raw)
+    return best
+
+
+def _explain_none(s: _Search) -> str:
+    tried = [(c, f) for _, c, f in s.infeasible] + s.frugal_failures
+    tried = [(c, f) for c, f in tried if f.est is not None]
+    also = " (8-bit AdamW, pure bf16 and QLoRA included)" if s.tried_method_change else ""
+    if not tried:
+        return f"nothing fits{also}: no valid configuration for this model and hardware."
+    c, f = min(tried, key=lambda e: f_need(e[1]))
+    return f"nothing fits{also}: the smallest configuration tried ({short_label(c)}, micro-batch 1) {f.reason}."
+
+
+# ---- far below the hardware's rate, and what would help ------------------------------------------
+
+def compute_bound_per_gpu(raw: _Raw, num_gpus: int) -> float:
+    """Tokens/s per GPU if communication and offload were fully hidden behind compute."""
+    return raw.tokens_per_step / raw.compute_s / num_gpus if raw.compute_s > 0 else 0.0
+
+
+def slow_words(raw: _Raw, tokens_per_s_per_gpu: float, bound: float) -> str | None:
+    """None, or why the configuration runs under SLOW_FRACTION of its compute-bound rate."""
+    if bound <= 0 or tokens_per_s_per_gpu >= SLOW_FRACTION * bound:
+        return None
+    waits = ("offload traffic (PCIe / NVMe transfers and the CPU optimizer step)" if raw.offload_s >= raw.comm_s
+             else f"communication over {raw.interconnect}")
+    return (f"{tokens_per_s_per_gpu:,.0f} tokens/s per GPU is {tokens_per_s_per_gpu / bound:.0%} of the "
+            f"{bound:,.0f} tokens/s the GPUs' compute allows: most of each {raw.step_s:,.0f} s step waits on {waits}")
+
+
+def _gpus_without_offload(s: _Search, w: _Found) -> tuple[int, float | None] | None:
+    """The fewest GPUs of this kind (whole nodes, doubling) on which the winner's method fits with ZeRO-3
+    and no offload, micro-batch 1 and full checkpointing, and the speed there; None if over 4,096."""
+    hw = s.base.resolved_hardware()
+    per_node = hw.gpus_in_node()
+    n = max(per_node, hw.num_gpus * 2)
+    while n <= 4096:
+        dp = n
+        ga = max(1, round(s.target_seqs / dp)) if s.base.mode == Mode.train else 1
+        try:
+            sc = s.base.variant(hardware=HardwareConfig(
+                gpu=hw.gpu, num_gpus=n, gpus_per_node=per_node, cpu_ram_bytes=hw.cpu_ram_bytes,
+                nvme_bytes=hw.nvme_bytes)).with_training(
+                zero_stage=3, offload_optimizer=Offload.none, offload_params=Offload.none, tensor_parallel=1,
+                pipeline_parallel=1, sequence_parallel=False, activation_checkpointing=Checkpointing.full,
+                checkpoint_every=1, micro_batch_size=1, gradient_accumulation_steps=ga)
+        except ValueError:
+            return None
+        est = estimate(sc)
+        if est.device_total_bytes.expected <= s.usable and est.verdict.fits is not False:
+            try:
+                return n, estimate_speed(sc, s.assumptions).tokens_per_s_per_gpu
+            except ValueError:
+                return n, None
+        n *= 2
+    return None
+
+
+def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) -> list[str]:
+    """For a winner far below its compute-bound rate: what would make it practical, with numbers."""
+    w = found[0]
+    tps = w.raw.tokens_per_s / s.hw.num_gpus
+    bound = compute_bound_per_gpu(w.raw, s.hw.num_gpus)
+    why = slow_words(w.raw, tps, bound)
+    if why is None:
+        return []
+    out = [f"Far slower than this hardware allows: {why}."]
+    more = _gpus_without_offload(s, w) if (w.combo.off_opt != Offload.none or w.combo.off_par != Offload.none) \
+        else None
+    gpu_name = s.hw.gpu.name.removeprefix("NVIDIA ")
+    if more is not None:
+        n, speed = more
+        at = f", at about {speed:,.0f} tokens/s per GPU" if speed else ""
+        out.append(f"More GPUs: {n} x {gpu_name} ({n // s.hw.num_gpus}x this hardware) hold everything on the GPUs "
+                   f"with ZeRO-3 and no offload{at}.")
+    ram = [(ub, c, f) for ub, c, f in s.infeasible if f.reason.startswith("offload") and f.est is not None
+           and ub > w.raw.tokens_per_s]
+    if ram:
+        ub, c, f = max(ram, key=lambda e: e[0])
+        out.append(f"More host RAM: {short_label(c)} could run at up to {ub / s.hw.num_gpus:,.0f} tokens/s per GPU "
+                   f"but {f.reason}.")
+    for group, best in others:
+        if best > tps * 1.5:
+            out.append(f"Adapters: LoRA / QLoRA train {speed_ratio_words(best / tps)} here "
+                       f"({best:,.0f} tokens/s per GPU; see the {group} group).")
+    return out
+
+
+def group_result(group: Group, s: _Search, found: list[_Found],
+                 searched: list[tuple[Group, _Search, list[_Found]]]) -> GroupResult:
+    """The group's explanation, best speed and (when it is far below the hardware's rate) advice."""
+    if not found:
+        return GroupResult(group=group, label=GROUP_LABELS[group], explanation=_explain_none(s))
+    others = [(g, f[0].raw.tokens_per_s / o.hw.num_gpus) for g, o, f in searched if g != group and f]
+    return GroupResult(group=group, label=GROUP_LABELS[group], explanation=_explain(s, found),
+                       best_tokens_per_s_per_gpu=found[0].raw.tokens_per_s / s.hw.num_gpus,
+                       advice=_advice(s, found, others if group == "full" else []))
+
+
+def overall_explanation(groups: list[GroupResult], cands: list[Candidate]) -> str:
+    """The overall winner in a sentence, and how the groups compare."""
+    fitting = [g for g in groups if g.best_tokens_per_s_per_gpu]
+    if not fitting:
+        return " ".join(g.explanation for g in groups)
+    best = max(fitting, key=lambda g: g.best_tokens_per_s_per_gpu or 0)
+    text = best.explanation
+    if len(groups) == 2:
+        full, adapters = groups
+        if full.best_tokens_per_s_per_gpu and adapters.best_tokens_per_s_per_gpu:
+            ratio = adapters.best_tokens_per_s_per_gpu / full.best_tokens_per_s_per_gpu
+            text += (f" Adapters (LoRA / QLoRA) train {speed_ratio_words(ratio)} than full fine-tuning here "
+                     f"({adapters.best_tokens_per_s_per_gpu:,.0f} vs {full.best_tokens_per_s_per_gpu:,.0f} "
+                     "tokens/s per GPU).")
+        elif adapters.best_tokens_per_s_per_gpu:
+            text = "Full fine-tuning does not fit this hardware; " + text[0].lower() + text[1:]
+    return text
+
+
+def f_need(f: _Fit) -> int:
+    return f.est.device_total_bytes.expected if f.est is not None else 1 << 62
+
