@@ -7,14 +7,16 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.presets import cluster_presets, gpu_presets, model_presets
+from calc.recommend import speed_ratio_words
+from calc.verdict import headline, short
 from ui import charts, compute, fmt, state
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
 st.title("What fits, and what to turn on next")
 st.caption("Memory is the engine's expected device total per GPU (GiB = 2^30 bytes); speed is calc.speed's "
-           "estimate in tokens/s per GPU. A configuration fits when its expected device total stays under the "
-           "GPU memory minus a 10 % safety margin.")
+           "estimate in tokens/s per GPU. The verdict is the engine's, as on every page: GPU memory per GPU, and "
+           "host RAM / NVMe per node when something is offloaded.")
 
 sc = scenario_or_stop()
 if sc is None:
@@ -45,18 +47,22 @@ if steps:
     for i, s in enumerate(steps):
         prev = steps[i - 1].tokens_per_s_per_gpu if i else None
         cost = None if prev in (None, 0) or s.tokens_per_s_per_gpu is None else \
-            f"{(s.tokens_per_s_per_gpu / prev - 1) * 100:+.0f} %"
+            speed_ratio_words(s.tokens_per_s_per_gpu / prev)
         rows.append({"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
                      "device total": fmt.gib(s.device_total_expected_bytes),
-                     "verdict": "—" if s.fits is None else ("fits" if s.fits else "does not fit"),
+                     "verdict": short(s.verdict) + (" (under 10 % free)" if s.tight else ""),
                      "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
                      "speed vs previous step": cost or "—",
                      "method change": "yes" if s.method_change else ""})
     st.table(rows, hide_index=True)
+    for s in steps:
+        if s.why_more:
+            st.caption(f"Step {s.step} ({s.name}) {s.why_more}")
     first = next((s for s in steps if s.fits), None)
     if first is None:
-        st.warning("Even the last step does not fit this hardware. Try more GPUs, a shorter sequence or a "
-                   "smaller micro-batch.", icon=":material/warning:")
+        last = steps[-1]
+        st.warning(f"Even the last step does not fit this hardware: {headline(last.verdict)}. Try more GPUs, a "
+                   "shorter sequence or a smaller micro-batch.", icon=":material/warning:")
     else:
         st.success(f"The first step that fits is **{first.step}. {first.name}** "
                    f"({fmt.gib(first.device_total_expected_bytes)} per GPU"
@@ -67,7 +73,10 @@ if steps:
 
 # ---- ranked configurations ---------------------------------------------------------------
 st.header("Fastest configurations that fit")
-allow = st.toggle("Allow a change of training method (8-bit AdamW, LoRA, QLoRA) when nothing else fits",
+st.caption("Ranked by tokens/s among configurations that fit every limit: GPU memory with 10 % kept free, and "
+           "the node's host RAM and NVMe for offload. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
+           "separately, so both questions get an answer: can I train every weight, and what trains fast?")
+allow = st.toggle("Allow 8-bit AdamW or pure bf16 states (or QLoRA for a LoRA scenario) when nothing else fits",
                   key="rec_allow")
 try:
     rec = compute.recommendations(key, allow, None)
@@ -75,18 +84,29 @@ except ValueError as exc:
     st.info(f"The ranked search needs a GPU preset: {fmt.literal(state.error_text(exc))}", icon=":material/info:")
     rec = None
 if rec is not None:
-    st.markdown(rec.explanation)
+    if len(rec.groups) > 1:
+        st.markdown(rec.explanation)
     for note in rec.notes:
         st.caption(note)
-    if rec.candidates:
+    for g in rec.groups:
+        st.subheader(g.label)
+        cands = [c for c in rec.candidates if c.group == g.group]
+        st.markdown(g.explanation)
+        for line in g.advice:
+            st.warning(line, icon=":material/speed:")
+        if not cands:
+            continue
         st.table([{"#": c.rank, "configuration": fmt.plain(c.label), "tokens/s per GPU": f"{c.tokens_per_s_per_gpu:,.0f}",
-                   "step": f"{c.step_s:.3g} s", "device total": fmt.gib(c.device_total_expected_bytes),
-                   "CPU RAM per node": fmt.gib(c.cpu_ram_bytes), "method change": "yes" if c.method_change else ""}
-                  for c in rec.candidates], hide_index=True)
-        pick = st.selectbox("Configuration", [c.rank for c in rec.candidates], key="rec_pick",
-                            format_func=lambda r: f"#{r}: {rec.candidates[r - 1].label}")
-        st.button(f"Use configuration #{pick} as the scenario", key="rec_apply", on_click=_use,
-                  args=(rec.candidates[pick - 1].scenario,))
+                   "step": f"{c.step_s:,.3g} s", "device total": fmt.gib(c.device_total_expected_bytes),
+                   "CPU RAM per node": fmt.gib(c.cpu_ram_bytes), "verdict": short(c.verdict),
+                   "method change": "yes" if c.method_change else ""} for c in cands], hide_index=True)
+        unknown = [c for c in cands if c.verdict.fits is None]
+        if unknown:
+            st.caption(f"#{unknown[0].rank}: {headline(unknown[0].verdict)}.")
+        pick = st.selectbox("Configuration", [c.rank for c in cands], key=f"rec_pick_{g.group}",
+                            format_func=lambda r, cs=cands: f"#{r}: {cs[r - 1].label}")
+        st.button(f"Use configuration #{pick} as the scenario", key=f"rec_apply_{g.group}", on_click=_use,
+                  args=(cands[pick - 1].scenario,))
     st.caption(f"Usable {fmt.gib(rec.usable_bytes)} of {fmt.gib(rec.gpu_memory_bytes)} per GPU; global batch "
                f"{rec.target_global_batch_sequences:,} sequences; {rec.stats.combinations:,} combinations, "
                f"{rec.stats.memory_estimates:,} memory estimates in {rec.stats.elapsed_s:.2f} s.")

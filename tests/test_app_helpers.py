@@ -51,7 +51,8 @@ def go(at: AppTest, page: str) -> AppTest:
 
 def texts(at: AppTest) -> list[str]:
     out: list[str] = []
-    for kind in ("markdown", "caption", "text", "code", "error", "warning", "info", "success", "exception"):
+    for kind in ("title", "header", "subheader", "markdown", "caption", "text", "code", "error", "warning", "info",
+                 "success", "exception"):
         for el in getattr(at, kind):
             out.append(str(el.value))
     return out

@@ -12,6 +12,7 @@ from calc.engine import estimate
 from calc.recommend import RecommendRequest, optimization_waterfall, recommend, recommendation_table
 from calc.scenario import Scenario
 from calc.units import GiB
+from calc.verdict import short
 from ui import fmt, state
 
 
@@ -21,6 +22,28 @@ def _table(at, first_col: str):
         if first_col in df.columns:
             return df
     raise KeyError(first_col)
+
+
+def _tables(at, first_col: str) -> list:
+    return [t.value for t in at.table if first_col in t.value.columns]
+
+
+def check_groups(at, rec) -> None:
+    """One table per group that has candidates, equal to calc.recommend's; every explanation and advice shown."""
+    tables = _tables(at, "configuration")
+    groups = [g for g in rec.groups if any(c.group == g.group for c in rec.candidates)]
+    assert len(tables) == len(groups)
+    text = all_text(at)
+    for df, g in zip(tables, groups, strict=True):
+        cands = [c for c in rec.candidates if c.group == g.group]
+        assert list(df["configuration"]) == [c.label for c in cands]
+        assert list(df["tokens/s per GPU"]) == [f"{c.tokens_per_s_per_gpu:,.0f}" for c in cands]
+        assert list(df["device total"]) == [fmt.gib(c.device_total_expected_bytes) for c in cands]
+        assert list(df["verdict"]) == [short(c.verdict) for c in cands]
+    for g in rec.groups:
+        assert g.label in text and g.explanation in text
+        for line in g.advice:
+            assert line in text
 
 
 def check_waterfall(at, sc: Scenario) -> list:
@@ -33,7 +56,8 @@ def check_waterfall(at, sc: Scenario) -> list:
     assert speed["y"] == pytest.approx([s.tokens_per_s_per_gpu for s in steps])
     df = _table(at, "turns on")
     assert list(df["device total"]) == [fmt.gib(s.device_total_expected_bytes) for s in steps]
-    assert list(df["verdict"]) == ["fits" if s.fits else "does not fit" for s in steps]
+    assert list(df["verdict"]) == [short(s.verdict) + (" (under 10 % free)" if s.tight else "") for s in steps]
+    assert "%" not in "".join(df["speed vs previous step"]).replace(" % ", "")  # times, never "3013%"
     return steps
 
 
@@ -44,10 +68,7 @@ def test_default_render_and_waterfall_button():
     first = next(s for s in steps if s.fits)
     assert f"The first step that fits is **{first.step}. {first.name}**" in all_text(at)
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
-    df = _table(at, "configuration")
-    assert list(df["configuration"]) == [c.label for c in rec.candidates]
-    assert list(df["tokens/s per GPU"]) == [f"{c.tokens_per_s_per_gpu:,.0f}" for c in rec.candidates]
-    assert list(df["device total"]) == [fmt.gib(c.device_total_expected_bytes) for c in rec.candidates]
+    check_groups(at, rec)
     assert rec.explanation in all_text(at)
     [b for b in at.button if b.key == "rec_apply_waterfall"][0].click()
     at.run()
@@ -64,13 +85,14 @@ def test_pick_a_ranked_configuration():
     at = open_app("recommend", state.scenario_to_params(sc))
     check_waterfall(at, sc)
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
-    assert len(rec.candidates) >= 2
-    [s for s in at.selectbox if s.key == "rec_pick"][0].set_value(2)
+    adapters = [c for c in rec.candidates if c.group == "adapters"]
+    assert len(adapters) >= 2
+    [s for s in at.selectbox if s.key == "rec_pick_adapters"][0].set_value(2)
     at.run()
-    [b for b in at.button if b.key == "rec_apply"][0].click()
+    [b for b in at.button if b.key == "rec_apply_adapters"][0].click()
     at.run()
     assert_clean(at)
-    assert scenario(at) == rec.candidates[1].scenario
+    assert scenario(at) == adapters[1].scenario
 
 
 def test_method_change_toggle():
@@ -83,9 +105,17 @@ def test_method_change_toggle():
     assert_clean(at)
     changed = recommend(RecommendRequest(scenario=sc, max_candidates=10, allow_method_change=True))
     assert changed.explanation in all_text(at)
-    if changed.candidates:
-        df = _table(at, "configuration")
-        assert list(df["configuration"]) == [c.label for c in changed.candidates]
+    check_groups(at, changed)
+
+
+def test_70b_on_8x_a100_shows_both_groups_and_what_would_make_full_fine_tuning_practical():
+    sc = Scenario(model="llama-2-70b", hardware={"cluster": "8x-a100-80gb"}, training={"precision": "bf16-mixed"})
+    at = open_app("recommend", state.scenario_to_params(sc))
+    assert_clean(at)
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
+    check_groups(at, rec)
+    text = all_text(at)
+    assert "More GPUs:" in text and "Adapters: LoRA / QLoRA train about" in text
 
 
 def test_model_by_hardware_table_and_its_widgets():

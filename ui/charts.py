@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from calc.result import CATEGORIES, Estimate
 from calc.units import GiB
+from calc.verdict import headline, short
 
 COLORS: dict[str, str] = {
     "parameters": "#4C78A8",
@@ -147,12 +148,12 @@ def compare_bars(items: Sequence[tuple[str, Estimate]]) -> go.Figure:
                               y0=_gib(e.gpu_memory_bytes), y1=_gib(e.gpu_memory_bytes),
                               line=dict(color="black", width=3, dash="dash"))
     for n, e in items:
-        if e.fits is None:
+        if e.gpu_memory_bytes is None:
             continue
-        text = "fits" if e.fits else "does not fit"
+        text = short(e.verdict)
         top = max(e.device_total_bytes.expected, e.gpu_memory_bytes or 0)
         fig.add_annotation(x=n, y=_gib(top), text=f"<b>{text}</b>", showarrow=False, yshift=14,
-                           font=dict(color="#2E7D32" if e.fits else "#C62828"))
+                           font=dict(color="#2E7D32" if e.fits else "#C62828" if e.fits is False else "#B26A00"))
     _layout(fig, 460, yaxis_title="GiB per GPU (2^30 bytes)")
     return fig
 
@@ -240,8 +241,7 @@ def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_b
         increasing=dict(marker=dict(color=COLORS["activations"])),
         decreasing=dict(marker=dict(color=COLORS["optimizer_states"])),
         totals=dict(marker=dict(color=COLORS["parameters"])),
-        customdata=[[f"{v:,}", _gib(v), s.change, "fits" if s.fits else ("does not fit" if s.fits is False else "—")]
-                    for v, s in zip(vals, steps, strict=True)],
+        customdata=[[f"{v:,}", _gib(v), s.change, headline(s.verdict)] for v, s in zip(vals, steps, strict=True)],
         hovertemplate="<b>%{x}</b><br>%{customdata[2]}<br>device total %{customdata[1]:,.2f} GiB "
                       "(%{customdata[0]} bytes)<br>change %{y:+,.2f} GiB<br>%{customdata[3]}<extra></extra>"))
     speeds = [s.tokens_per_s_per_gpu for s in steps]
@@ -249,14 +249,19 @@ def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_b
         fig.add_scatter(x=names, y=speeds, mode="lines+markers", name="tokens/s per GPU (right axis)", yaxis="y2",
                         line=dict(color="black", width=1.5), marker=dict(size=7),
                         hovertemplate="<b>%{x}</b><br>%{y:,.0f} tokens/s per GPU<extra></extra>")
+    if gpu_memory_bytes:
+        fig.add_hline(y=_gib(gpu_memory_bytes), line=dict(color="black", width=2),
+                      annotation_text=f"GPU memory {_gib(gpu_memory_bytes):,.2f} GiB", annotation_position="top right",
+                      annotation_bgcolor="rgba(255,255,255,0.85)")
     if usable_bytes:
         fig.add_hline(y=_gib(usable_bytes), line=dict(color="black", dash="dash", width=1.5),
-                      annotation_text=f"usable {_gib(usable_bytes):,.2f} GiB (GPU {_gib(gpu_memory_bytes or 0):,.2f} GiB "
-                                      "minus safety margin)", annotation_position="top left",
-                      annotation_bgcolor="rgba(255,255,255,0.85)")
+                      annotation_text=f"recommended limit {_gib(usable_bytes):,.2f} GiB (10 % kept free)",
+                      annotation_position="bottom left", annotation_bgcolor="rgba(255,255,255,0.85)")
+    # an explicit range: the tallest bar and the GPU line stay inside the plot with room for their labels
+    top = max(vals + [gpu_memory_bytes or 0])
     fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10), showlegend=True,
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-                      yaxis=dict(title="device total per GPU, GiB (2^30 bytes)"),
+                      yaxis=dict(title="device total per GPU, GiB (2^30 bytes)", range=[0, _gib(top) * 1.12]),
                       yaxis2=dict(title="tokens/s per GPU", overlaying="y", side="right", showgrid=False,
                                   rangemode="tozero"),
                       xaxis=dict(tickangle=-30))
