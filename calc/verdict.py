@@ -49,9 +49,10 @@ class Verdict(BaseModel):
 
 
 def gib_short(n_bytes: int) -> str:
-    """'100.4 GiB', '64 GiB': one decimal, none when it is .0 (1 GiB = 2^30 bytes)."""
-    text = f"{n_bytes / GiB:,.1f}"
-    return (text[:-2] if text.endswith(".0") else text) + " GiB"
+    """'100.41 GiB', '64 GiB': two decimals like every size on screen, none for a whole number
+    (1 GiB = 2^30 bytes)."""
+    text = f"{n_bytes / GiB:,.2f}"
+    return (text[:-3] if text.endswith(".00") else text) + " GiB"
 
 
 def _reason(lim: Limit) -> str:

@@ -15,6 +15,7 @@ from calc.presets import model_presets
 from calc.result import CATEGORIES
 from calc.scenario import Scenario
 from calc.units import GiB
+from calc.verdict import gib_short, headline
 from ui import charts, fmt, state
 
 
@@ -41,10 +42,8 @@ def check_numbers(at, expected: Scenario) -> None:
     assert metric(at, "GPU memory (GiB)") == fmt.gib(est.gpu_memory_bytes)
     assert metric(at, "Headroom (GiB)") == fmt.gib(est.headroom_bytes)
     text = all_text(at)
-    if est.fits is True:
-        assert f"fits with {fmt.gib(est.headroom_bytes)} headroom" in text
-    elif est.fits is False:
-        assert f"short by {fmt.gib(-est.headroom_bytes)}" in text
+    if est.gpu_memory_bytes is not None:  # the engine's one verdict, in its own words
+        assert f"**{headline(est.verdict)}**" in text
     assert f"The peak falls at **{est.peak_event}**" in text
     # the stacked bar: one trace per segment, x in GiB, exact bytes in the hover data
     bar = traces(chart(at, "calc_breakdown"))
@@ -222,6 +221,9 @@ def test_offload_needs_are_checked_against_the_host():
     assert metric(at, "CPU RAM needed per node (GiB)") == fmt.gib(est.cpu_ram_bytes)
     verdict = "fits" if est.cpu_ram_bytes <= host else "does not fit"
     assert f"Host RAM per node: {fmt.gib(host)}; offload needs {fmt.gib(est.cpu_ram_bytes)} ({verdict})" in all_text(at)
+    # the headline agrees with the Offload box: the GPU has room, the host does not (issue 8)
+    assert est.verdict.fits is False and est.verdict.limit("gpu").fits
+    assert [e for e in at.error if "does not fit: offload needs" in e.value and "host RAM per node" in e.value]
     _widget(at, "sc_ram_gib").set_value(4096.0)
     at.run()
     sc2 = _update(sc, hardware__cpu_ram_bytes=4096 * GiB)
@@ -324,3 +326,27 @@ def test_scenario_survives_page_switches():
         assert _widget(at, "sc_zero").value == 1
         assert dict(at.query_params).items() >= state.scenario_to_params(expected).items()
     check_numbers(at, expected)
+
+
+def test_7b_zero2_offload_on_the_4090_workstation_does_not_fit_its_64_gib_of_host_ram():
+    sc = Scenario(model="llama-2-7b", hardware={"cluster": "1x-rtx-4090"},
+                  training={"precision": "bf16-mixed", "zero_stage": 2, "offload_optimizer": "cpu",
+                            "activation_checkpointing": "full"})
+    at = open_app(params=state.scenario_to_params(sc))
+    check_numbers(at, sc)
+    v = estimate(sc).verdict
+    assert v.fits is False and [lim.resource for lim in v.limits] == ["gpu", "host_ram"]
+    assert v.reasons == [f"offload needs {gib_short(v.limit('host_ram').needed_bytes)} of host RAM per node; "
+                         "this node has 64 GiB"]
+    assert not at.success or all("fits with" not in s.value for s in at.success)
+
+
+def test_unknown_host_ram_is_asked_for_not_assumed():
+    sc = Scenario(model="llama-2-7b", hardware={"gpu": "rtx-4090"},
+                  training={"precision": "bf16-mixed", "zero_stage": 2, "offload_optimizer": "cpu",
+                            "activation_checkpointing": "full"})
+    at = open_app(params=state.scenario_to_params(sc))
+    check_numbers(at, sc)
+    assert estimate(sc).verdict.fits is None
+    assert any("host RAM per node; this node's host RAM is unknown (set it under Hardware)" in w.value
+               for w in at.warning)
