@@ -5,12 +5,14 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import charts, compute, fmt, state
+from ui import verdict as verdict_ui
 from ui.widgets import column_name, compare_columns_editor, page_setup, scenario_or_stop
 
 page_setup("Compare", ":material/compare_arrows:")
 st.title("Compare scenarios")
-st.caption("The sidebar's model and training setup on different hardware, ZeRO stages and offload. "
-           "Per-GPU memory in GiB (2^30 bytes); hover for exact bytes.")
+st.caption("The sidebar's model on different hardware: each column either takes the fastest configuration that "
+           "fits its hardware (the recommender's), or the sidebar's training setup with its own ZeRO stage and "
+           "offload. Per-GPU memory in GiB (2^30 bytes); hover for exact bytes.")
 
 base = scenario_or_stop(include_compare=True)
 if base is None:
@@ -18,27 +20,33 @@ if base is None:
 cols = compare_columns_editor()
 state.sync_url(include_compare=True)
 
-items = []
+items = []  # (name, estimate) of the valid columns
+letters = []  # each valid column's own letter: the table's headers stay with their columns
+chosen = []  # (column, the recommender's candidate or None)
 for i, col in enumerate(cols):
     name = column_name(i, col)
     try:
-        est = compute.run(col.apply(base))
+        sc, cand = compute.column_scenario(base, col)
+        est = compute.run(sc)
     except ValueError as exc:
         st.error(f"{name}: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
         continue
     items.append((name, est))
+    letters.append(chr(65 + i))
+    chosen.append((col, cand))
 
 if not items:
     st.stop()
 
-verdicts = st.columns(len(items))
-for box, (name, est) in zip(verdicts, items, strict=True):
-    if est.fits is None:
-        box.info(f"**{name}**: no GPU memory size")
-    elif est.fits:
-        box.success(f"**{name}**: fits, {fmt.gib(est.headroom_bytes)} headroom per GPU", icon=":material/check_circle:")
-    else:
-        box.error(f"**{name}**: does not fit, short by {fmt.gib(-est.headroom_bytes)} per GPU", icon=":material/cancel:")
+for box, (name, est), (col, cand) in zip(st.columns(len(items)), items, chosen, strict=True):
+    verdict_ui.box(box, est.verdict, f"**{name}**", f"device total {fmt.gib(est.device_total_bytes.expected)} per GPU")
+    if col.fastest and cand is not None:
+        box.caption(f"Configuration: {cand.label}; {cand.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+                    + (" (adapters: full fine-tuning does not fit this hardware at a practical speed)"
+                       if cand.method_change else "")
+                    + ".")
+    elif col.fastest:
+        box.caption("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it.")
 
 st.plotly_chart(charts.compare_bars(items), key="cmp_chart")
 
@@ -64,16 +72,17 @@ def _rows(est):
 table = {name: _rows(est) for name, est in items}
 names = list(table)
 rows = []
+ref_letter = letters[0]
 for metric in table[names[0]]:
     row = {"GiB per GPU": metric}
     for j, name in enumerate(names):
         v = table[name][metric]
-        row[chr(65 + j)] = None if v is None else v / fmt.GiB
+        row[letters[j]] = None if v is None else v / fmt.GiB
         if j:
             ref = table[names[0]][metric]
-            row[f"{chr(65 + j)} − A"] = None if v is None or ref is None else (v - ref) / fmt.GiB
+            row[f"{letters[j]} − {ref_letter}"] = None if v is None or ref is None else (v - ref) / fmt.GiB
     rows.append(row)
 st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1) + 3,
              column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in rows[0] if c != "GiB per GPU"})
 st.caption("Columns: " + "; ".join(names) + ". Peak at: " +
-           "; ".join(f"{chr(65 + j)} {est.peak_event} ({est.peak_phase})" for j, (_, est) in enumerate(items)) + ".")
+           "; ".join(f"{letters[j]} {est.peak_event} ({est.peak_phase})" for j, (_, est) in enumerate(items)) + ".")

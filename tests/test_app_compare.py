@@ -7,23 +7,31 @@ import pytest
 from test_app_helpers import all_text, assert_clean, chart, open_app, scenario
 
 from calc.engine import estimate
+from calc.recommend import fastest_fitting
 from calc.scenario import Scenario
 from calc.units import GiB
+from calc.verdict import headline
 from ui import charts, fmt, state
 from ui.widgets import column_name
+
+
+def expected_scenario(base: Scenario, col: state.CompareColumn) -> Scenario:
+    """What a column shows: its own settings, or calc.recommend's fastest configuration that fits."""
+    sc = col.apply(base)
+    if col.fastest:
+        cand = fastest_fitting(sc)
+        return cand.scenario if cand else sc
+    return sc
 
 
 def check_compare(at, cols: list[state.CompareColumn]) -> None:
     assert_clean(at)
     base = scenario(at)
     assert at.session_state[state.COMPARE] == cols
-    items = [(column_name(i, c), estimate(c.apply(base))) for i, c in enumerate(cols)]
+    items = [(column_name(i, c), estimate(expected_scenario(base, c))) for i, c in enumerate(cols)]
     text = all_text(at)
-    for name, est in items:
-        if est.fits:
-            assert f"**{name}**: fits, {fmt.gib(est.headroom_bytes)} headroom per GPU" in text
-        else:
-            assert f"**{name}**: does not fit, short by {fmt.gib(-est.headroom_bytes)} per GPU" in text
+    for name, est in items:  # the engine's one verdict, in its own words
+        assert f"**{name}**: **{headline(est.verdict)}**" in text
     fig = chart(at, "cmp_chart")
     bars = {t["name"]: t for t in fig["data"] if t["type"] == "bar"}
     for key, label in charts.SHORT_LABELS.items():
@@ -45,7 +53,7 @@ def check_compare(at, cols: list[state.CompareColumn]) -> None:
 
 
 def _w(at, key):
-    for kind in ("selectbox", "number_input", "radio"):
+    for kind in ("selectbox", "number_input", "radio", "toggle"):
         for w in getattr(at, kind):
             if w.key == key:
                 return w
@@ -63,6 +71,8 @@ def test_every_column_widget():
     at = open_app("compare")
     cols = list(state.DEFAULT_COMPARE)
     steps = [
+        ("cmp_1_fastest", False, 1, {"fastest": False}),
+        ("cmp_0_fastest", False, 0, {"fastest": False}),
         ("cmp_1_zero", 3, 1, {"zero_stage": 3}),
         ("cmp_1_off_opt", "cpu", 1, {"offload_optimizer": "cpu"}),
         ("cmp_1_off_par", "cpu", 1, {"offload_params": "cpu"}),
@@ -97,13 +107,16 @@ def test_zero_and_offload_change_the_verdict():
     even ZeRO-3 with everything offloaded to the CPU leaves activations that the engine weighs."""
     at = open_app("compare")
     base = scenario(at)
-    b0 = estimate(state.DEFAULT_COMPARE[1].apply(base))
+    b0 = estimate(state.CompareColumn(cluster="8x-a100-80gb").apply(base))
+    _w(at, "cmp_0_fastest").set_value(False)
+    _w(at, "cmp_1_fastest").set_value(False)
+    at.run()
     _w(at, "cmp_1_zero").set_value(3)
     at.run()
     b3 = estimate(state.CompareColumn(cluster="8x-a100-80gb", zero_stage=3).apply(base))
     assert b3.device_total_bytes.expected < b0.device_total_bytes.expected
     text = all_text(at)
-    assert ("fits," if b3.fits else "does not fit,") in text.split("B: 8x A100 80GB, ZeRO-3**:")[1][:20]
+    assert f"**B: 8x A100 80GB, ZeRO-3**: **{headline(b3.verdict)}**" in text
     _w(at, "cmp_0_zero").set_value(3)
     _w(at, "cmp_0_off_opt").set_value("cpu")
     _w(at, "cmp_0_off_par").set_value("cpu")
@@ -115,13 +128,34 @@ def test_zero_and_offload_change_the_verdict():
 
 def test_invalid_column_is_a_message():
     at = open_app("compare")
+    _w(at, "cmp_0_fastest").set_value(False)
+    at.run()
     _w(at, "cmp_0_off_opt").set_value("cpu")  # ZeRO 0 cannot offload
     at.run()
     assert_clean(at)
     assert any("offload_optimizer needs zero_stage" in e.value for e in at.main.error)
-    # the other column is still drawn
+    # the other column is still drawn, under its own letter (not "A")
     fig = chart(at, "cmp_chart")
     assert [t for t in fig["data"] if t["type"] == "bar"][0]["x"] == [column_name(1, state.DEFAULT_COMPARE[1])]
+    table = at.dataframe[0].value
+    assert "B" in table.columns and "A" not in table.columns
+    b = estimate(expected_scenario(scenario(at), state.DEFAULT_COMPARE[1]))
+    rows = {r["GiB per GPU"]: r for r in table.to_dict("records")}
+    assert rows["Peak allocated"]["B"] == pytest.approx(b.peak_allocated_bytes / GiB)
+
+
+def test_default_pair_shows_what_each_machine_can_do():
+    """Issue 8: 1x RTX 4090 vs 8x A100 opens on each machine's fastest configuration that fits, so the
+    A100s are not shown failing a 7B at ZeRO-0."""
+    at = open_app("compare")
+    base = scenario(at)
+    a, b = (fastest_fitting(c.apply(base)) for c in state.DEFAULT_COMPARE)
+    assert a is not None and b is not None and a.verdict.fits and b.verdict.fits
+    assert a.method_change and not b.method_change  # the 4090 needs adapters; 8 A100s full-fine-tune a 7B
+    text = all_text(at)
+    assert not at.main.error and len(at.success) == 2  # both verdict boxes green
+    assert f"Configuration: {b.label}; {b.tokens_per_s_per_gpu:,.0f} tokens/s per GPU." in text
+    assert f"Configuration: {a.label}; {a.tokens_per_s_per_gpu:,.0f} tokens/s per GPU" in text
 
 
 def test_link_with_columns():

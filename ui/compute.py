@@ -140,6 +140,24 @@ def recommendations(scenario_json: str, allow_method_change: bool, global_batch_
     return recommend(req)
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def fastest_fitting(scenario_json: str):
+    """calc.recommend.fastest_fitting for the scenario (None when nothing fits)."""
+    from calc.recommend import fastest_fitting as search
+
+    return search(Scenario.model_validate_json(scenario_json))
+
+
+def column_scenario(base: Scenario, col) -> tuple[Scenario, object | None]:
+    """A Compare column's scenario, and the recommender's candidate when the column asks for the fastest
+    configuration that fits (the plain column scenario when nothing fits). ValueError if invalid."""
+    sc = col.apply(base)
+    if not col.fastest:
+        return sc, None
+    cand = fastest_fitting(sc.model_dump_json())
+    return (cand.scenario, cand) if cand is not None else (sc, None)
+
+
 # ---- Export ----------------------------------------------------------------------------------
 
 def launch_lines(sc: Scenario) -> str:

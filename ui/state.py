@@ -218,6 +218,8 @@ class CompareColumn(BaseModel):
     zero_stage: int = Field(0, ge=0, le=3)
     offload_optimizer: Offload = Offload.none
     offload_params: Offload = Offload.none
+    fastest: bool = Field(False, description="use the fastest configuration that fits this hardware "
+                                             "(calc.recommend.fastest_fitting) instead of zero_stage / offload")
 
     @field_validator("cluster", "gpu")
     @classmethod
@@ -230,12 +232,13 @@ class CompareColumn(BaseModel):
         return HardwareConfig(gpu=self.gpu, num_gpus=self.num_gpus)
 
     def apply(self, base: Scenario) -> Scenario:
-        """`base` with this column's hardware, ZeRO stage and offload (ValueError if invalid)."""
-        data = base.model_dump(mode="json")
-        data["hardware"] = self.hardware().model_dump(mode="json", exclude_none=True)
-        data["training"].update(zero_stage=self.zero_stage, offload_optimizer=self.offload_optimizer.value,
-                                offload_params=self.offload_params.value)
-        return Scenario.model_validate(data)
+        """`base` with this column's hardware, ZeRO stage and offload (ValueError if invalid). With
+        `fastest`, only the hardware: the search (ui.compute.column_scenario) chooses the rest."""
+        on_hardware = base.variant(hardware=self.hardware())
+        if self.fastest:
+            return on_hardware
+        return on_hardware.with_training(zero_stage=self.zero_stage, offload_optimizer=self.offload_optimizer,
+                                         offload_params=self.offload_params)
 
     def to_param(self) -> str:
         parts = [f"c.{self.cluster}" if self.cluster else f"g.{self.gpu}.{self.num_gpus}", f"z.{self.zero_stage}"]
@@ -243,6 +246,8 @@ class CompareColumn(BaseModel):
             parts.append(f"oo.{self.offload_optimizer.value}")
         if self.offload_params != Offload.none:
             parts.append(f"op.{self.offload_params.value}")
+        if self.fastest:
+            parts.append("f.1")
         return "~".join(parts)
 
     @classmethod
@@ -263,6 +268,8 @@ class CompareColumn(BaseModel):
                 data["offload_optimizer"] = rest
             elif tag == "op":
                 data["offload_params"] = rest
+            elif tag == "f" and rest in ("0", "1"):
+                data["fastest"] = rest == "1"
             else:
                 raise UrlError(f"{COMPARE_PARAM}: unknown part {excerpt(part)}")
         try:
@@ -346,8 +353,8 @@ def calibration_from_param(text: str) -> Calibration:
 
 
 DEFAULT_COMPARE: tuple[CompareColumn, ...] = (
-    CompareColumn(cluster="1x-rtx-4090"),
-    CompareColumn(cluster="8x-a100-80gb"),
+    CompareColumn(cluster="1x-rtx-4090", fastest=True),  # opens on what each machine can do (issue 8)
+    CompareColumn(cluster="8x-a100-80gb", fastest=True),
 )
 
 

@@ -422,6 +422,7 @@ def _compare_values(i: int, col: state.CompareColumn) -> dict[str, Any]:
         f"cmp_{i}_zero": col.zero_stage,
         f"cmp_{i}_off_opt": col.offload_optimizer.value,
         f"cmp_{i}_off_par": col.offload_params.value,
+        f"cmp_{i}_fastest": col.fastest,
     }
 
 
@@ -454,9 +455,17 @@ def compare_columns_editor() -> list[state.CompareColumn]:
                 g = compute.gpu_options()
                 data = {"gpu": st.selectbox("GPU", list(g), format_func=g.__getitem__, key=f"cmp_{i}_gpu"),
                         "num_gpus": int(st.number_input("GPUs", 1, 65536, step=1, key=f"cmp_{i}_n"))}
-            data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero")
-            data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt")
-            data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par")
+            data["fastest"] = st.toggle(
+                "Fastest configuration that fits", key=f"cmp_{i}_fastest",
+                help="The recommender's fastest configuration for this hardware (precision, checkpointing, ZeRO, "
+                     "offload, parallelism, micro-batch): full fine-tuning when it fits, else LoRA / QLoRA. "
+                     "Turn off to set ZeRO and offload by hand.")
+            hand = not data["fastest"]
+            data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero", disabled=not hand)
+            data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt",
+                                                disabled=not hand)
+            data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par",
+                                             disabled=not hand)
             out.append(state.CompareColumn.model_validate(data))
     state.set_compare(out)
     return out
@@ -470,6 +479,8 @@ def column_name(i: int, col: state.CompareColumn) -> str:
         hw = cluster_presets()[col.cluster].name.split(" (")[0]
     else:
         hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else "custom"
+    if col.fastest:
+        return f"{chr(65 + i)}: {hw}, fastest that fits"
     bits = [f"{chr(65 + i)}: {hw}", f"ZeRO-{col.zero_stage}"]
     if col.offload_optimizer != Offload.none:
         bits.append(f"opt→{col.offload_optimizer.value}")

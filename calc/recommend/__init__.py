@@ -37,7 +37,7 @@ from calc.recommend.models import (
     RecommendRequest,
     SearchStats,
 )
-from calc.recommend.search import recommend
+from calc.recommend.search import fastest_fitting, recommend
 from calc.recommend.table import Table, TableCell, recommendation_table
 from calc.recommend.waterfall import WaterfallStep, optimization_waterfall
 from calc.recommend.words import label, short_label, speed_ratio_words
@@ -45,7 +45,7 @@ from calc.recommend.words import label, short_label, speed_ratio_words
 __all__ = [
     "DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "Candidate", "Combo",
     "Group", "GroupResult", "Recommendation", "RecommendRequest", "SearchStats", "Table", "TableCell",
-    "WaterfallStep", "cli_main", "combo_of", "enumerate_combos", "format_recommendation", "groups_for", "label",
+    "WaterfallStep", "cli_main", "combo_of", "enumerate_combos", "fastest_fitting", "format_recommendation", "groups_for", "label",
     "load_request", "methods_for", "optimization_waterfall", "recommend", "recommendation_table", "scenario_for",
     "short_label", "speed_ratio_words",
 ]

@@ -274,3 +274,14 @@ def _candidate(rank: int, f: _Found, s: _Search, group: Group) -> Candidate:
         device_total_high_bytes=est.device_total_bytes.high, usable_bytes=s.usable, cpu_ram_bytes=est.cpu_ram_bytes,
         verdict=est.verdict, compute_bound_tokens_per_s_per_gpu=bound,
         slow=slow_words(f.raw, sp.tokens_per_s_per_gpu, bound), speed=sp)
+
+
+def fastest_fitting(sc: Scenario) -> Candidate | None:
+    """The configuration to show for `sc`'s hardware: the fastest with `sc`'s own training method when
+    one fits at a practical speed (not `slow`), else the fastest of all (adapters when full fine-tuning
+    fits only offload-bound, or not at all); None when nothing fits. The batch target is `sc`'s own."""
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=1))
+    if not rec.candidates:
+        return None
+    own = [c for c in rec.candidates if not c.method_change and c.slow is None]
+    return max(own or rec.candidates, key=lambda c: c.tokens_per_s_per_gpu)
