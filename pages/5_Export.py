@@ -16,6 +16,7 @@ from calc.export import (
     trainer_snippet,
 )
 from ui import compute, fmt, state
+from ui import verdict as verdict_ui
 from ui.widgets import MAX_CONFIG_BYTES, hardware_name, page_setup, parse_config_text, scenario_or_stop
 
 page_setup("Export", ":material/download:")
@@ -34,18 +35,17 @@ source = st.radio("Export", list(SOURCES), format_func=SOURCES.__getitem__, key=
 target = sc
 if source == "recommended":
     try:
-        rec = compute.recommendations(sc.model_dump_json(), True, None)
+        best = compute.fastest_fitting(sc.model_dump_json())
     except ValueError as exc:
         st.info(f"No recommendation for this hardware: {fmt.literal(state.error_text(exc))}. Exporting the current scenario.",
                 icon=":material/info:")
-        rec = None
-    if rec is not None and rec.candidates:
-        target = rec.candidates[0].scenario
-        st.markdown(f"Recommended: **{rec.candidates[0].label}** "
-                    f"({rec.candidates[0].tokens_per_s_per_gpu:,.0f} tokens/s per GPU).")
-    elif rec is not None:
-        st.warning(f"Nothing fits this hardware ({rec.explanation}); exporting the current scenario.",
-                   icon=":material/warning:")
+    else:
+        if best is not None:
+            target = best.scenario
+            st.markdown(f"Recommended: **{best.label}** ({best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU).")
+        else:
+            st.warning("Nothing fits this hardware, not even QLoRA (see the Recommend page); exporting the current "
+                       "scenario.", icon=":material/warning:")
 
 with st.expander("Hyper-parameters the scenario does not carry"):
     d = ExportOptions()
@@ -68,20 +68,28 @@ except ValueError as exc:
     st.stop()
 
 est = compute.run(target)
-verdict = fmt.verdict(est.fits, est.headroom_bytes)
-(st.success if est.fits else st.error if est.fits is False else st.info)(
-    f"{target.spec.name or target.spec.family} on {hardware_name(target)}: {verdict} "
-    f"(device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU).")
+
+
+def _verdict_and_speed() -> None:
+    """What the exported files will do: the engine's verdict and calc.speed's estimate, beside the files."""
+    speed = compute.speed(target)
+    detail = f"device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU"
+    if speed is not None:
+        detail += f"; about {speed.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {speed.step_s:,.3g} s per step"
+    verdict_ui.box(st, est.verdict, f"{target.spec.name or target.spec.family} on {hardware_name(target)}", detail)
+
 
 try:
     ds = export_deepspeed(target, opts)
 except ValueError as exc:
     st.error(f"DeepSpeed cannot express this scenario: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
+    _verdict_and_speed()
     ds = None
 
 if ds is not None:
     text = json.dumps(ds.config, indent=2) + "\n"
     st.subheader("DeepSpeed config (ds_config.json)")
+    _verdict_and_speed()
     st.download_button("Download ds_config.json", text, file_name="ds_config.json", mime="application/json",
                        key="exp_download", icon=":material/download:", on_click="ignore")
     st.code(text, language="json")
@@ -94,6 +102,7 @@ if ds is not None:
     st.code(compute.launch_lines(target), language="bash")
 
     st.subheader("Hugging Face Trainer (train.py)")
+    _verdict_and_speed()
     snippet = trainer_snippet(target, opts)
     st.download_button("Download train.py", snippet, file_name="train.py", mime="text/x-python",
                        key="exp_download_py", on_click="ignore")
@@ -140,7 +149,6 @@ if raw is not None:
                     f"{t.micro_batch_size} x {t.gradient_accumulation_steps} accumulation, optimizer offload "
                     f"{t.offload_optimizer.value}, parameter offload {t.offload_params.value}, checkpointing "
                     f"{t.activation_checkpointing.value}.")
-        (st.success if iest.fits else st.error if iest.fits is False else st.info)(
-            f"This config {fmt.verdict(iest.fits, iest.headroom_bytes)} "
-            f"(device total {fmt.gib(iest.device_total_bytes.expected)} expected per GPU).")
+        verdict_ui.box(st, iest.verdict, "This config",
+                       f"device total {fmt.gib(iest.device_total_bytes.expected)} expected per GPU")
         st.button("Use it as the scenario", key="exp_import_use", on_click=state.set_scenario, args=(imported,))

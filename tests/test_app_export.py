@@ -10,8 +10,10 @@ from test_app_helpers import all_text, assert_clean, open_app, scenario
 
 from calc.engine import estimate
 from calc.export import ExportOptions, accelerate_config, export_deepspeed, scenario_from_ds_config, trainer_snippet
-from calc.recommend import RecommendRequest, recommend
+from calc.recommend import fastest_fitting
 from calc.scenario import Scenario
+from calc.speed import estimate_speed
+from calc.verdict import headline
 from ui import fmt, state
 
 ZERO3 = Scenario(model="llama-2-7b", hardware={"cluster": "8x-a100-80gb"},
@@ -56,9 +58,13 @@ def test_recommended_source_and_hyper_parameters():
     at = open_app("export", state.scenario_to_params(ZERO3))
     [r for r in at.radio if r.key == "exp_source"][0].set_value("recommended")
     at.run()
-    best = recommend(RecommendRequest(scenario=ZERO3, allow_method_change=True, max_candidates=10)).candidates[0]
+    best = fastest_fitting(ZERO3)
     check_export(at, best.scenario)
     assert best.label in all_text(at)
+    # the exported configuration's verdict and speed, beside the files
+    est, speed = estimate(best.scenario), estimate_speed(best.scenario)
+    assert any(f"**{headline(est.verdict)}**" in b.value and f"{speed.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+               in b.value for b in at.success)
     values = {"exp_lr": 3e-4, "exp_wd": 0.1, "exp_clip": 0.5, "exp_warmup": 100, "exp_steps": 1000}
     for key, v in values.items():
         [w for w in at.number_input if w.key == key][0].set_value(v)
@@ -92,7 +98,7 @@ def test_import_a_ds_config():
     imported = scenario_from_ds_config(cfg, base.model, base.hardware, seq_len=base.training.seq_len,
                                        attention=base.training.attention.value)
     est = estimate(imported)
-    assert f"This config {fmt.verdict(est.fits, est.headroom_bytes)}" in all_text(at)
+    assert f"This config: **{headline(est.verdict)}**" in all_text(at)
     [b for b in at.button if b.key == "exp_import_use"][0].click()
     at.run()
     assert_clean(at)

@@ -148,6 +148,16 @@ def fastest_fitting(scenario_json: str):
     return search(Scenario.model_validate_json(scenario_json))
 
 
+def speed(sc: Scenario):
+    """calc.speed's estimate for the scenario; None without a GPU preset (a custom memory size)."""
+    from calc.speed import estimate_speed
+
+    try:
+        return estimate_speed(sc)
+    except ValueError:
+        return None
+
+
 def column_scenario(base: Scenario, col) -> tuple[Scenario, object | None]:
     """A Compare column's scenario, and the recommender's candidate when the column asks for the fastest
     configuration that fits (the plain column scenario when nothing fits). ValueError if invalid."""

@@ -6,7 +6,7 @@ import re
 
 from calc.units import GB, GiB, MiB, to_gib
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "verdict", "percent", "plain"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -33,15 +33,6 @@ def bytes_exact(n_bytes: int | None) -> str:
 
 def percent(x: float, digits: int = 1) -> str:
     return f"{x:+.{digits}f} %"
-
-
-def verdict(fits: bool | None, headroom_bytes: int | None) -> str:
-    """'fits with 3.21 GiB headroom' / 'short by 4.56 GiB' / 'no GPU chosen'."""
-    if fits is None or headroom_bytes is None:
-        return "no GPU memory chosen"
-    if fits:
-        return f"fits with {gib(headroom_bytes)} headroom"
-    return f"short by {gib(-headroom_bytes)}"
 
 
 _MD_BLOCK_START = re.compile(r"^(\s*)([+\-*>#]|\d+\.)(\s)")
