@@ -38,6 +38,14 @@ class Precision(str, Enum):
     def uses_fp16(self) -> bool:
         return self in (Precision.amp_fp16, Precision.fp16_mixed)
 
+    def for_inference(self, gpu_bf16: bool) -> Precision:
+        """The precision to propose when switching to inference: 16-bit weights. fp32 and AMP keep fp32
+        weights (a training choice: autocast needs fp32 masters, inference does not), so they become
+        bf16, or fp16-mixed (fp16 weights; no optimizer in inference) on GPUs without bf16."""
+        if self in (Precision.bf16, Precision.bf16_mixed, Precision.fp16_mixed):
+            return self
+        return Precision.bf16 if gpu_bf16 and not self.uses_fp16 else Precision.fp16_mixed
+
 
 class Optimizer(str, Enum):
     adamw = "adamw"

@@ -13,7 +13,7 @@ from test_app_helpers import all_text, assert_clean, chart, go, metric, open_app
 from calc.engine import estimate
 from calc.presets import model_presets
 from calc.result import CATEGORIES
-from calc.scenario import Scenario
+from calc.scenario import Precision, Scenario
 from calc.units import GiB
 from calc.verdict import gib_short, headline
 from ui import charts, fmt, state
@@ -350,3 +350,16 @@ def test_unknown_host_ram_is_asked_for_not_assumed():
     assert estimate(sc).verdict.fits is None
     assert any("host RAM per node; this node's host RAM is unknown (set it under Hardware)" in w.value
                for w in at.warning)
+
+
+def test_switching_to_inference_proposes_16_bit_weights():
+    sc = Scenario(model="phi-3-mini", hardware={"gpu": "rtx-4090"})  # AMP bf16: fp32 weights for training
+    at = open_app(params=state.scenario_to_params(sc))
+    [r for r in at.sidebar.radio if r.key == "sc_mode"][0].set_value("inference")
+    at.run()
+    want = _update(sc, mode="inference", training__precision="bf16")
+    check_numbers(at, want)
+    assert estimate(want).verdict.fits  # 3.8 B parameters in bf16 fit a 24 GB card
+    assert Precision.amp_fp16.for_inference(gpu_bf16=True) == Precision.fp16_mixed
+    assert Precision.fp32.for_inference(gpu_bf16=False) == Precision.fp16_mixed
+    assert Precision.bf16_mixed.for_inference(gpu_bf16=True) == Precision.bf16_mixed

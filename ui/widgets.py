@@ -275,6 +275,19 @@ def _hardware_section() -> dict[str, Any]:
     return {"gpu": gpu, "num_gpus": int(n)}
 
 
+def _propose_inference_precision() -> None:
+    """Switching to inference proposes 16-bit weights (Precision.for_inference): AMP's fp32 weights would
+    make a 4B model 'not fit' a 24 GB card for no reason."""
+    from calc.presets import gpu_presets
+
+    ss = st.session_state
+    if ss.get("sc_mode") != Mode.inference.value:
+        return
+    gpu = gpu_presets().get(state.get_scenario().resolved_hardware().gpu or "")
+    bf16 = gpu is None or (gpu.bf16 and gpu.bf16_tflops > 0)
+    ss["sc_precision"] = Precision(ss["sc_precision"]).for_inference(bf16).value
+
+
 def scenario_sidebar() -> Scenario | None:
     """The scenario editor. Returns the validated Scenario (also stored as current), or None when
     the widgets describe an impossible scenario; the message is shown next to the widget."""
@@ -289,7 +302,7 @@ def scenario_sidebar() -> Scenario | None:
     with sb.expander("Model", expanded=True, icon=":material/neurology:"):
         model = _model_section(errors)
         slots["model"] = st.empty()  # right under the model / config.json widgets
-        mode = _radio("Mode", MODE_LABELS, "sc_mode")
+        mode = _radio("Mode", MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
     training = mode == Mode.train.value
 
     with sb.expander("Hardware", expanded=True, icon=":material/memory:"):
