@@ -658,6 +658,13 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
     t = sc.training
     p = t.precision
     out = list(st.components)  # weights
+    gathered = tl.parameters[i] - sum(c.bytes for c in out if c.category == "parameters")
+    if gathered > 0:  # FSDP2: the root module's and the running layers' all-gathered full 16-bit weights
+        out.append(Component(key="gathered_weights", category="parameters", label="Gathered full weights (FSDP2)",
+                             bytes=gathered, formula="root weights (embedding, final norm, lm_head) gathered through "
+                             "forward and backward + the running (and prefetched) decoder layers' full weights",
+                             source="torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather and "
+                                    "reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)"))
     grads = tl.gradients[i]
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
     fp32_copies = tl.phases[i] == "optimizer" and st.grad_fp32_step > 0
@@ -695,8 +702,9 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
               "CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)"),
              ("zero_buffers", "ZeRO buckets / gathered weights",
               st.zero_buffers + (st.zero3_gathered if tl.phases[i] != "optimizer" else 0),
-              "reduce bucket (stage 2) or gathered layer weights + prefetch (stage 3)",
-              "DeepSpeed defaults in calc.parallel")]
+              "reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
+              "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)",
+              "DeepSpeed defaults in calc.parallel; partition_parameters._no_gather_coalesced for one rank")]
     if tl.phases[i] == "optimizer":
         named += [("optimizer_temporaries", "optimizer.step() temporaries", st.opt_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),

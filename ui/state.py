@@ -226,15 +226,18 @@ class CompareColumn(BaseModel):
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v or None
 
-    def hardware(self) -> HardwareConfig:
+    def hardware(self, host: HardwareConfig | None = None) -> HardwareConfig:
+        """The column's hardware; a GPU x count column keeps `host`'s RAM / NVMe per node (the sidebar's),
+        a cluster column has its preset's."""
         if self.cluster:
             return HardwareConfig(cluster=self.cluster)
-        return HardwareConfig(gpu=self.gpu, num_gpus=self.num_gpus)
+        return HardwareConfig(gpu=self.gpu, num_gpus=self.num_gpus, cpu_ram_bytes=host.cpu_ram_bytes if host else None,
+                              nvme_bytes=host.nvme_bytes if host else None)
 
     def apply(self, base: Scenario) -> Scenario:
         """`base` with this column's hardware, ZeRO stage and offload (ValueError if invalid). With
         `fastest`, only the hardware: the search (ui.compute.column_scenario) chooses the rest."""
-        on_hardware = base.variant(hardware=self.hardware())
+        on_hardware = base.variant(hardware=self.hardware(base.hardware))
         if self.fastest:
             return on_hardware
         return on_hardware.with_training(zero_stage=self.zero_stage, offload_optimizer=self.offload_optimizer,
