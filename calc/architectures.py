@@ -5,7 +5,7 @@ transformers implementation (checked by tests/test_presets.py on the meta device
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -109,6 +109,36 @@ _CONFIG_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_h
 _GPT2_KEYS = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
               "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
               "activation_function": "hidden_act"}
+
+
+class Linear(NamedTuple):
+    """One matmul weight of a decoder layer (out x in, `count` of them: MoE experts)."""
+
+    name: str  # q, k, v, o, qkv, gate, up, down, gate_up, router
+    in_features: int
+    out_features: int
+    count: int = 1
+    block: Literal["attention", "mlp"] = "attention"
+    fused: bool = False  # several projections in one weight (qkv, gate_up)
+    expert: bool = False  # an MoE expert weight (a 3-D nn.Parameter, not an nn.Linear)
+    module: bool = True  # an nn.Linear / Conv1D module (peft can wrap it); False for raw nn.Parameters
+
+    @property
+    def weights(self) -> int:
+        return self.in_features * self.out_features * self.count
+
+    def lora_target(self, targets: str) -> bool:
+        """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only q/k/v/o."""
+        if not self.module or self.expert:
+            return False
+        return targets == "all-linear" or self.block == "attention"
+
+    def tp_in(self, tp: int) -> int:
+        """Megatron tensor parallelism: o and down are row-parallel (input split), the rest column-parallel."""
+        return tp if self.name in ("o", "down") else 1
+
+    def tp_out(self, tp: int) -> int:
+        return 1 if self.name in ("o", "down") else tp
 
 
 class ModelSpec(BaseModel):
@@ -237,6 +267,39 @@ class ModelSpec(BaseModel):
         """One normalisation layer: H (RMSNorm) or 2H (LayerNorm weight + bias)."""
         return 2 * self.hidden_size if self.uses_layernorm else self.hidden_size
 
+    def linear_layers(self) -> list[Linear]:
+        """Every matmul weight of one decoder layer, as transformers registers it: the one list that LoRA
+        (engine and speed model) and ZeRO-3's per-layer fetches read. (The parameter counts still use
+        their own formulas, which also cover MLA attention, shared experts and expert biases; for the
+        other families they equal this list's weights plus biases.)
+        Fused projections are one weight (gpt2's c_attn, neox's query_key_value, phi3's qkv_proj and
+        gate_up_proj); MoE experts are 3-D nn.Parameters (transformers 5: gate_up_proj and down_proj of
+        shape E x out x in) and the router a plain nn.Parameter, none of them an nn.Linear."""
+        h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width
+        if self.family in ("gpt2", "gpt_neox", "phi3"):
+            attn = [Linear("qkv", h, q + 2 * kv, block="attention", fused=True), Linear("o", q, h, block="attention")]
+        else:
+            attn = [Linear("q", h, q, block="attention"), Linear("k", h, kv, block="attention"),
+                    Linear("v", h, kv, block="attention"), Linear("o", q, h, block="attention")]
+        if self.num_experts > 1:
+            e = self.num_experts
+            mlp = [Linear("gate_up", h, 2 * i, e, block="mlp", fused=True, expert=True),
+                   Linear("down", i, h, e, block="mlp", expert=True),
+                   Linear("router", h, e, block="mlp", module=False)]
+        elif self.family == "phi3":
+            mlp = [Linear("gate_up", h, 2 * i, block="mlp", fused=True), Linear("down", i, h, block="mlp")]
+        elif self.gated_mlp:
+            mlp = [Linear("gate", h, i, block="mlp"), Linear("up", h, i, block="mlp"), Linear("down", i, h, block="mlp")]
+        else:
+            mlp = [Linear("up", h, i, block="mlp"), Linear("down", i, h, block="mlp")]
+        return attn + mlp
+
+    def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1) -> int:
+        """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear ('all-linear' or
+        'attention'), with this GPU's tensor-parallel slice."""
+        return sum(rank * (lin.in_features // lin.tp_in(tp) + lin.out_features // lin.tp_out(tp)) * lin.count
+                   for lin in self.linear_layers() if lin.lora_target(targets))
+
     def attention_params(self) -> int:
         """q, k, v, o projections (+ biases where the family has them; qwen3's q/k norms)."""
         h, q, kv = self.hidden_size, self.q_width, self.kv_width
@@ -356,17 +419,6 @@ class ModelSpec(BaseModel):
         norms = [(shape, n * L * self.norms_per_layer()) for shape, n in norm] + norm
         head = [((self.vocab_size, h), 1)] if not self.tie_word_embeddings else []
         return shapes + attn + mlp + norms + head
-
-    def linear_shapes_per_layer(self) -> list[tuple[str, int, int, int]]:
-        """(name, in_features, out_features, count) of each layer's linear maps; used by LoRA."""
-        h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width
-        attn = [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1)]
-        if self.gated_mlp:
-            mlp = [("gate", h, i, self.num_experts), ("up", h, i, self.num_experts),
-                   ("down", i, h, self.num_experts)]
-        else:
-            mlp = [("up", h, i, 1), ("down", i, h, 1)]
-        return attn + mlp
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:

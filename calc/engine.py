@@ -40,8 +40,6 @@ from calc.verdict import make_verdict
 
 Target = Literal["cuda", "cpu"]
 Sharder = Literal["deepspeed", "fsdp2"]
-_LORA_ATTENTION = frozenset({"q", "k", "v", "o", "qkv"})
-_LORA_ALL = _LORA_ATTENTION | {"gate", "up", "down", "gate_up"}
 _QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
 
 
@@ -72,25 +70,15 @@ class States:
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
 
 
-def lora_shapes(spec: ModelSpec, rank: int, targets: frozenset[str], layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
-    """LoRA A (r x in) and B (out x r) for each targeted projection of each layer (peft)."""
+def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
+    """LoRA A (r x in) and B (out x r) for each targeted linear of each layer (peft; the layer list is
+    ModelSpec.linear_layers, this GPU's tensor-parallel slice)."""
     shapes: list[tuple[tuple[int, ...], int]] = []
-    for name, fin, fout, count in _lora_linears(spec, tp):
-        if name in targets:
-            shapes += [((rank, fin), count * layers), ((fout, rank), count * layers)]
+    for lin in spec.linear_layers():
+        if lin.lora_target(targets):
+            fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
+            shapes += [((rank, fin), lin.count * layers), ((fout, rank), lin.count * layers)]
     return shapes
-
-
-def _lora_linears(spec: ModelSpec, tp: int) -> list[tuple[str, int, int, int]]:
-    h, q, kv, i = spec.hidden_size, spec.q_width // tp, spec.kv_width // tp, spec.intermediate_size // tp
-    if spec.family in ("gpt2", "gpt_neox"):
-        return [("qkv", h, 3 * q, 1), ("o", q, h, 1), ("up", h, i, 1), ("down", i, h, 1)]
-    if spec.family == "phi3":  # fused qkv_proj and gate_up_proj
-        return [("qkv", h, q + 2 * kv, 1), ("o", q, h, 1), ("gate_up", h, 2 * i, 1), ("down", i, h, 1)]
-    if spec.num_experts > 1:  # the experts are 3-D parameters, not nn.Linear: peft's all-linear skips them
-        return [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1)]
-    return [("q", h, q, 1), ("k", h, kv, 1), ("v", h, kv, 1), ("o", q, h, 1),
-            ("gate", h, i, spec.num_experts), ("up", h, i, spec.num_experts), ("down", i, h, spec.num_experts)]
 
 
 def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> int:
@@ -119,8 +107,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     shard = parallel.zero_sharding(t.zero_stage, dp)
     comps: list[Component] = []
     if t.lora is not None:
-        targets = _LORA_ALL if t.lora.targets == "all-linear" else _LORA_ATTENTION
-        shapes = lora_shapes(spec, t.lora.rank, targets, layers, tp)
+        shapes = lora_shapes(spec, t.lora.rank, t.lora.targets, layers, tp)
         trainable = sum(prod(s) * c for s, c in shapes)
         base_b = _QUANT_BYTES[t.lora.base_weights]
         ad = adapter_bytes(p)
@@ -272,7 +259,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
         return Ctx(w=precision.weight_bytes_per_param(p), a=precision.activation_bytes(p),
                    r=precision.residual_bytes(p), amp=p.is_amp, **common)
     # LoRA: the frozen base runs in bf16 whatever the precision (quantized bases dequantize to it)
-    targets = _LORA_ALL if lora.targets == "all-linear" else _LORA_ATTENTION
+    targets = frozenset(lin.name for lin in sc.spec.linear_layers() if lin.lora_target(lora.targets))
     return Ctx(w=2, a=2, r=2, amp=False, lora_rank=lora.rank, lora_targets=targets, frozen_base=True,
                adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, **common)
 

@@ -192,6 +192,10 @@ class HardwareConfig(BaseModel):
                              "give one of them")
         return self
 
+    def gpus_in_node(self) -> int:
+        """GPUs per node: `gpus_per_node`, by default min(num_gpus, 8) (the one place this default lives)."""
+        return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
+
 
 def _cluster_gpus(cluster_id: str) -> int | None:
     """The GPU count of a cluster preset; None for an unknown id (resolve_hardware names it)."""
@@ -199,10 +203,6 @@ def _cluster_gpus(cluster_id: str) -> int | None:
 
     c = cluster_presets().get(cluster_id)
     return None if c is None else c.num_gpus
-
-    def gpus_in_node(self) -> int:
-        """GPUs per node: `gpus_per_node`, by default min(num_gpus, 8) (the one place this default lives)."""
-        return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
 
 
 class Scenario(BaseModel):

@@ -225,19 +225,14 @@ def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int]:
 
 
 def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
-    """Adapter weights per layer: r x (in + out) for each targeted linear (peft)."""
-    if t.lora is None:
-        return 0
-    names = {"q", "k", "v", "o"} | (set() if t.lora.targets == "attention" else {"gate", "up", "down"})
-    return sum(t.lora.rank * (fin + fout) * count for name, fin, fout, count in spec.linear_shapes_per_layer()
-               if name in names)
+    """Adapter weights per layer: r x (in + out) for each targeted linear (peft; ModelSpec.linear_layers)."""
+    return 0 if t.lora is None else spec.lora_params_per_layer(t.lora.rank, t.lora.targets)
 
 
 def _linears_per_layer(spec: ModelSpec) -> int:
-    """Weight matrices per decoder layer that ZeRO-3 partitions (q, k, v, o + MLP; fused in gpt2/neox/phi3)."""
-    attn = 2 if spec.family in ("gpt2", "gpt_neox", "phi3") else 4
-    mlp = 2 if spec.family in ("gpt2", "gpt_neox", "phi3") else 3
-    return attn + (mlp * spec.num_experts + (1 if spec.num_experts > 1 else 0))
+    """Weights per decoder layer that ZeRO-3 partitions and fetches (ModelSpec.linear_layers: fused
+    projections and 3-D expert tensors are one weight each)."""
+    return len(spec.linear_layers())
 
 
 def _fmt_s(x: float) -> str:

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import calc.presets as presets
-from calc.presets import PresetError, cluster_presets, gpu_presets, model_presets
+from calc.presets import GpuPreset, PresetError, cluster_presets, gpu_presets, model_presets
 
 MODEL_IDS = sorted(model_presets())
 MiB = 2**20
@@ -181,3 +181,47 @@ def test_cluster_shapes():
     assert (big.num_gpus, big.gpus_per_node, big.inter_node_bandwidth_bytes_per_s) == (64, 8, 25e9)
     assert clusters["64x-h100-sxm"].inter_node_bandwidth_bytes_per_s == 50e9
     assert gpu_presets()[clusters["4x-rtx-4090"].gpu].nvlink_bandwidth_bytes_per_s == 0
+
+
+# ---- one list of a model's linear layers; GPU architecture as a closed set (issue 8) ---------------------
+
+@pytest.mark.parametrize("preset", sorted(model_presets()))
+def test_linear_layer_list_feeds_the_parameter_counts_lora_and_speed(preset):
+    from calc.engine import estimate
+    from calc.scenario import Scenario
+    from calc.speed import _lora_params_per_layer
+
+    spec = model_presets()[preset].spec  # the counts (checked against transformers above) sum this list
+    assert {lin.block for lin in spec.linear_layers()} == {"attention", "mlp"}
+    try:
+        sc = Scenario(model=preset, training={"lora": {"rank": 16},
+                                              "attention": "sdpa" if spec.sdpa_supported else "eager"})
+    except ValueError as exc:  # LoRA on MLA attention is not modelled (the scenario says so)
+        pytest.skip(str(exc).splitlines()[0])
+    assert estimate(sc).model.trainable_params == _lora_params_per_layer(spec, sc.training) * spec.num_layers
+
+
+def test_lora_counts_agree_where_they_drifted():
+    """Mixtral's experts are 3-D parameters (not nn.Linear: peft's all-linear skips them), phi-3 and GPT-2 fuse
+    q/k/v: the engine and the speed model used two different lists (13.6 M vs 240 M for Mixtral)."""
+    from calc.scenario import Scenario
+    from calc.speed import _lora_params_per_layer
+
+    for preset, want in (("mixtral-8x7b", 13_631_488), ("phi-3-mini", 25_165_824), ("gpt2", 2_359_296)):
+        sc = Scenario(model=preset, training={"lora": {"rank": 16}})
+        assert _lora_params_per_layer(sc.spec, sc.training) * sc.spec.num_layers == want
+
+
+def test_gpu_architecture_is_a_closed_set_and_hopper_gets_its_workspace():
+    from calc.engine import estimate
+    from calc.overhead import CUBLAS_WORKSPACE_BYTES_OLDER, CUBLAS_WORKSPACE_BYTES_SM90
+    from calc.scenario import Scenario
+
+    with pytest.raises(ValueError, match="architecture"):
+        GpuPreset.model_validate({**gpu_presets()["h100-sxm"].model_dump(), "architecture": "Hopper (GH100)"})
+    ws = {}
+    for gpu in ("h100-sxm", "a100-80gb", None):
+        sc = Scenario(model="gpt2", hardware={"gpu": gpu} if gpu else {})
+        ws[gpu] = next(c.bytes for c in estimate(sc).components if c.key == "cublas_workspace")
+    assert ws["h100-sxm"] == 2 * CUBLAS_WORKSPACE_BYTES_SM90
+    assert ws["a100-80gb"] == ws[None] == 2 * CUBLAS_WORKSPACE_BYTES_OLDER  # no GPU: not Hopper's
