@@ -3,7 +3,7 @@ UserError with one short line naming where the problem is.
 
 Every entry point parses through these functions: the CLI's files and stdin, the app's text boxes
 and uploads (config.json, ds_config.json, measurement records), a link's query parameters
-(`config=` is zlib-compressed JSON) and the validation data loader (measure.record). They bound
+(`config=` is zlib-compressed JSON) and the validation data loader (calc.record). They bound
 size before reading, nesting depth before `json.loads` recurses, decompressed size before it is
 allocated, and reject what JSON parsers let through but no field of ours can mean: NaN, Infinity,
 1e400 and integers beyond int64. Pydantic models are then validated in strict mode (no bool as an

@@ -246,7 +246,7 @@ def _syntax_error(exc: UserError) -> CalibrationError:
 
 def _read_record(data: Any, where: str) -> Observation:
     """A measurement record (the schema `python -m measure` writes) -> Observation."""
-    from measure.record import MeasurementRecord
+    from calc.record import MeasurementRecord
 
     try:  # strict types, like every input (calc.boundary)
         rec = validate(MeasurementRecord, data, where)

@@ -41,7 +41,7 @@ MAX_GPU_MEMORY_BYTES = 2**44  # 16 TiB per GPU: the largest today hold 288 GB (M
 MAX_HOST_BYTES = 2**50  # 1 PiB of RAM or NVMe per node: the largest nodes hold 32 TiB of RAM; 32x that
 MAX_LORA_ALPHA = 1e6  # peft's alpha is a scale numerator, typically 8-128; finite is what matters
 
-# ---- measurement records (measure.record) -------------------------------------------------------
+# ---- measurement records (calc.record) ------------------------------------------------------------
 MAX_RECORD_BYTES = 2**60  # 1 EiB: any byte count in a record (a GPU holds at most 288 GB today)
 MAX_RECORD_PARAMS = 2**50  # 10^15 parameters: 2,000x the largest released model (Kimi-K2, 1T)
 MAX_RECORD_STEPS = 10**6  # the measurement scripts run 3 steps

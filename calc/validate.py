@@ -1,5 +1,5 @@
 """Predicted vs measured: the accuracy report behind `python -m calc validate` and the app's
-Validation page. Records are measure.record.MeasurementRecord (JSON lines under data/).
+Validation page. Records are calc.record.MeasurementRecord (JSON lines under data/).
 
 Each record is predicted with the kernels it ran on: cuda records against the CUDA model,
 cpu and fake (FakeTensorMode on the CPU) records against the CPU kernels' variant of the same
@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from calc.engine import estimate
+from calc.record import MeasurementRecord, load_records
 from calc.scenario import Mode
-from measure.record import MeasurementRecord, load_records
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -209,7 +209,7 @@ def format_report(rep: Report) -> str:
 
 def cli_main(args) -> int:
     from calc.errors import UserError
-    from measure.record import RecordError
+    from calc.record import RecordError
 
     try:
         records = load_all(args.data or None)

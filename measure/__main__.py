@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
     except ImportError:
         return _fail("measuring needs torch: pip install -r measure/requirements.txt")
-    from measure.runner import measure
+    from measure.entry import measure
     from measure.workload import UnsupportedError
 
     if args.engine == "deepspeed" and (args.device != "cpu" or args.layers or args.extrapolate):

@@ -74,7 +74,7 @@ def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
 
 def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | None = None) -> Any:
     """A MeasurementRecord (engine deepspeed, device cpu) of rank 0 of the exported DeepSpeed run."""
-    from measure.record import Sharding
+    from calc.record import Sharding
     from measure.runner import _record
 
     started = time.perf_counter()

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from calc.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
 from calc.scenario import Scenario
-from measure.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
 from measure.trackers import PHASES, CudaTracker, PhaseMemTracker
 from measure.workload import (
     UnsupportedError,
@@ -288,20 +288,9 @@ def extrapolate(ra: dict[str, Any], rb: dict[str, Any], k: int) -> dict[str, Any
     return out
 
 
-def measure(scenario: Scenario, device: str, steps: int = 3, name: str | None = None,
-            num_layers: int | None = None, extrapolate_layers: bool = False) -> MeasurementRecord:
-    """Measure `scenario` on `device` ("cuda" | "cpu" | "fake").
-
-    extrapolate_layers: measure two short depths (extrapolation_layers) and extrapolate linearly to the
-    scenario's layer count; only for layer counts beyond them.
-    """
-    if device not in ("cuda", "cpu", "fake"):
-        raise UnsupportedError(f"unknown device {device!r}; use cuda, cpu or fake")
-    if scenario.resolved_hardware().num_gpus > 1:
-        from measure.sharded import measure_sharded
-
-        return measure_sharded(scenario, device, steps=steps, name=name, num_layers=num_layers,
-                               extrapolate_layers=extrapolate_layers)
+def measure_single(scenario: Scenario, device: str, steps: int = 3, name: str | None = None,
+                   num_layers: int | None = None, extrapolate_layers: bool = False) -> MeasurementRecord:
+    """Measure a one-GPU `scenario` on `device` (measure.entry.measure dispatches here)."""
     _check_single(scenario)
     return measure_depths(_measure_once, scenario, device, steps, name, num_layers, extrapolate_layers)
 

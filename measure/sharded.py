@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from calc.record import MeasurementRecord, Sharding
 from calc.scenario import Mode, Precision, Scenario
-from measure.record import MeasurementRecord, Sharding
 from measure.trackers import fsdp_tracker
 from measure.workload import (
     PrecisionPlan,

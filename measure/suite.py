@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from calc.scenario import Scenario
-    from measure.runner import measure
+    from measure.entry import measure
     from measure.workload import UnsupportedError
 
     failed, skipped, started = [], [], time.perf_counter()

@@ -14,9 +14,9 @@ from test_app_helpers import all_text, assert_clean, chart, open_app
 
 import calc.validate
 from calc.engine import estimate
+from calc.record import MeasurementRecord
 from calc.scenario import Scenario
 from calc.units import GiB
-from measure.record import MeasurementRecord
 from ui import compute
 
 

@@ -233,8 +233,8 @@ def test_trainer_script_runs_under_each_launcher(tmp_path, launcher, world, trai
 def test_measure_engine_deepspeed_records_the_exported_run(tmp_path):
     """The measurement engine runs the exported config on DeepSpeed's CPU accelerator (2 ranks, gloo) and
     the estimate of that run (target cpu: offloaded buffers share the host) is within the accuracy bar."""
+    from calc.record import load_records
     from calc.validate import compare
-    from measure.record import load_records
 
     sc = scenario("llama-3.2-1b", 2, zero_stage=2, precision="bf16-mixed", offload_optimizer="cpu")
     (tmp_path / "s.json").write_text(sc.model_dump_json())

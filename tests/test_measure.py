@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.record import MeasurementRecord, RecordError, load_records
+from calc.record import MeasurementRecord, RecordError, load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_CPU = ROOT / "data" / "measured_cpu.jsonl"
@@ -166,7 +166,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
 ])
 def test_unsupported_on_device_is_a_clear_error(training: dict, device: str, message: str) -> None:
     pytest.importorskip("torch")
-    from measure.runner import measure
+    from measure.entry import measure
     from measure.workload import UnsupportedError
 
     sc = _scenario(seq_len=8, **training)
@@ -194,7 +194,7 @@ def test_cli_maps_unsupported_to_exit_2(tmp_path: Path, capsys) -> None:
 def test_fake_equals_cpu(training: dict) -> None:
     """Fake tensors take the same dispatch path as cpu ones, so MemTracker counts the same bytes."""
     pytest.importorskip("torch")
-    from measure.runner import measure
+    from measure.entry import measure
 
     sc = _scenario(**training)
     cpu, fake = measure(sc, "cpu", steps=2), measure(sc, "fake", steps=2)
@@ -209,7 +209,7 @@ def test_fake_equals_cpu(training: dict) -> None:
 ])
 def test_fake_extrapolation_equals_full_depth(layers: int, training: dict) -> None:
     pytest.importorskip("torch")
-    from measure.runner import measure
+    from measure.entry import measure
 
     sc = _scenario({**TINY_LLAMA, "num_hidden_layers": layers}, **training)
     full = measure(sc, "fake", steps=2)
@@ -224,7 +224,7 @@ def test_fake_extrapolation_equals_full_depth(layers: int, training: dict) -> No
 
 def test_sharded_fake_equals_cpu_and_zero2_keeps_params_gathered() -> None:
     pytest.importorskip("torch")
-    from measure.runner import measure
+    from measure.entry import measure
 
     recs = {}
     for stage in (2, 3):
@@ -248,7 +248,7 @@ REMEASURE = ["llama-fp32-b1-seq32", "gpt2-dropout-amp-bf16", "llama-bf16-mixed-f
 @pytest.mark.parametrize("name", REMEASURE)
 def test_committed_cpu_records_reproduce(name: str) -> None:
     pytest.importorskip("torch")
-    from measure.runner import measure
+    from measure.entry import measure
 
     records = {r.name: r for r in load_records(DATA_CPU) if r.device == "cpu"}
     assert name in records, f"{name} missing from {DATA_CPU}"

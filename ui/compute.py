@@ -83,11 +83,11 @@ def modelled_from_source() -> tuple[tuple[str, str], ...]:
 
 
 def check_records(text: str | bytes, where: str) -> list:
-    """Parse one JSON record, a JSON list of records or JSON lines with measure.record (through
+    """Parse one JSON record, a JSON list of records or JSON lines with calc.record (through
     calc.boundary: bounded, strict) and compare each with its prediction. ValueError names the line
     and the field."""
+    from calc.record import parse_records
     from calc.validate import compare
-    from measure.record import parse_records
 
     if len(text) > MAX_RECORD_BYTES or len(text if isinstance(text, bytes) else
                                           text.encode("utf-8", "surrogatepass")) > MAX_RECORD_BYTES:

@@ -1,6 +1,7 @@
 """One measured run: the JSON record `python -m measure` prints and data/*.jsonl stores, one per line.
 
-No torch here, so the app and the calculator's tests can read the committed data without it.
+The schema lives with its main reader (calc.validate and the app's Validation page); the measurement
+scripts in measure/ import it from here. No torch here, so the app and the calculator's tests can read the committed data without it.
 All sizes are bytes (int). Field names carry their unit.
 """
 
