@@ -1,5 +1,5 @@
 """One way to make a what-if variant of a scenario: the same scenario with some fields replaced,
-validated again. (When Scenario.with_training lands, this becomes a call to it.)"""
+validated again (Scenario.variant / Scenario.with_training), or None when it is not valid."""
 
 from __future__ import annotations
 
@@ -14,14 +14,12 @@ def variant(sc: Scenario, *, hardware: dict[str, Any] | None = None, mode: str |
             **training: Any) -> Scenario | None:
     """`sc` with the given hardware, mode and training fields replaced (every other field kept);
     None when that combination is not a valid scenario."""
-    data = sc.model_dump(mode="json")
+    top: dict[str, Any] = {}
     if hardware is not None:
-        data["hardware"] = hardware
+        top["hardware"] = hardware
     if mode is not None:
-        data["mode"] = mode
-    for k, v in training.items():
-        data["training"][k] = v.value if hasattr(v, "value") else v
+        top["mode"] = mode
     try:
-        return Scenario.model_validate(data)
+        return sc.variant(**top).with_training(**training)
     except (ValidationError, ValueError):
         return None

@@ -11,7 +11,7 @@ from calc.engine import estimate
 from calc.presets import gpu_presets
 from calc.recommend.models import DEFAULT_LORA, DEFAULT_QLORA, DEFAULT_SAFETY_MARGIN
 from calc.result import CATEGORIES, Estimate
-from calc.scenario import Attention, Checkpointing, Offload, Optimizer, Precision, Scenario
+from calc.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions, hardware_of, step_time, to_estimate
 from calc.verdict import Verdict, gib_short
 
@@ -85,7 +85,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
         plan.append(("ZeRO-3", "+ 16-bit weights sharded", {"zero_stage": 3}, False))
     if not fsdp:
         plan += _offload_steps(no_offload_zero, pp1)
-    plan += _method_steps(no_offload_zero, opt, amp, mixed)
+    plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl)
     out: list[WaterfallStep] = []
     prev: Estimate | None = None
     for i, (name, change, upd, method) in enumerate(plan):
@@ -119,14 +119,15 @@ def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[str, str, dict
     return steps
 
 
-def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision
+def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision, impl: OptimizerImpl
                   ) -> list[tuple[str, str, dict[str, Any], bool]]:
     back = {"offload_optimizer": Offload.none, "offload_params": Offload.none, "zero_stage": no_offload_zero}
+    bnb_impl = OptimizerImpl.foreach if impl == OptimizerImpl.for_loop else impl  # bitsandbytes has no for-loop
     return [
         ("8-bit optimizer", "bitsandbytes AdamW8bit: 2 x 1-byte states on the GPU instead of offload",
-         {**back, "optimizer": Optimizer.adamw_8bit}, True),
+         {**back, "optimizer": Optimizer.adamw_8bit, "optimizer_impl": bnb_impl}, True),
         ("LoRA", "frozen bf16 base weights, rank-16 adapters on all linear layers",
-         {**back, "optimizer": opt, "lora": DEFAULT_LORA, "precision": amp if no_offload_zero == 0 else mixed}, True),
+         {**back, "optimizer": opt, "optimizer_impl": impl, "lora": DEFAULT_LORA, "precision": amp if no_offload_zero == 0 else mixed}, True),
         ("QLoRA", "frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)",
          {**back, "optimizer": opt, "lora": DEFAULT_QLORA, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
          True),
