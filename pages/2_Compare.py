@@ -17,6 +17,7 @@ st.caption("The sidebar's model on different hardware: each column either takes 
 base = scenario_or_stop(include_compare=True)
 if base is None:
     st.stop()
+st.markdown(f"**{base.spec.name or base.spec.family}**, {base.mode.value}: what each machine can do with it.")
 cols = compare_columns_editor()
 state.sync_url(include_compare=True)
 

@@ -25,7 +25,9 @@ import pytest
 
 from calc.engine import estimate
 from calc.export import export_deepspeed
+from calc.recommend import RecommendRequest, fastest_fitting, recommend
 from calc.scenario import Scenario
+from calc.verdict import headline
 from ui import fmt, state
 from ui.widgets import column_name
 
@@ -206,17 +208,12 @@ def url_params(pg) -> dict[str, str]:
 
 
 def calc_verdict(sc: Scenario) -> str:
-    est = estimate(sc)
-    if est.fits:
-        return f"fits with {fmt.gib(est.headroom_bytes)} headroom"
-    return f"does not fit: short by {fmt.gib(-est.headroom_bytes)}"
+    """The engine's one verdict as the page renders it (calc.verdict.headline, bold removed)."""
+    return headline(estimate(sc).verdict)
 
 
 def compare_verdict(name: str, sc: Scenario) -> str:
-    est = estimate(sc)
-    if est.fits:
-        return f"{name}: fits, {fmt.gib(est.headroom_bytes)} headroom per GPU"
-    return f"{name}: does not fit, short by {fmt.gib(-est.headroom_bytes)} per GPU"
+    return f"{name}: {headline(estimate(sc).verdict)}"
 
 
 def alerts(pg):
@@ -269,15 +266,29 @@ def test_user_journey(page, server):
     cols = list(state.DEFAULT_COMPARE)
     main = pg.locator("[data-testid='stMain']")
 
+    def shown(c: state.CompareColumn) -> Scenario:
+        best = fastest_fitting(c.apply(z2)) if c.fastest else None
+        return best.scenario if best else c.apply(z2)
+
     def check_columns() -> None:
         for i, c in enumerate(cols):
-            expect(main).to_contain_text(compare_verdict(column_name(i, c), c.apply(z2)))
+            until(lambda t, i=i, c=c: expect(main).to_contain_text(compare_verdict(column_name(i, c), shown(c)),
+                                                                   timeout=t))
 
+    # it opens on the fastest configuration that fits each machine: both fit, with their speed
     check_columns()
+    for c in cols:
+        best = fastest_fitting(c.apply(z2))
+        expect(main).to_contain_text(f"{best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU")
     assert url_params(pg)["model"] == "llama-2-7b"
     shot(pg, "e2e_03_compare_default")
 
     boxes = main.locator("[data-testid='stColumn']").filter(has=pg.get_by_text("Offload parameters", exact=True))
+    for i in (0, 1):  # set ZeRO and offload by hand
+        boxes.nth(i).get_by_text("Fastest configuration that fits").click()
+        settle(pg)
+        cols[i] = cols[i].model_copy(update={"fastest": False})
+    check_columns()
     before_b = estimate(cols[1].apply(z2))
     choose(pg, boxes.nth(1), "ZeRO stage", "3 (+ weights)")
     cols[1] = state.CompareColumn(cluster="8x-a100-80gb", zero_stage=3)
@@ -302,6 +313,26 @@ def test_user_journey(page, server):
     dl.value.save_as(saved)
     assert json.loads(saved.read_text()) == export_deepspeed(z2).config
     shot(pg, "e2e_05_export")
+
+
+def test_70b_recommendation_on_8x_a100(page, server):
+    """Issue 8: Llama-2-70B on 8x A100-80GB answers both questions: full fine-tuning (offload-bound, and
+    what would make it practical) and adapters (what trains at a useful speed)."""
+    pg = page
+    sc = Scenario(model="llama-2-70b", hardware={"cluster": "8x-a100-80gb"}, training={"precision": "bf16-mixed"})
+    pg.goto(f"{server}/Recommend?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
+    until(lambda t: expect(pg.get_by_role("heading", name="What fits, and what to turn on next")).to_be_visible(
+        timeout=t))
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
+    main = pg.locator("[data-testid='stMain']")
+    for g in rec.groups:
+        until(lambda t, g=g: expect(main).to_contain_text(g.label, timeout=t))
+        expect(main).to_contain_text(f"{g.best_tokens_per_s_per_gpu:,.0f} tokens/s per GPU")
+    expect(main).to_contain_text("More GPUs:")
+    expect(main).to_contain_text("Adapters: LoRA / QLoRA train about")
+    assert "%" not in rec.explanation.split(")")[-1]
+    no_traceback(pg)
+    shot(pg, "e2e_06_recommend_70b_8x_a100")
 
 
 PAGES = [("Calculator", "GPU memory calculator"), ("Compare", "Compare scenarios"),

@@ -284,7 +284,7 @@ def test_cli_recommend_missing_file_exits_2(tmp_path):
 
 @pytest.mark.parametrize(("ratio", "words"), [(1.12, "12 % faster"), (2.46, "about 2.5x faster"),
                                               (30.13, "about 30x faster"), (0.5, "about 2.0x slower"),
-                                              (0.9, "11 % slower")])
+                                              (0.9, "11 % slower"), (1.002, "about as fast")])
 def test_speed_comparisons_read_as_times(ratio, words):
     from calc.recommend import speed_ratio_words
 

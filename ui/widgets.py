@@ -473,12 +473,15 @@ def compare_columns_editor() -> list[state.CompareColumn]:
                 help="The recommender's fastest configuration for this hardware (precision, checkpointing, ZeRO, "
                      "offload, parallelism, micro-batch): full fine-tuning when it fits, else LoRA / QLoRA. "
                      "Turn off to set ZeRO and offload by hand.")
-            hand = not data["fastest"]
-            data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero", disabled=not hand)
-            data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt",
-                                                disabled=not hand)
-            data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par",
-                                             disabled=not hand)
+            if data["fastest"]:  # the search chooses; hand settings are kept for when the toggle goes off
+                st.caption("Precision, checkpointing, ZeRO, offload, parallelism and batch split: chosen by the "
+                           "recommender (below).")
+                data.update(zero_stage=col.zero_stage, offload_optimizer=col.offload_optimizer,
+                            offload_params=col.offload_params)
+            else:
+                data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero")
+                data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt")
+                data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par")
             out.append(state.CompareColumn.model_validate(data))
     state.set_compare(out)
     return out
@@ -493,7 +496,7 @@ def column_name(i: int, col: state.CompareColumn) -> str:
     else:
         hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else "custom"
     if col.fastest:
-        return f"{chr(65 + i)}: {hw}, fastest that fits"
+        return f"{chr(65 + i)}: {hw} (fastest setup)"
     bits = [f"{chr(65 + i)}: {hw}", f"ZeRO-{col.zero_stage}"]
     if col.offload_optimizer != Offload.none:
         bits.append(f"opt→{col.offload_optimizer.value}")

@@ -95,6 +95,8 @@ def speed_ratio_words(ratio: float) -> str:
     faster = ratio >= 1
     r = ratio if faster else 1 / ratio
     word = "faster" if faster else "slower"
+    if r < 1.005:
+        return "about as fast"
     if r < 1.5:
         return f"{(r - 1) * 100:.0f} % {word}"
     return f"about {r:.1f}x {word}" if r < 10 else f"about {r:.0f}x {word}"
