@@ -97,8 +97,9 @@ def test_largest_batch_and_sequence_are_the_engine_boundary():
 # (widget key, value, scenario field changes or None when the widget only reveals others)
 STEPS: list[tuple[str, Any, dict[str, Any] | None]] = [
     ("sc_model", "llama-3.2-1b", {"model": "llama-3.2-1b"}),
-    ("sc_mode", "inference", {"mode": "inference"}),
+    ("sc_mode", "inference", {"mode": "inference", "training__precision": "bf16"}),  # 16-bit weights proposed
     ("sc_mode", "train", {"mode": "train"}),
+    ("sc_precision", "amp-bf16", {"training__precision": "amp-bf16"}),
     ("sc_hw_kind", "cluster", {"hardware": {"cluster": "8x-a100-80gb"}}),
     ("sc_cluster", "4x-rtx-4090", {"hardware": {"cluster": "4x-rtx-4090"}}),
     ("sc_hw_kind", "custom", {"hardware": {"memory_bytes": 24 * GiB, "num_gpus": 1}}),

@@ -145,3 +145,17 @@ def test_custom_memory_hardware_is_explained():
     sc = Scenario(model="gpt2", hardware={"memory_bytes": 16 * GiB})
     at = open_app("recommend", state.scenario_to_params(sc))
     assert any("needs a GPU preset" in i.value for i in at.info)
+
+
+def test_fsdp2_scenario_is_recommended_without_an_error():
+    """Issue 8: the recommender's copy of the scenario dropped `sharding`, and the waterfall set ZeRO-1 on an
+    FSDP2 scenario (a ValidationError on the page)."""
+    sc = Scenario(model="llama-3.2-1b", hardware={"cluster": "8x-a100-80gb"},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2"})
+    at = open_app("recommend", state.scenario_to_params(sc))
+    assert_clean(at)
+    assert not at.main.error, [e.value for e in at.main.error]
+    check_waterfall(at, sc)
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
+    check_groups(at, rec)
+    assert all(c.scenario.training.sharding == "fsdp2" for c in rec.candidates)
