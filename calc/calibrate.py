@@ -47,6 +47,7 @@ from calc.overhead import NCCL_BYTES
 from calc.result import Estimate
 from calc.scenario import Scenario
 from calc.units import MiB
+from calc.verdict import Verdict, make_verdict
 
 SCHEMA_VERSION = 1
 
@@ -425,8 +426,10 @@ class CalibratedEstimate(BaseModel):
     device_total_bytes: DeviceRange = Field(description=f"expected ± {COVERAGE_K:g} sigma")
     uncalibrated_device_total_bytes: DeviceRange
     gpu_memory_bytes: int | None = None
-    fits: bool | None = Field(None, description="calibrated expected device total <= GPU memory (the engine's rule)")
+    fits: bool | None = Field(None, description="verdict.fits")
     headroom_bytes: int | None = Field(None, description="GPU memory - calibrated expected device total")
+    verdict: Verdict = Field(description="calc.verdict's verdict with the calibrated device total (host RAM and "
+                                         "NVMe limits as the engine's)")
     applied: list[str] = Field(description="each correction applied, with its value and uncertainty")
     not_applied: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list, description="modelling errors the records revealed")
@@ -487,13 +490,15 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
     high = round(expected + spread + (nccl["high"] - nccl["expected"]))
     udt = est.device_total_bytes
     mem = est.gpu_memory_bytes
+    ram, nvme = est.verdict.limit("host_ram"), est.verdict.limit("nvme")
+    verdict = make_verdict(expected, mem, ram.needed_bytes if ram else 0, ram.available_bytes if ram else None,
+                           nvme.needed_bytes if nvme else 0, nvme.available_bytes if nvme else None)
     return CalibratedEstimate(
         machine=cal.machine(), peak_allocated_bytes=peak, peak_allocated_sigma_bytes=round(sigma_peak),
         reserved_bytes=round(reserved), outside_allocator_bytes=round(out.value + nccl["expected"]),
         device_total_bytes=DeviceRange(low=low, expected=expected, high=high),
         uncalibrated_device_total_bytes=DeviceRange(low=udt.low, expected=udt.expected, high=udt.high),
-        gpu_memory_bytes=mem, fits=None if mem is None else expected <= mem,
-        headroom_bytes=None if mem is None else mem - expected,
+        gpu_memory_bytes=mem, fits=verdict.fits, headroom_bytes=verdict.gpu_headroom_bytes, verdict=verdict,
         applied=applied, not_applied=not_applied + ([caveat] if caveat else []),
         warnings=disagreement_warnings(cal),
     )

@@ -283,7 +283,8 @@ def test_user_journey(page, server):
     assert url_params(pg)["model"] == "llama-2-7b"
     shot(pg, "e2e_03_compare_default")
 
-    boxes = main.locator("[data-testid='stColumn']").filter(has=pg.get_by_text("Offload parameters", exact=True))
+    boxes = main.locator("[data-testid='stColumn']").filter(
+        has=pg.get_by_text("Fastest configuration that fits", exact=True))
     for i in (0, 1):  # set ZeRO and offload by hand
         boxes.nth(i).get_by_text("Fastest configuration that fits").click()
         settle(pg)

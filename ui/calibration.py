@@ -24,6 +24,7 @@ from calc.errors import UserError
 from calc.result import Estimate
 from calc.scenario import Scenario
 from ui import fmt, state
+from ui import verdict as verdict_ui
 
 VALIDATION_PAGE = "pages/6_Validation.py"
 
@@ -139,14 +140,9 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
 
 
 def _verdict(ce: CalibratedEstimate) -> None:
-    text = (f"Calibrated on **{ce.machine}**: device total **{fmt.gib(ce.device_total_bytes.expected)}** expected "
-            f"({fmt.gib(ce.device_total_bytes.low)} to {fmt.gib(ce.device_total_bytes.high)})")
-    if ce.fits is None:
-        st.info(text + ".", icon=":material/tune:")
-    elif ce.fits:
-        st.success(text + f": **{fmt.verdict(ce.fits, ce.headroom_bytes)}**.", icon=":material/tune:")
-    else:
-        st.error(text + f": **{fmt.verdict(ce.fits, ce.headroom_bytes)}**.", icon=":material/tune:")
+    verdict_ui.box(st, ce.verdict, f"Calibrated on **{ce.machine}**",
+                   f"device total {fmt.gib(ce.device_total_bytes.expected)} expected, "
+                   f"{fmt.gib(ce.device_total_bytes.low)} to {fmt.gib(ce.device_total_bytes.high)}")
 
 
 def _metrics(ce: CalibratedEstimate) -> None:
