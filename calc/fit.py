@@ -23,21 +23,23 @@ def _limit(field: Field) -> int:
     raise KeyError(field)
 
 
-def _fits(base: dict[str, Any], field: Field, value: int) -> bool:
-    data = {**base, "training": {**base["training"], field: value}}
+def _fits(base: Scenario, field: Field, value: int) -> bool:
+    """The verdict's GPU limit for `base` with `field` = value (the batch and sequence length do not
+    change what offload needs from the host, so host RAM / NVMe are the verdict's business, not this
+    search's)."""
     try:
-        est = estimate(Scenario.model_validate(data))
+        est = estimate(base.with_training(**{field: value}))
     except (ValidationError, ValueError):
         return False
-    return bool(est.fits)
+    return bool(est.verdict.limit("gpu").fits)
 
 
 def largest_fitting(sc: Scenario, field: Field) -> int | None:
     """The largest value of `field` (everything else as in `sc`) whose expected device total fits
     the GPU; 0 when even 1 does not fit; None when the scenario names no GPU memory."""
-    if estimate(sc).fits is None:
+    if estimate(sc).gpu_memory_bytes is None:
         return None
-    base = sc.model_dump(mode="json")
+    base = sc
     top = _limit(field)
     if not _fits(base, field, 1):
         return 0

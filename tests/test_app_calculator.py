@@ -88,10 +88,10 @@ def test_largest_batch_and_sequence_are_the_engine_boundary():
     mbs, seq = _largest(sc, "micro_batch_size"), _largest(sc, "seq_len")
     assert metric(at, "Largest micro-batch that fits") == f"{mbs:,}"
     assert metric(at, "Longest sequence that fits (tokens)") == f"{seq:,}"
-    assert estimate(_update(sc, training__micro_batch_size=mbs)).fits
-    assert not estimate(_update(sc, training__micro_batch_size=mbs + 1)).fits
-    assert estimate(_update(sc, training__seq_len=seq)).fits
-    assert not estimate(_update(sc, training__seq_len=seq + 1)).fits
+    assert estimate(_update(sc, training__micro_batch_size=mbs)).verdict.limit("gpu").fits
+    assert not estimate(_update(sc, training__micro_batch_size=mbs + 1)).verdict.limit("gpu").fits
+    assert estimate(_update(sc, training__seq_len=seq)).verdict.limit("gpu").fits
+    assert not estimate(_update(sc, training__seq_len=seq + 1)).verdict.limit("gpu").fits
 
 
 # (widget key, value, scenario field changes or None when the widget only reveals others)
