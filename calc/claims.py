@@ -154,13 +154,9 @@ def load_claims(path: str = str(CLAIMS_PATH)) -> tuple[Claim, ...]:
 
 
 def fits_everything(sc: Scenario, est: Estimate) -> bool | None:
-    """GPU memory and, where the hardware says how much, host RAM and NVMe per node."""
-    if est.fits is None:
-        return None
-    hw = sc.resolved_hardware()
-    ram_ok = hw.cpu_ram_bytes is None or est.cpu_ram_bytes <= hw.cpu_ram_bytes
-    nvme_ok = hw.nvme_bytes is None or est.nvme_bytes <= hw.nvme_bytes
-    return bool(est.fits and ram_ok and nvme_ok)
+    """The engine's one verdict (calc.verdict: GPU memory, and host RAM / NVMe per node when offloading);
+    None when a limit it needs is unknown."""
+    return est.verdict.fits
 
 
 def metric_value(sc: Scenario, chk: Check) -> float | bool | None:

@@ -150,7 +150,7 @@ def test_what_to_try_recipes_and_micro_batch():
     recipes = [t.value.to_dict("records") for t in at.table if "recipe" in t.value.columns]
     flat = {r["recipe"]: r for rs in recipes for r in rs}
     assert flat["QLoRA r=64, NF4 base (the article's setting)"]["verdict"] == "fits"
-    assert flat["full fine-tune, ZeRO-3 + optimizer offload to CPU"]["verdict"].startswith("host RAM short")
+    assert flat["full fine-tune, ZeRO-3 + optimizer offload to CPU"]["verdict"] == "does not fit (host RAM)"
     assert "max_batch_size = (total memory - static overhead)" in text
     assert "The engine's search (`calc.fit`" in text
 

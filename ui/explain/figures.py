@@ -19,6 +19,7 @@ from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Op
 from calc.speed import estimate_speed, hardware_of
 from calc.units import GiB
 from calc.variant import variant
+from calc.verdict import short
 
 ZERO_SWEEP_GPUS = (1, 2, 4, 8, 16, 32, 64)
 SEQ_SWEEP = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -39,18 +40,9 @@ def hardware_label(sc: Scenario) -> str:
 
 
 def verdict_text(sc: Scenario, est: Estimate) -> str:
-    """'fits' / 'GPU short by X GiB' / 'host RAM: needs X of Y GiB' / '—' (no GPU)."""
-    ok = fits_everything(sc, est)
-    if ok is None:
-        return "—"
-    if ok:
-        return "fits"
-    if not est.fits:
-        return f"GPU short by {-est.headroom_bytes / GiB:,.2f} GiB"
-    hw = sc.resolved_hardware()
-    if hw.cpu_ram_bytes is not None and est.cpu_ram_bytes > hw.cpu_ram_bytes:
-        return f"host RAM short: needs {est.cpu_ram_bytes / GiB:,.0f} of {hw.cpu_ram_bytes / GiB:,.0f} GiB"
-    return f"NVMe short: needs {est.nvme_bytes / GiB:,.0f} of {(hw.nvme_bytes or 0) / GiB:,.0f} GiB"
+    """The one verdict in a table cell (calc.verdict.short): 'fits', 'does not fit (host RAM)', ...; '—'
+    without a GPU size."""
+    return "—" if est.gpu_memory_bytes is None else short(est.verdict)
 
 
 def summary(sc: Scenario, est: Estimate) -> dict[str, Any]:
