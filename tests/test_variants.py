@@ -31,6 +31,8 @@ NON_DEFAULT: dict[str, dict] = {
     "pipeline_parallel": {"pipeline_parallel": 2},
     "sequence_parallel": {"tensor_parallel": 2, "sequence_parallel": True},
     "lora": {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},
+    "cross_entropy": {"cross_entropy": "liger-fused"},
+    "keep_outputs": {"keep_outputs": True},
 }
 # the fields each variant maker sets on purpose (everything else must come through unchanged)
 WATERFALL_SETS = {"precision", "attention", "activation_checkpointing", "checkpoint_every", "zero_stage",

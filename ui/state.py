@@ -131,7 +131,8 @@ def decode_config(text: str) -> dict[str, Any]:
 def scenario_to_params(sc: Scenario) -> dict[str, str]:
     """Short query parameters for every field that differs from the Scenario's own default."""
     full = sc.model_dump(mode="json")
-    ref = Scenario(model=sc.model).model_dump(mode="json")
+    # the defaults, unvalidated: a model whose defaults are not a valid scenario (gpt-oss is eager-only)
+    ref = Scenario.model_construct(model=sc.model).model_dump(mode="json")
     ref["training"]["lora"] = {"rank": 16, "alpha": 32, "targets": "all-linear", "base_weights": "bf16"}
     out: dict[str, str] = {}
     if isinstance(sc.model, dict):
