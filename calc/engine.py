@@ -26,7 +26,7 @@ from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import BlockProfile
 from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
 from calc.overhead import cublas_workspace_bytes, device_overhead
-from calc.presets import gpu_presets
+from calc.presets import cluster_presets, gpu_presets
 from calc.result import (
     Breakdown,
     Component,
@@ -542,11 +542,44 @@ def _inference_head_peak(ctx: Ctx) -> int:
 
 # ---- entry point -------------------------------------------------------------------------
 
+_MEMO_SIZE = 1024
+_memo: dict[tuple, tuple[ModelSpec, dict, dict, Estimate]] = {}
+
+
 def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
     """Predict per-GPU memory for `sc`. target="cpu" predicts a CPU run of the same workload
     (dropout noise tensors instead of masks, no CUDA workspaces). `sharding` overrides the
     scenario's training.sharding: "fsdp2" models PyTorch FSDP2 (fully_shard per layer) instead of
-    DeepSpeed ZeRO for zero_stage 2/3 with several GPUs."""
+    DeepSpeed ZeRO for zero_stage 2/3 with several GPUs.
+
+    A repeated scenario returns the same Estimate object (a bounded memo keyed on the scenario's
+    JSON and the resolved presets' identity): treat it as read-only."""
+    gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
+    # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
+    # the entry holds them so their ids cannot be reused while it lives
+    key = (id(spec), id(gpus), id(clusters), sc.model_dump_json(exclude=_MODEL_FIELD), target, sharding)
+    hit = _memo.get(key)
+    if hit is not None:
+        return hit[3]
+    est = _estimate(sc, target, sharding)
+    if len(_memo) >= _MEMO_SIZE:
+        del _memo[next(iter(_memo))]  # oldest first
+    _memo[key] = (spec, gpus, clusters, est)
+    return est
+
+
+_MODEL_FIELD = {"model"}  # stands in the key as the resolved spec's identity
+
+
+def clear_memo() -> None:
+    """Forget memoized estimates and cached block profiles (benchmarks of new shapes)."""
+    _memo.clear()
+    _profiles.cache_clear()
+    _attention_saved.cache_clear()
+    _inference_head_peak.cache_clear()
+
+
+def _estimate(sc: Scenario, target: Target, sharding: Sharder | None) -> Estimate:
     sharding = sharding or sc.training.sharding
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
