@@ -431,3 +431,38 @@ def test_explain_as_a_reader_sees_it(page, server):
     assert "ZeRO-3分摊后" in body and "does not hold" in body
     assert "fp32 gradient copies for the optimizer step" in body
     shot(pg, "page_explain_reader")
+
+
+# page -> URL path; Export draws no chart (its time is to the page's heading)
+PAGE_PATHS = {"Calculator": "", "Compare": "Compare", "Recommend": "Recommend", "Explain": "Explain",
+              "Export": "Export", "Validation": "Validation"}
+FIRST_CHART = "[data-testid='stPlotlyChart'] .js-plotly-plot .main-svg"
+
+
+def test_time_to_first_chart(page, server):
+    """Issue 12: from navigation to the first plotly chart drawn, per page, printed (median of 3 fresh page
+    loads, and the first one, which meets a cold server cache) and written to artifacts/first_chart.txt. A
+    benchmark, not a timed test: it asserts that each chart appears, not how fast."""
+    pg = page
+    sc = Scenario(model="llama-3.1-8b", hardware={"cluster": "8x-a100-80gb"},
+                  training={"precision": "bf16-mixed", "zero_stage": 3, "micro_batch_size": 2})
+    query = "?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items())
+    lines = [f"{'page':12s} {'first load s':>12s} {'median of 3 s':>14s}  waited for"]
+    for label, title in PAGES:
+        has_chart = PAGE_PATHS[label] != "Export"
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            pg.goto(f"{server}/{PAGE_PATHS[label]}{query}", wait_until="commit")
+            if has_chart:
+                pg.locator(FIRST_CHART).first.wait_for(state="visible", timeout=WAIT_MS)
+            else:
+                pg.get_by_role("heading", name=title).wait_for(state="visible", timeout=WAIT_MS)
+            times.append(time.perf_counter() - t0)
+            settle(pg)
+            no_traceback(pg)
+        lines.append(f"{label:12s} {times[0]:12.2f} {sorted(times)[1]:14.2f}  "
+                     + ("first plotly chart" if has_chart else "heading (no chart on this page)"))
+    report = "\n".join(lines)
+    print("\n" + report)
+    (ARTIFACTS / "first_chart.txt").write_text(report + "\n")
