@@ -14,12 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from calc.engine import estimate
 from calc.per_param import BytesPerParam, bytes_per_param
-from calc.presets import gpu_presets
+from calc.presets import gpu_presets, load_yaml
 from calc.result import Estimate
 from calc.scenario import Scenario
 from calc.speed import estimate_speed, hardware_of
@@ -144,7 +143,7 @@ def _num(x: float | bool | None) -> str:
 @lru_cache(maxsize=1)
 def load_claims(path: str = str(CLAIMS_PATH)) -> tuple[Claim, ...]:
     """All claims, validated; ids unique."""
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    raw = load_yaml(Path(path).read_text(encoding="utf-8"))
     claims = tuple(Claim.model_validate(c) for c in raw)
     ids = [c.id for c in claims]
     dup = {i for i in ids if ids.count(i) > 1}
