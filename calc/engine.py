@@ -552,12 +552,13 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     scenario's training.sharding: "fsdp2" models PyTorch FSDP2 (fully_shard per layer) instead of
     DeepSpeed ZeRO for zero_stage 2/3 with several GPUs.
 
-    A repeated scenario returns the same Estimate object (a bounded memo keyed on the scenario's
-    JSON and the resolved presets' identity): treat it as read-only."""
+    A repeated scenario (an equal one, not only the same object) returns the same Estimate object (a
+    bounded memo keyed on the scenario's JSON and the loaded presets' identity): treat it as read-only."""
     gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
     # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
-    # the entry holds them so their ids cannot be reused while it lives
-    key = (id(spec), id(gpus), id(clusters), sc.model_dump_json(exclude=_MODEL_FIELD), target, sharding)
+    # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the JSON.
+    key = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters), sc.model_dump_json(), target,
+           sharding)
     hit = _memo.get(key)
     if hit is not None:
         return hit[3]
@@ -566,9 +567,6 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
         del _memo[next(iter(_memo))]  # oldest first
     _memo[key] = (spec, gpus, clusters, est)
     return est
-
-
-_MODEL_FIELD = {"model"}  # stands in the key as the resolved spec's identity
 
 
 def clear_memo() -> None:
