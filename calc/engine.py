@@ -16,10 +16,12 @@ lazily in step 1) + input ids. The peak is the largest of these moments over thr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import accumulate
 from math import prod
-from typing import Literal
+from typing import Literal, TypeVar
 
 from calc import parallel, precision
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
@@ -38,6 +40,7 @@ from calc.result import (
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
 from calc.verdict import make_verdict
 
+T = TypeVar("T")
 Target = Literal["cuda", "cpu"]
 Sharder = Literal["deepspeed", "fsdp2"]
 _QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
@@ -201,7 +204,7 @@ def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool
 @lru_cache(maxsize=4096)
 def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
     head = liger_head_block(ctx) if fused_ce else head_block(ctx)
-    return decoder_layer(ctx, eager).profile(), embedding_block(ctx).profile(), head.profile()
+    return _layer_profile(ctx, eager), embedding_block(ctx).profile(), head.profile()
 
 
 @lru_cache(maxsize=4096)
@@ -222,6 +225,15 @@ def layer_ctxs(ctx: Ctx, layers: int) -> list[Ctx]:
         key = (spec.is_sliding(i), i < spec.dense_layers)
         out.append(kinds.setdefault(key, replace(ctx, sliding=key[0], dense_mlp=key[1])))
     return out
+
+
+def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
+    """fn of each layer's context, called once per kind of layer: layer_ctxs gives the layers of one
+    kind the same Ctx object, and hashing a Ctx (its ModelSpec) for every one of 80 layers costs more
+    than building a new shape's profiles."""
+    once = {id(c): c for c in ctxs}
+    out = {k: fn(c) for k, c in once.items()}
+    return [out[id(c)] for c in ctxs]
 
 
 @lru_cache(maxsize=4096)
@@ -322,15 +334,20 @@ class HeldOutputs:
     cache_unsaved: int = 0  # all layers: cache copies no autograd node saved
     cache_saved: tuple[int, ...] = ()  # per layer: cache copies autograd saved (counted until released)
 
+    def __post_init__(self) -> None:
+        # tails[i] = sum(cache_saved[i:]): backward() is asked once per layer, so O(L) in all, not O(L^2)
+        object.__setattr__(self, "_tails", tuple(accumulate(reversed(self.cache_saved), initial=0))[::-1])
+
     @property
     def previous(self) -> int:
         """The whole output object (previous step's, or this one's after backward)."""
-        return self.logits + self.cache_unsaved + sum(self.cache_saved)
+        return self.logits + self.cache_unsaved + self._tails[0]
 
     def backward(self, unreleased: int) -> int:
         """Held bytes the simulator does not count while the lowest `unreleased` layers still hold
         their saved tensors (the layers above them have run their backward)."""
-        return self.logits + self.cache_unsaved + sum(self.cache_saved[unreleased:])
+        tails = self._tails
+        return self.logits + self.cache_unsaved + tails[unreleased if unreleased < len(tails) else -1]
 
 
 def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
@@ -375,7 +392,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     fused_ce = t.cross_entropy == "liger-fused"
     layer, emb, head = _profiles(ctx, eager, fused_ce)
     ctxs = layer_ctxs(ctx, layers)
-    lay = [_layer_profile(c, eager) for c in ctxs]  # per layer: layers of one kind share a profile
+    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))  # layers of one kind share a profile
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     ckpt = t.activation_checkpointing
@@ -383,7 +400,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
-    sel_drop = [_attention_saved(c, eager) if ckpt == Checkpointing.selective else 0 for c in ctxs]
+    sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
+        else [0] * layers
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
 
     def saved(i: int) -> int:
@@ -461,7 +479,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             again = (layer.bwd_peak_pgrad if again[0] else 0,) + again[1:]
         return plain, again
 
-    moments = {id(p): backward_moments(p) for p in lay}
+    moments = {k: backward_moments(p) for k, p in {id(p): p for p in lay}.items()}  # once per kind of layer
     for i in reversed(range(layers)):
         cur -= saved_by_layer[i]
         ckpt_i = every and i % every == 0
@@ -512,7 +530,7 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     t = sc.training
     eager = t.attention == Attention.eager
     layer, emb, head = _profiles(ctx, eager)
-    lay = [_layer_profile(c, eager) for c in layer_ctxs(ctx, layers)]
+    lay = per_layer(layer_ctxs(ctx, layers), lambda c: _layer_profile(c, eager))
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
     # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
@@ -573,6 +591,7 @@ def clear_memo() -> None:
     """Forget memoized estimates and cached block profiles (benchmarks of new shapes)."""
     _memo.clear()
     _profiles.cache_clear()
+    _layer_profile.cache_clear()
     _attention_saved.cache_clear()
     _inference_head_peak.cache_clear()
 
