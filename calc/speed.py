@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -215,13 +214,24 @@ def peak_flops_per_s(gpu: GpuPreset, p: Precision) -> tuple[float, str]:
     return gpu.fp32_tflops * 1e12, "fp32 (no bf16 units)"
 
 
-@lru_cache(maxsize=1024)
-def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int]:
+_SHAPES: dict[int, tuple[ModelSpec, tuple[int, int, int, int, int]]] = {}
+
+
+def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int, int]:
     """(matmul weights per layer touched per token, all matmul weights per layer, LM head V*H,
-    d_attn = heads x head_dim)."""
+    d_attn = heads x head_dim, all parameters). Memoized by the spec's identity (the entry keeps the
+    spec alive): hashing a ModelSpec costs more than the step time's arithmetic, and a search asks
+    thousands of times for the same one."""
+    hit = _SHAPES.get(id(spec))
+    if hit is not None:
+        return hit[1]
     layer_all = spec.layer_matmul_params()
     inactive = (spec.num_experts - spec.experts_per_token) * spec.mlp_params_per_expert()
-    return layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width
+    out = (layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width, spec.total_params())
+    if len(_SHAPES) >= 1024:
+        _SHAPES.clear()
+    _SHAPES[id(spec)] = (spec, out)
+    return out
 
 
 def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
@@ -259,9 +269,11 @@ def _link(hw: _Hw, group: int, stride: int, a: SpeedAssumptions) -> tuple[float,
     return g.pcie_bandwidth_bytes_per_s * a.comm_efficiency, "pcie"
 
 
-def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions) -> _Raw:
+def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions, explain: bool = True) -> _Raw:
     """The whole model. `t` is a TrainingConfig or any object with the same attribute names (the
-    recommender passes light stand-ins to avoid re-validating thousands of candidates)."""
+    recommender passes light stand-ins to avoid re-validating thousands of candidates). explain=False
+    leaves every term's formula empty: the same seconds, without formatting a dozen strings (a search
+    ranks thousands of candidates by their numbers and explains only the few it shows)."""
     notes: list[str] = []
     terms: list[_Term] = []
     p: Precision = t.precision
@@ -272,7 +284,7 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
     if not training:
         ga = 1
     L = spec.num_layers
-    layer_mm, layer_all, head_mm, d_attn = _shape_numbers(spec)
+    layer_mm, layer_all, head_mm, d_attn, n_params = _shape_numbers(spec)
     n_mm = L * layer_mm + head_mm
     att_fwd = 4 * S * d_attn * (0.5 if a.attention_flops == "causal" else 1.0)  # per layer per token
     peak, dtype = peak_flops_per_s(hw.gpu, p)
@@ -286,19 +298,20 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
     lora_layer = _lora_params_per_layer(spec, t) if training else 0
     if not training:
         model_fpt = 2 * n_mm + L * att_fwd
-        f_text = f"2 x {n_mm:,} (matmul weights) + {L} x {att_fwd:,.0f} (attention)"
+        f_text = f"2 x {n_mm:,} (matmul weights) + {L} x {att_fwd:,.0f} (attention)" if explain else ""
         src = "forward only: 2 FLOPs per weight per token (Kaplan et al. 2020, table 1)"
         fwd_fpt = model_fpt
     elif t.lora is not None:
         n_lora = L * lora_layer
         model_fpt = 4 * n_mm + 6 * n_lora + 3 * L * att_fwd
         f_text = (f"4 x {n_mm:,} (frozen base: forward + input grad) + 6 x {n_lora:,} (LoRA) "
-                  f"+ 3 x {L} x {att_fwd:,.0f} (attention)")
+                  f"+ 3 x {L} x {att_fwd:,.0f} (attention)") if explain else ""
         src = "frozen weights skip the weight gradient (Hu et al. 2021); attention per PaLM appendix B"
         fwd_fpt = 2 * n_mm + 2 * n_lora + L * att_fwd
     else:
         model_fpt = 6 * n_mm + 3 * L * att_fwd
-        f_text = f"6 x {n_mm:,} (matmul weights) + 3 x {L} x {att_fwd:,.0f} (attention = 12 L S d_attn)"
+        f_text = f"6 x {n_mm:,} (matmul weights) + 3 x {L} x {att_fwd:,.0f} (attention = 12 L S d_attn)" \
+            if explain else ""
         src = "6N + 12LSd per token (PaLM appendix B; Narayanan et al. 2021 eq. 3; Kaplan et al. 2020)"
         fwd_fpt = 2 * n_mm + L * att_fwd
     recompute_fpt = 0.0
@@ -308,27 +321,29 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         k = t.checkpoint_every
         n_ck = -(-L // k)
         recompute_fpt = n_ck * (2 * (layer_mm + lora_layer) + att_fwd)
-        rec_text = f" + {n_ck} checkpointed layers x (2 x {layer_mm + lora_layer:,} + {att_fwd:,.0f}) (recompute)"
+        rec_text = f" + {n_ck} checkpointed layers x (2 x {layer_mm + lora_layer:,} + {att_fwd:,.0f}) (recompute)" \
+            if explain else ""
     elif ckpt == Checkpointing.selective:
         recompute_fpt = L * att_fwd
-        rec_text = f" + {L} x {att_fwd:,.0f} (attention-core recompute)"
+        rec_text = f" + {L} x {att_fwd:,.0f} (attention-core recompute)" if explain else ""
     exec_fpt = model_fpt + recompute_fpt
     compute_s = exec_fpt * tokens_replica / (tp * pp) / eff
     terms.append(_Term(
         "compute", "compute", "Matmul compute" + (" incl. recomputation" if recompute_fpt else ""), compute_s,
         compute_s,
-        f"({f_text}{rec_text}) FLOPs/token x {tokens_replica:,} tokens / (tp {tp} x pp {pp}) / "
-        f"({peak / 1e12:g} TFLOPS {dtype} x MFU {a.mfu:g})",
+        (f"({f_text}{rec_text}) FLOPs/token x {tokens_replica:,} tokens / (tp {tp} x pp {pp}) / "
+         f"({peak / 1e12:g} TFLOPS {dtype} x MFU {a.mfu:g})") if explain else "",
         src + ("; recompute per Korthikanti et al. 2022" if recompute_fpt else "")))
     if pp > 1 and training:
         bubble = compute_s * (pp - 1) / ga
         terms.append(_Term("pipeline_bubble", "compute", "Pipeline bubble (1F1B)", bubble, bubble,
-                           f"{_fmt_s(compute_s)} x (pp {pp} - 1) / {ga} micro-batches",
+                           f"{_fmt_s(compute_s)} x (pp {pp} - 1) / {ga} micro-batches" if explain else "",
                            "bubble fraction (p-1)/m (Narayanan et al. 2021, section 2.2)"))
     elif pp > 1:
         bubble = compute_s * (pp - 1) / pp
         terms.append(_Term("pipeline_bubble", "compute", "Pipeline fill (one batch, no interleaving)", bubble,
-                           bubble, f"{_fmt_s(compute_s)} x (pp {pp} - 1) / {pp}", "GPipe/1F1B fill time"))
+                           bubble, f"{_fmt_s(compute_s)} x (pp {pp} - 1) / {pp}" if explain else "",
+                           "GPipe/1F1B fill time"))
     layers_here = layers_on_stage(L, pp)
     if t.attention == Attention.eager:
         a_bytes = prec.activation_bytes(p)
@@ -336,9 +351,9 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         score_bytes = B * (spec.num_heads // tp) * S * S * a_bytes
         eager_s = passes * score_bytes * layers_here * ga / hw.gpu.memory_bandwidth_bytes_per_s
         terms.append(_Term("eager_attention", "compute", "Eager attention S x S traffic", eager_s, eager_s,
-                           f"{passes} passes x {score_bytes:,} B (B x heads/tp x S x S x {a_bytes} B) x "
-                           f"{layers_here} layers x {ga} micro-batches / "
-                           f"{hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM",
+                           (f"{passes} passes x {score_bytes:,} B (B x heads/tp x S x S x {a_bytes} B) x "
+                            f"{layers_here} layers x {ga} micro-batches / "
+                            f"{hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM") if explain else "",
                            "standard attention is memory-bound on the S x S tensors (Dao et al. 2022, sec. 3)"))
     if t.lora is not None and t.lora.base_weights != "bf16":
         q_bytes = 0.5 if t.lora.base_weights == "nf4" else 1.0
@@ -346,8 +361,9 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         passes = (2 if training else 1) + (1 if ckpt == Checkpointing.full else 0)
         dq_s = base_local * (q_bytes + 2) * passes * ga / hw.gpu.memory_bandwidth_bytes_per_s
         terms.append(_Term("dequantize", "compute", f"{t.lora.base_weights} dequantisation", dq_s, dq_s,
-                           f"{base_local:,} weights x ({q_bytes:g} B read + 2 B bf16 write) x {passes} passes x "
-                           f"{ga} micro-batches / {hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM",
+                           (f"{base_local:,} weights x ({q_bytes:g} B read + 2 B bf16 write) x {passes} passes x "
+                            f"{ga} micro-batches / {hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM")
+                           if explain else "",
                            "QLoRA dequantises each frozen weight to bf16 before every matmul "
                            "(Dettmers et al. 2023; bitsandbytes)"))
     compute_total = sum(x.seconds for x in terms)
@@ -357,7 +373,7 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
     comm_terms: list[_Term] = []
     interconnect = "none"
     if training and dp > 1:
-        params_local = spec.total_params() // (tp * pp)
+        params_local = n_params // (tp * pp)
         trainable_local = L * lora_layer // (tp * pp) if t.lora is not None else params_local
         gb = prec.grad_bytes_per_param(p) if t.lora is None else 4
         wb = prec.weight_bytes_per_param(p) if t.lora is None else (2 if t.lora.base_weights == "bf16" else 1)
@@ -411,7 +427,8 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
             exposed, ov = total, "; overlap_comm off: nothing hidden"
         comm_terms.append(_Term(
             "dp_comm", "communication", label, exposed, total,
-            f"[{text}] / {bw / 1e9:.3g} GB/s ({_bw_name(kind)}, x{a.comm_efficiency:g} efficiency){ov}",
+            f"[{text}] / {bw / 1e9:.3g} GB/s ({_bw_name(kind)}, x{a.comm_efficiency:g} efficiency){ov}"
+            if explain else "",
             "ring collectives move 2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) of the data "
             "per GPU (Patarasuk & Yuan 2009); ZeRO-1/2 = DP volume, ZeRO-3 = 1.5x (Rajbhandari et al. 2020, "
             "section 7)"))
@@ -420,8 +437,8 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
             lat = ga * fetches * ZERO3_FETCH_LATENCY_S
             comm_terms.append(_Term(
                 "zero3_fetch_latency", "communication", "ZeRO-3 per-module fetch latency", lat, lat,
-                f"{ga} micro-batches x {fetches} module all-gathers (forward + backward) x "
-                f"{ZERO3_FETCH_LATENCY_S * 1e6:g} us", "alpha of the alpha-beta (Hockney) cost model: "
+                (f"{ga} micro-batches x {fetches} module all-gathers (forward + backward) x "
+                 f"{ZERO3_FETCH_LATENCY_S * 1e6:g} us") if explain else "", "alpha of the alpha-beta (Hockney) cost model: "
                 "small-message NCCL all-gather latency plus DeepSpeed's per-module fetch hooks; not hidden by "
                 "prefetching"))
     if tp > 1:
@@ -434,10 +451,10 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         tp_s = n_ar * 2 * (tp - 1) / tp * msg / bw
         comm_terms.append(_Term(
             "tp_comm", "communication", "Tensor-parallel all-reduces", tp_s, tp_s,
-            f"{ga} micro-batches x ({per_layer} x {layers_here} layers"
-            + (f" + 2 x {n_ck:g} recomputed" if n_ck else "")
-            + f") all-reduces x 2 x ({tp}-1)/{tp} x {msg:,} B (B x S x H) / {bw / 1e9:.3g} GB/s "
-            f"({_bw_name(kind)}); on the critical path",
+            (f"{ga} micro-batches x ({per_layer} x {layers_here} layers"
+             + (f" + 2 x {n_ck:g} recomputed" if n_ck else "")
+             + f") all-reduces x 2 x ({tp}-1)/{tp} x {msg:,} B (B x S x H) / {bw / 1e9:.3g} GB/s "
+             f"({_bw_name(kind)}); on the critical path") if explain else "",
             "Megatron-LM: 2 all-reduces forward + 2 backward per layer (Shoeybi et al. 2019, fig. 4; "
             "Narayanan et al. 2021, section 3.2)"))
     if pp > 1:
@@ -448,7 +465,8 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
         comm_terms.append(_Term(
             "pp_comm", "communication", "Pipeline send/receive", pp_s, pp_s,
             f"{n_msg} messages x {msg:,} B (B x S x H activations/gradients) / {bw / 1e9:.3g} GB/s "
-            f"({_bw_name(kind)})", "point-to-point between adjacent stages (Narayanan et al. 2021, section 2.2)"))
+            f"({_bw_name(kind)})" if explain else "",
+            "point-to-point between adjacent stages (Narayanan et al. 2021, section 2.2)"))
     terms += comm_terms
     comm_s = sum(x.seconds for x in comm_terms)
     comm_total = sum(x.total for x in comm_terms)
@@ -457,7 +475,7 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
     off_s = 0.0
     if training and (t.offload_optimizer != Offload.none or t.offload_params != Offload.none):
         pcie = hw.gpu.pcie_bandwidth_bytes_per_s * a.comm_efficiency  # pinned-memory copies reach ~80% of x16
-        trainable = (L * lora_layer if t.lora is not None else spec.total_params()) // (tp * pp)
+        trainable = (L * lora_layer if t.lora is not None else n_params) // (tp * pp)
         part = trainable / (dp if t.zero_stage >= 1 else 1)
         gb = prec.grad_bytes_per_param(p) if t.lora is None else 4
         wb = prec.weight_bytes_per_param(p) if t.lora is None else 2
@@ -468,15 +486,16 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
             x_s = x_bytes / pcie
             terms.append(_Term(
                 "offload_pcie", "offload", "Gradients to CPU, updated weights back (PCIe)", x_s, x_s,
-                f"{part:,.0f} params x ({grad_moves} x {gb} B grads + {wb} B weights) / {pcie / 1e9:g} GB/s "
-                f"PCIe gen{hw.gpu.pcie_gen} (x{a.comm_efficiency:g})",
+                (f"{part:,.0f} params x ({grad_moves} x {gb} B grads + {wb} B weights) / {pcie / 1e9:g} GB/s "
+                 f"PCIe gen{hw.gpu.pcie_gen} (x{a.comm_efficiency:g})") if explain else "",
                 "ZeRO-Offload moves gradients down and 16-bit parameters up every step (Ren et al. 2021, "
                 "section 4); transfers counted as not overlapped"))
             adam_s = part * per_node / a.cpu_adam_params_per_s_per_node
             terms.append(_Term(
                 "cpu_adam", "offload", "CPU Adam step", adam_s, adam_s,
-                f"{part:,.0f} params x {per_node} GPUs per node / {a.cpu_adam_params_per_s_per_node:.3g} params/s "
-                "per node", "DeepSpeed CPUAdam throughput (ZeRO-Offload paper; DeepSpeed PR #7474)"))
+                (f"{part:,.0f} params x {per_node} GPUs per node / {a.cpu_adam_params_per_s_per_node:.3g} "
+                 "params/s per node") if explain else "",
+                "DeepSpeed CPUAdam throughput (ZeRO-Offload paper; DeepSpeed PR #7474)"))
             off_s += x_s + adam_s
             if t.offload_optimizer == Offload.nvme:
                 sb = (prec.master_bytes_per_param(p) + prec.optimizer_state_bytes(
@@ -486,18 +505,19 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
                 nv_s = 2 * part * sb * per_node / hw.nvme_bytes_per_s
                 terms.append(_Term(
                     "nvme_optimizer", "offload", "Optimizer states NVMe read + write", nv_s, nv_s,
-                    f"2 x {part:,.0f} params x {sb:g} B (master + states) x {per_node} GPUs per node / "
-                    f"{hw.nvme_bytes_per_s / 1e9:g} GB/s NVMe",
+                    (f"2 x {part:,.0f} params x {sb:g} B (master + states) x {per_node} GPUs per node / "
+                     f"{hw.nvme_bytes_per_s / 1e9:g} GB/s NVMe") if explain else "",
                     "ZeRO-Infinity swaps optimizer states in and out each step (Rajbhandari et al. 2021, "
                     "arXiv 2104.07857)"))
                 off_s += nv_s
         if t.offload_params != Offload.none:
-            w_part = spec.total_params() // (tp * pp) / dp
+            w_part = n_params // (tp * pp) / dp
             fetches = ga * (2 + (1 if ckpt == Checkpointing.full else 0))
             w_s = fetches * w_part * wb / pcie
             terms.append(_Term(
                 "offload_params_pcie", "offload", "Parameters fetched from CPU (PCIe)", w_s, w_s,
-                f"{ga} micro-batches x {fetches // ga} fetches x {w_part:,.0f} params x {wb} B / {pcie / 1e9:g} GB/s",
+                f"{ga} micro-batches x {fetches // ga} fetches x {w_part:,.0f} params x {wb} B / {pcie / 1e9:g} GB/s"
+                if explain else "",
                 "ZeRO-3 offload_param copies each partition to the GPU before it is all-gathered, in forward "
                 "and backward (DeepSpeed ZeRO-Infinity)"))
             off_s += w_s
@@ -505,8 +525,8 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions)
                 nv_s = fetches * w_part * wb * per_node / hw.nvme_bytes_per_s
                 terms.append(_Term(
                     "nvme_params", "offload", "Parameters read from NVMe", nv_s, nv_s,
-                    f"{fetches} reads x {w_part:,.0f} params x {wb} B x {per_node} GPUs per node / "
-                    f"{hw.nvme_bytes_per_s / 1e9:g} GB/s", "ZeRO-Infinity parameter offload to NVMe"))
+                    (f"{fetches} reads x {w_part:,.0f} params x {wb} B x {per_node} GPUs per node / "
+                     f"{hw.nvme_bytes_per_s / 1e9:g} GB/s") if explain else "", "ZeRO-Infinity parameter offload to NVMe"))
                 off_s += nv_s
 
     step_s = compute_total + comm_s + off_s
