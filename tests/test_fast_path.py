@@ -63,3 +63,20 @@ def test_reloaded_presets_are_not_served_from_the_memo():
     presets.gpu_presets.cache_clear()  # what a test or a reload does: new preset objects
     after = estimate(Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"}))
     assert after is not before and after.model_dump_json() == before.model_dump_json()
+
+
+@FAST
+@given(scenarios())
+def test_step_time_without_formulas_has_the_same_numbers(data):
+    import dataclasses
+
+    from calc.speed import SpeedAssumptions, hardware_of, step_time
+
+    sc = Scenario.model_validate(data)
+    hw, a = hardware_of(sc), SpeedAssumptions()
+    full = dataclasses.asdict(step_time(sc.spec, sc.training, hw, sc.mode, a))
+    quick = dataclasses.asdict(step_time(sc.spec, sc.training, hw, sc.mode, a, explain=False))
+    assert all(t["formula"] for t in full["terms"]) and not any(t["formula"] for t in quick["terms"])
+    for t in full["terms"]:
+        t["formula"] = ""
+    assert quick == full
