@@ -4,12 +4,15 @@ from a memoized one in a single field."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from test_properties import FAST, scenarios
 
 import calc.presets as presets
 from calc.engine import clear_memo, estimate
 from calc.scenario import Scenario
+from calc.speed import SpeedAssumptions, hardware_of, step_time
 from calc.validate import load_all
 
 
@@ -68,10 +71,6 @@ def test_reloaded_presets_are_not_served_from_the_memo():
 @FAST
 @given(scenarios())
 def test_step_time_without_formulas_has_the_same_numbers(data):
-    import dataclasses
-
-    from calc.speed import SpeedAssumptions, hardware_of, step_time
-
     sc = Scenario.model_validate(data)
     hw, a = hardware_of(sc), SpeedAssumptions()
     full = dataclasses.asdict(step_time(sc.spec, sc.training, hw, sc.mode, a))
