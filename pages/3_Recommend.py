@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.presets import cluster_presets, gpu_presets, model_presets
-from calc.recommend import speed_ratio_words
+from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, speed_ratio_words, table_assumptions
 from calc.verdict import headline, short
 from ui import charts, compute, fmt, state
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
@@ -119,9 +119,9 @@ st.session_state.setdefault("rec_batch", 2**20)
 seq = c1.selectbox("Sequence length (tokens)", [512, 1024, 2048, 4096, 8192], key="rec_seq")
 batch = c2.selectbox("Global batch (tokens per optimizer step)", [2**17, 2**18, 2**19, 2**20, 2**21, 2**22],
                      key="rec_batch", format_func=lambda n: f"{n:,}")
-with st.spinner("Searching every model x hardware cell with the engine…"):
-    table = compute.recommendation_table(int(seq or 2048), int(batch or 2**20))
+seq_len, batch_tokens = int(seq or 2048), int(batch or 2**20)
 models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
+SEARCHING = "searching…"
 
 
 def _hw_label(h: str) -> str:
@@ -129,14 +129,39 @@ def _hw_label(h: str) -> str:
 
 
 def _cell(c) -> str:
+    if c is None:
+        return SEARCHING
     if c.status == "nothing-fits":
         return f"does not fit ({c.note})" if c.note else "does not fit"
     text = f"{c.label} — {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {fmt.gib(c.device_total_expected_bytes)}"
     return ("method change: " + text) if c.status == "method-change" else text
 
 
-grid = [{"model": f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
-         **{_hw_label(h): _cell(c) for h, c in zip(table.hardware, row, strict=True)}}
-        for m, row in zip(table.models, table.cells, strict=True)]
-st.table(grid, hide_index=True)
-st.caption(table.assumptions + " Device totals are per GPU.")
+def _draw_table() -> int:
+    """The table as far as it is found (each cell is a search of its own; a script run adds cells for at
+    most compute.TABLE_BUDGET_S, so the page never waits seconds for it); returns the cells still missing."""
+    cells = compute.table_cells(seq_len, batch_tokens)
+    grid = [{"model": f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
+             **{_hw_label(h): _cell(c) for h, c in zip(TABLE_HARDWARE, row, strict=True)}}
+            for m, row in zip(TABLE_MODELS, cells, strict=True)]
+    st.table(grid, hide_index=True)
+    missing = sum(c is None for row in cells for c in row)
+    if missing:
+        st.caption(f"{missing} of {len(TABLE_MODELS) * len(TABLE_HARDWARE)} cells are still being searched; they "
+                   "appear here as they are found.")
+    st.caption(table_assumptions(seq_len, batch_tokens) + " Device totals are per GPU.")
+    return missing
+
+
+# While cells are missing the table section reruns on its own every half second (a fragment: the rest of
+# the page stays as it is); when the last cell is found, one full run drops the timer.
+_was_missing = not compute.table_complete(seq_len, batch_tokens)
+
+
+@st.fragment(run_every=0.5 if _was_missing else None)
+def _table_section() -> None:
+    if not _draw_table() and _was_missing:
+        st.rerun()
+
+
+_table_section()

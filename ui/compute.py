@@ -3,7 +3,8 @@ runs). The engine itself takes milliseconds, so single estimates are not cached 
 
 from __future__ import annotations
 
-from typing import Literal
+import time
+from typing import Any, Literal
 
 import streamlit as st
 
@@ -113,12 +114,41 @@ def _safety_margin() -> float:
 
 SAFETY_MARGIN = _safety_margin()  # calc.recommend's: fits when expected total <= (1 - margin) x GPU memory
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def recommendation_table(seq_len: int, global_batch_tokens: int):
-    """calc.recommend's model x hardware table (a few seconds; cached per workload)."""
-    from calc.recommend import recommendation_table as table
+TABLE_BUDGET_S = 0.4  # new table cells per script run: the page never waits seconds for the whole table
 
-    return table(seq_len=seq_len, global_batch_tokens=global_batch_tokens)
+
+@st.cache_resource(show_spinner=False)
+def _table_cells() -> dict[tuple[str, str, int, int], Any]:
+    """Process-wide: the table cells found so far, per (model, hardware, seq_len, global batch tokens); the
+    same for every visitor. Bounded by the widgets: 5 sequence lengths x 6 batches x 36 cells."""
+    return {}
+
+
+def table_cells(seq_len: int, global_batch_tokens: int, budget_s: float = TABLE_BUDGET_S) -> list[list[Any]]:
+    """calc.recommend's model x hardware table as far as it is known: the cells found before, plus new ones
+    (each one `recommend` search, calc.recommend.table_cell) while `budget_s` lasts; None for the rest. At
+    least one new cell per call, so repeated calls finish the table."""
+    from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, table_cell
+
+    known = _table_cells()
+    start = time.perf_counter()
+    rows = []
+    for m in TABLE_MODELS:
+        row = []
+        for h in TABLE_HARDWARE:
+            key = (m, h, seq_len, global_batch_tokens)
+            if key not in known and time.perf_counter() - start < budget_s:
+                known[key] = table_cell(m, h, seq_len=seq_len, global_batch_tokens=global_batch_tokens)
+            row.append(known.get(key))
+        rows.append(row)
+    return rows
+
+
+def table_complete(seq_len: int, global_batch_tokens: int) -> bool:
+    from calc.recommend import TABLE_HARDWARE, TABLE_MODELS
+
+    known = _table_cells()
+    return all((m, h, seq_len, global_batch_tokens) in known for m in TABLE_MODELS for h in TABLE_HARDWARE)
 
 
 @st.cache_data(max_entries=256, show_spinner=False)

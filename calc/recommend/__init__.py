@@ -30,6 +30,8 @@ from calc.recommend.models import (
     DEFAULT_SAFETY_MARGIN,
     GROUP_LABELS,
     SLOW_FRACTION,
+    TABLE_HARDWARE,
+    TABLE_MODELS,
     Candidate,
     Group,
     GroupResult,
@@ -38,14 +40,14 @@ from calc.recommend.models import (
     SearchStats,
 )
 from calc.recommend.search import fastest_fitting, recommend
-from calc.recommend.table import Table, TableCell, recommendation_table
+from calc.recommend.table import Table, TableCell, recommendation_table, table_assumptions, table_cell
 from calc.recommend.waterfall import WaterfallStep, optimization_waterfall
 from calc.recommend.words import label, short_label, speed_ratio_words
 
 __all__ = [
-    "DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "Candidate", "Combo",
+    "DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "TABLE_HARDWARE", "TABLE_MODELS", "Candidate", "Combo",
     "Group", "GroupResult", "Recommendation", "RecommendRequest", "SearchStats", "Table", "TableCell",
     "WaterfallStep", "cli_main", "combo_of", "enumerate_combos", "fastest_fitting", "format_recommendation", "groups_for", "label",
-    "load_request", "methods_for", "optimization_waterfall", "recommend", "recommendation_table", "scenario_for",
+    "load_request", "methods_for", "optimization_waterfall", "recommend", "recommendation_table", "table_assumptions", "table_cell", "scenario_for",
     "short_label", "speed_ratio_words",
 ]

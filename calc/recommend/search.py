@@ -104,10 +104,16 @@ class _Search:
         return per, list(_small_divisors(per, MAX_MICRO_BATCH))
 
     def speed(self, c: Combo, mb: int, per: int) -> _Raw:
+        """Step time for ranking: numbers only (no formulas: thousands per search)."""
         self.stats["speed_evaluations"] += 1
         ga = per // mb if self.base.mode == Mode.train else 1
         return step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len), self.hw, self.base.mode,
-                         self.assumptions)
+                         self.assumptions, explain=False)
+
+    def explained(self, f: _Found) -> _Raw:
+        """The same step time with every term's formula, for a candidate that is shown."""
+        return step_time(self.base.spec, _light(f.combo, f.mb, f.ga, self.base.training.seq_len), self.hw,
+                         self.base.mode, self.assumptions)
 
     def fit(self, c: Combo, mb: int, ga: int) -> _Fit:
         key = (c, mb, ga)
@@ -264,7 +270,7 @@ def _candidate(rank: int, f: _Found, s: _Search, group: Group) -> Candidate:
     sc = scenario_for(s.base, f.combo, f.mb, f.ga)
     est = f.fit.est
     assert est is not None
-    sp = to_estimate(f.raw, s.hw, s.assumptions)
+    sp = to_estimate(s.explained(f), s.hw, s.assumptions)
     bound = compute_bound_per_gpu(f.raw, s.hw.num_gpus)
     return Candidate(
         rank=rank, group=group, label=label(f.combo, f.mb, f.ga, s.base.mode), scenario=sc,

@@ -77,35 +77,43 @@ def recommendation_table(models: list[str] | tuple[str, ...] = TABLE_MODELS,
                          safety_margin: float = DEFAULT_SAFETY_MARGIN) -> Table:
     """Fastest full fine-tuning configuration (AdamW) per model x hardware; where none fits, whether LoRA
     or QLoRA would (and how fast)."""
-    cells: list[list[TableCell]] = []
-    for m in models:
-        row = []
-        for h in hardware:
-            sc = Scenario(model=m, hardware=_hardware_config(h), training=TrainingConfig(seq_len=seq_len))
-            req = RecommendRequest(scenario=sc, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin,
-                                   max_candidates=1, allow_method_change=True)
-            rec = recommend(req)
-            own = [c for c in rec.candidates if c.group == "full" and not c.method_change]
-            if own:
-                c = own[0]
-                row.append(TableCell(model=m, hardware=h, status="fits", label=_cell_label(c), usable_bytes=rec.usable_bytes,
-                                     tokens_per_s_per_gpu=c.tokens_per_s_per_gpu, tokens_per_s=c.tokens_per_s,
-                                     device_total_expected_bytes=c.device_total_expected_bytes, scenario=c.scenario))
-            elif rec.candidates:
-                c = max(rec.candidates, key=lambda x: x.tokens_per_s_per_gpu)
-                row.append(TableCell(model=m, hardware=h, status="method-change", label=_cell_label(c),
-                                     usable_bytes=rec.usable_bytes, tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,
-                                     tokens_per_s=c.tokens_per_s, device_total_expected_bytes=c.device_total_expected_bytes,
-                                     scenario=c.scenario, note="full fine-tuning does not fit"))
-            else:
-                row.append(TableCell(model=m, hardware=h, status="nothing-fits", label=rec.explanation,
-                                     usable_bytes=rec.usable_bytes, note="not even QLoRA"))
-        cells.append(row)
-    text = (f"Each cell: the fastest configuration found by calc.recommend for full fine-tuning with AdamW, "
+    cells = [[table_cell(m, h, seq_len=seq_len, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin)
+              for h in hardware] for m in models]
+    return Table(models=list(models), hardware=list(hardware), cells=cells,
+                 assumptions=table_assumptions(seq_len, global_batch_tokens, safety_margin))
+
+
+def table_cell(model: str, hardware: str, *, seq_len: int = TABLE_SEQ_LEN,
+               global_batch_tokens: int = TABLE_GLOBAL_BATCH_TOKENS,
+               safety_margin: float = DEFAULT_SAFETY_MARGIN) -> TableCell:
+    """One cell of the table (one `recommend` search): the app fills the table cell by cell."""
+    sc = Scenario(model=model, hardware=_hardware_config(hardware), training=TrainingConfig(seq_len=seq_len))
+    req = RecommendRequest(scenario=sc, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin,
+                           max_candidates=1, allow_method_change=True)
+    rec = recommend(req)
+    m, h = model, hardware  # as the cell names them
+    own = [c for c in rec.candidates if c.group == "full" and not c.method_change]
+    if own:
+        c = own[0]
+        return TableCell(model=m, hardware=h, status="fits", label=_cell_label(c), usable_bytes=rec.usable_bytes,
+                         tokens_per_s_per_gpu=c.tokens_per_s_per_gpu, tokens_per_s=c.tokens_per_s,
+                         device_total_expected_bytes=c.device_total_expected_bytes, scenario=c.scenario)
+    if rec.candidates:
+        c = max(rec.candidates, key=lambda x: x.tokens_per_s_per_gpu)
+        return TableCell(model=m, hardware=h, status="method-change", label=_cell_label(c),
+                         usable_bytes=rec.usable_bytes, tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,
+                         tokens_per_s=c.tokens_per_s, device_total_expected_bytes=c.device_total_expected_bytes,
+                         scenario=c.scenario, note="full fine-tuning does not fit")
+    return TableCell(model=m, hardware=h, status="nothing-fits", label=rec.explanation,
+                     usable_bytes=rec.usable_bytes, note="not even QLoRA")
+
+
+def table_assumptions(seq_len: int, global_batch_tokens: int, safety_margin: float = DEFAULT_SAFETY_MARGIN) -> str:
+    """What every cell of the table assumes, in words."""
+    return (f"Each cell: the fastest configuration found by calc.recommend for full fine-tuning with AdamW, "
             f"{seq_len}-token sequences and a {global_batch_tokens:,}-token global batch, fitting in "
             f"(1 - {safety_margin:g}) x GPU memory; where none fits, LoRA/QLoRA/8-bit AdamW are tried. "
             "Speeds come from calc.speed (MFU 0.40 assumed).")
-    return Table(models=list(models), hardware=list(hardware), cells=cells, assumptions=text)
 
 
 def _cell_label(c: Candidate) -> str:
