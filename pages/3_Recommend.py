@@ -137,10 +137,10 @@ def _cell(c) -> str:
     return ("method change: " + text) if c.status == "method-change" else text
 
 
-def _draw_table() -> int:
-    """The table as far as it is found (each cell is a search of its own; a script run adds cells for at
-    most compute.TABLE_BUDGET_S, so the page never waits seconds for it); returns the cells still missing."""
-    cells = compute.table_cells(seq_len, batch_tokens)
+def _draw_table(budget_s: float) -> int:
+    """The table as far as it is found (each cell is a search of its own; this run adds cells for at most
+    budget_s); returns the cells still missing."""
+    cells = compute.table_cells(seq_len, batch_tokens, budget_s)
     grid = [{"model": f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
              **{_hw_label(h): _cell(c) for h, c in zip(TABLE_HARDWARE, row, strict=True)}}
             for m, row in zip(TABLE_MODELS, cells, strict=True)]
@@ -154,13 +154,17 @@ def _draw_table() -> int:
 
 
 # While cells are missing the table section reruns on its own every half second (a fragment: the rest of
-# the page stays as it is); when the last cell is found, one full run drops the timer.
+# the page stays as it is) and each of those runs searches new cells; a full page run only draws what is
+# known, so a first visit or a widget change never waits for the table. When the last cell is found, one
+# full run drops the timer.
 _was_missing = not compute.table_complete(seq_len, batch_tokens)
+st.session_state["rec_table_page_run"] = True
 
 
 @st.fragment(run_every=0.5 if _was_missing else None)
 def _table_section() -> None:
-    if not _draw_table() and _was_missing:
+    page_run = st.session_state.pop("rec_table_page_run", False)
+    if not _draw_table(0.0 if page_run else compute.TABLE_BUDGET_S) and _was_missing and not page_run:
         st.rerun()
 
 

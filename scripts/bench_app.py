@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 CASES = {
     "Calculator": (None, "sc_mbs", list(range(2, 40))),
     "Calculator (ZeRO stage)": (None, "sc_zero", [1, 2, 3, 0] * 10),
-    "Compare": ("pages/2_Compare.py", "cmp_1_zero", [1, 2, 3, 0] * 10),
+    "Compare": ("pages/2_Compare.py", "sc_mbs", list(range(2, 40))),
     "Recommend": ("pages/3_Recommend.py", "sc_seq", [512 * k for k in range(1, 40)]),
     "Explain": ("pages/4_Explain.py", "sc_seq", [512 * k for k in range(1, 40)]),
     "Export": ("pages/5_Export.py", "sc_mbs", list(range(2, 40))),

@@ -4,6 +4,7 @@ calc.recommend returns; the "use this" buttons make that configuration the scena
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from test_app_helpers import all_text, assert_clean, chart, go, open_app, scenario
@@ -20,7 +21,7 @@ from calc.recommend import (
 from calc.scenario import Scenario
 from calc.units import GiB
 from calc.verdict import short
-from ui import fmt, state
+from ui import compute, fmt, state
 
 
 def _table(at, first_col: str):
@@ -125,19 +126,22 @@ def test_70b_on_8x_a100_shows_both_groups_and_what_would_make_full_fine_tuning_p
     assert "More GPUs:" in text and "Adapters: LoRA / QLoRA train about" in text
 
 
-def _whole_table(at):
-    """The page adds table cells for at most compute.TABLE_BUDGET_S per run (the browser reruns the section
-    on a timer); rerun until every cell is found, checking each partial table on the way."""
-    for _ in range(200):
-        df = _table(at, "model")
-        missing = int((df == "searching…").sum().sum())
-        if not missing:
-            assert "still being searched" not in all_text(at)
-            return df
-        assert f"{missing} of {len(TABLE_MODELS) * len(TABLE_HARDWARE)} cells are still being searched" in all_text(at)
-        at.run()
-        assert_clean(at)
-    raise AssertionError("the table never completed")
+def _whole_table(at, seq: int, batch: int):
+    """A page run draws the cells found so far ("searching…" for the rest, with a count) and searches none;
+    the table section's own timed reruns (a fragment, run by the browser) search the rest. Fill the table
+    as those runs do, through ui.compute, and check that the page then shows all of it."""
+    df = _table(at, "model")
+    missing = int((df == "searching…").sum().sum())
+    total = len(TABLE_MODELS) * len(TABLE_HARDWARE)
+    if missing:
+        assert f"{missing} of {total} cells are still being searched" in all_text(at)
+    assert all(c is not None for row in compute.table_cells(seq, batch, budget_s=math.inf) for c in row)
+    at.run()
+    assert_clean(at)
+    assert "still being searched" not in all_text(at)
+    df = _table(at, "model")
+    assert not (df == "searching…").any().any()
+    return df
 
 
 def test_model_by_hardware_table_and_its_widgets():
@@ -149,7 +153,7 @@ def test_model_by_hardware_table_and_its_widgets():
             at.run()
             assert_clean(at)
         table = recommendation_table(seq_len=seq, global_batch_tokens=batch)
-        df = _whole_table(at)
+        df = _whole_table(at, seq, batch)
         assert len(df) == len(table.models)
         for row, cells in zip(df.to_dict("records"), table.cells, strict=True):
             values = [v for k, v in row.items() if k != "model"]
@@ -181,3 +185,20 @@ def test_fsdp2_scenario_is_recommended_without_an_error():
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
     check_groups(at, rec)
     assert all(c.scenario.training.sharding == "fsdp2" for c in rec.candidates)
+
+
+def test_table_is_drawn_at_once_and_searched_afterwards():
+    """Issue 12: a page run never waits for the table's 36 searches; it draws the cells found so far."""
+    at = open_app("recommend")
+    [s for s in at.selectbox if s.key == "rec_seq"][0].set_value(512)
+    [s for s in at.selectbox if s.key == "rec_batch"][0].set_value(2**17)
+    at.run()
+    assert_clean(at)
+    df = _table(at, "model")
+    total = len(TABLE_MODELS) * len(TABLE_HARDWARE)
+    assert (df.drop(columns="model") == "searching…").all().all()
+    assert f"{total} of {total} cells are still being searched" in all_text(at)
+    cell = compute.table_cells(512, 2**17, budget_s=1e-3)[0][0]  # a short positive budget adds one cell
+    assert cell is not None and cell.model == TABLE_MODELS[0] and cell.hardware == TABLE_HARDWARE[0]
+    at.run()
+    assert f"{total - 1} of {total} cells are still being searched" in all_text(at)

@@ -114,7 +114,10 @@ def _safety_margin() -> float:
 
 SAFETY_MARGIN = _safety_margin()  # calc.recommend's: fits when expected total <= (1 - margin) x GPU memory
 
-TABLE_BUDGET_S = 0.4  # new table cells per script run: the page never waits seconds for the whole table
+# How long the Recommend page's table section may spend on new cells per run of its own (a timed rerun
+# of the section alone, which holds up nothing else); full page runs add none, so a first visit or a
+# widget change never waits for a search of the table.
+TABLE_BUDGET_S = 0.4
 
 
 @st.cache_resource(show_spinner=False)
@@ -126,8 +129,8 @@ def _table_cells() -> dict[tuple[str, str, int, int], Any]:
 
 def table_cells(seq_len: int, global_batch_tokens: int, budget_s: float = TABLE_BUDGET_S) -> list[list[Any]]:
     """calc.recommend's model x hardware table as far as it is known: the cells found before, plus new ones
-    (each one `recommend` search, calc.recommend.table_cell) while `budget_s` lasts; None for the rest. At
-    least one new cell per call, so repeated calls finish the table."""
+    (each one `recommend` search, calc.recommend.table_cell) while `budget_s` lasts; None for the rest. A
+    positive budget adds at least one cell, so repeated calls finish the table; 0 adds none."""
     from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, table_cell
 
     known = _table_cells()
