@@ -527,6 +527,8 @@ def _layer_names(layers: int) -> tuple[list[str], list[str], list[str]]:
 def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:
     """no_grad forward with use_cache=True: weights + the KV cache growing layer by layer + one
     layer's transients; at the end the logits (B x S x V in compute dtype) are returned."""
+    from calc.layers import stack_locals_bytes
+
     t = sc.training
     eager = t.attention == Attention.eager
     layer, emb, head = _profiles(ctx, eager)
@@ -545,7 +547,7 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     cache = _amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
     for i in range(layers):
         tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer,
-               base + i * cache + lay[i].fwd_peak_nosave)
+               base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i))
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
            base - mask + layers * cache + _inference_head_peak(ctx))
     return tl

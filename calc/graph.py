@@ -108,6 +108,9 @@ class Graph:
         for i, k in last_read.items():
             if i != self.output:
                 frees[k].append(i)
+        for k, op in enumerate(self.ops):  # an output nothing reads (layer norm's mean / rstd under
+            if op.out >= 0 and op.out not in last_read and op.out != self.output:  # no_grad) dies at once
+                frees[k].append(op.out)
         fwd_peak = self._forward(savers, frees)
         fwd_peak_nosave = self._forward({}, frees)
         saved_ids = set(savers)

@@ -541,18 +541,20 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,), name="routing weights sorted")
     pg = 0 if c.frozen_base else c.w
     keep_in = not c.frozen_base  # a grouped matmul keeps its input only for the weight's gradient
+    gu_bias = _expert_bias_rows(g, perm, xa * rows * 2 * i, pg * 2 * i * e, "gate_up") if s.expert_bias else None
     gu = g.op(xa * rows * 2 * i, ins=(gathered,), saves=(gathered,) if keep_in else (), pgrad=pg * 2 * i * h * e,
               name="experts gate_up (grouped)")
-    if s.expert_bias:
-        gu = _expert_bias(g, gu, perm, xa * rows * 2 * i, pg * 2 * i * e, "gate_up")
+    if gu_bias is not None:
+        g.keep(gu_bias)  # out.add_(bias): in place on the grouped matmul's output
         prod = _clamped_swiglu(g, gu, xa * rows * i)
+        down_bias = _expert_bias_rows(g, perm, xa * rows * h, pg * h * e, "down")
+        g.keep(gu_bias)  # `selected_biases` is rebound to the down rows: the gate_up rows die here
+        g.held.append(down_bias)  # a local of the experts forward until it returns
     else:
         act = activation(g, gu, rows * i, xa * rows * i, s.hidden_act, c)  # gate is a view of gu
         prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
     down = g.op(xa * rows * h, ins=(prod,), saves=(prod,) if keep_in else (), pgrad=pg * i * h * e,
                 name="experts down (grouped)")
-    if s.expert_bias:
-        down = _expert_bias(g, down, perm, xa * rows * h, pg * h * e, "down")
     scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted), name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
     unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
@@ -564,12 +566,11 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     return out
 
 
-def _expert_bias(g: Graph, x: int, perm: int, nbytes: int, pgrad: int, name: str) -> int:
-    """gpt-oss grouped experts: `bias[expert_ids_g]` gathers one bias row per routed row (the index
-    is kept for the bias gradient) and is added to the grouped matmul's output."""
-    rows = g.op(nbytes, ins=(perm,), saves=(perm,), grad_ins=(), pgrad=pgrad, name=f"{name} bias rows")
-    g.held.append(rows)  # `selected_biases` is a local of the experts forward until it returns
-    return g.op(nbytes, ins=(x, rows), name=f"{name} + bias")
+def _expert_bias_rows(g: Graph, perm: int, nbytes: int, pgrad: int, name: str) -> int:
+    """gpt-oss grouped experts: `selected_biases = bias[expert_ids_g]` gathers one bias row per
+    routed row (the index is kept for the bias gradient) before the grouped matmul, which then adds
+    it in place (`out.add_(bias)`, transformers/integrations/moe.py, _grouped_linear)."""
+    return g.op(nbytes, ins=(perm,), saves=(perm,), grad_ins=(), pgrad=pgrad, name=f"{name} bias rows")
 
 
 def _clamped_swiglu(g: Graph, gu: int, nbytes: int) -> int:
@@ -582,7 +583,9 @@ def _clamped_swiglu(g: Graph, gu: int, nbytes: int) -> int:
     sig = g.op(nbytes, ins=(scaled,), saves=(OUT,), name="sigmoid")
     glu = g.op(nbytes, ins=(gate, sig), saves=(gate, sig), name="gate * sigmoid")
     up1 = g.op(nbytes, ins=(up,), name="up + 1")
-    return g.op(nbytes, ins=(up1, glu), saves=(up1, glu), name="(up + 1) * glu")
+    out = g.op(nbytes, ins=(up1, glu), saves=(up1, glu), name="(up + 1) * glu")
+    g.keep(gate, up)  # the `gate` and `up` locals live until _apply_gate returns
+    return out
 
 
 def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
@@ -678,6 +681,19 @@ def _sp_scatter(g: Graph, x: int, c: Ctx) -> int:
     return g.op(c.a * c.tokens // c.tp * c.spec.hidden_size, ins=(x,), name="SP reduce-scatter")
 
 
+def stack_locals_bytes(c: Ctx, layer: int) -> int:
+    """Tensors the base model's forward (LlamaModel, GPT2Model, ...) holds in locals while its
+    decoder loop runs: `position_ids` (arange(S) + past length, int64) and `inputs_embeds`, which
+    is the first layer's input and becomes extra once the loop rebinds `hidden_states`; GPT-2 adds
+    its (1, S, H) `position_embeds` before the loop, so both are extra from layer 0 on
+    (transformers 5.x modeling_*.py, *Model.forward)."""
+    s = c.spec
+    embeds = c.r * c.tokens * s.hidden_size
+    if s.family == "gpt2":
+        return 8 * c.seq + embeds + c.r * c.seq * s.hidden_size
+    return 8 * c.seq + (embeds if layer > 0 else 0)
+
+
 def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     """GPT2Block: ln_1 -> c_attn (Conv1D, fused qkv) -> split -> attention -> c_proj -> dropout
     -> residual; ln_2 -> c_fc -> gelu_new -> c_proj -> dropout -> residual (modeling_gpt2)."""
@@ -691,7 +707,8 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     m = plain_mlp(g, y2, c)
     m = dropout(g, m, t * h, c.a * t * h, s.hidden_dropout, c)
     g.op(c.r * t * h, ins=(mid, m), name="residual add")
-    g.keep(0, *g.cached)  # the layer loop still references the input; the cache keeps k, v
+    # the block's `attn_output, _ = self.attn(...)` locals, the loop's input and the cache's k, v
+    g.keep(0, o, *g.held, *g.cached)
     return g
 
 
