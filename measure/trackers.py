@@ -85,6 +85,41 @@ class _MemTrackerPhases(_PhaseMixin):
         self.phase_peak_categories: dict[str, dict[str, int]] = {}
         self.phase_peak_raw: dict[str, dict[str, int]] = {}
         self._forced: Any = None
+        self._grad_hook_handles: list[Any] = []
+        self._unpatch: Any = None
+
+    # MemTracker's ModTracker puts a multi-grad hook on every module input and output that requires
+    # grad. The hook's closure holds the tensors' autograd nodes and the hook is stored on those
+    # nodes: a cycle through C++ that Python's GC cannot collect, so each step's graph stays alive.
+    # That costs nothing until the graph reaches a leaf that is not a parameter (the embedding output
+    # that peft's enable_input_require_grads makes require grad under gradient checkpointing): its
+    # AccumulateGrad node then keeps the leaf and its .grad, +2 x B x S x H bytes per step. A run
+    # without the tracker has no such hook, so the hooks are removed once each step is done.
+    def __enter__(self) -> Any:
+        import torch.distributed._tools.mod_tracker as mod_tracker
+
+        original = mod_tracker.register_multi_grad_hook
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            handle = original(*args, **kwargs)
+            self._grad_hook_handles.append(handle)
+            return handle
+
+        mod_tracker.register_multi_grad_hook = recording
+        self._unpatch = lambda: setattr(mod_tracker, "register_multi_grad_hook", original)
+        return super().__enter__()  # type: ignore[misc]
+
+    def __exit__(self, *args: Any) -> Any:
+        try:
+            return super().__exit__(*args)  # type: ignore[misc]
+        finally:
+            self._unpatch()
+
+    def step_done(self) -> None:
+        for handle in self._grad_hook_handles:
+            handle.remove()
+        self._grad_hook_handles.clear()
+        super().step_done()  # type: ignore[misc]
 
     def _track(self, reftype: Any, t: torch.Tensor) -> None:
         super()._track(self._forced if self._forced is not None else reftype, t)  # type: ignore[misc]
