@@ -142,19 +142,24 @@ class _MemTrackerPhases(_PhaseMixin):
         return super()._track_module_params_and_buffers(module, install_grad_hooks)  # type: ignore[misc]
 
     # -- our interface --
+    def _real_snaps(self, snaps: dict[Any, Any]) -> list[Any]:
+        # MemTracker sizes every tensor it sees, meta-device ones too; those hold no memory (DeepSpeed
+        # ZeRO-1/2 keep a meta copy of every parameter's shape, stage_1_and_2.py round_robin_bit16_meta)
+        return [snap for dev, snap in snaps.items() if torch.device(dev).type != "meta"]
+
     def current_total(self) -> int:
-        return sum(snap[_TOTAL_KEY] for snap in self._curr_mem_snap.values())
+        return sum(snap[_TOTAL_KEY] for snap in self._real_snaps(self._curr_mem_snap))
 
     def current_categories(self) -> dict[str, int]:
         out = dict.fromkeys(dict.fromkeys(self.CATEGORY_OF.values()), 0)
-        for snap in self._curr_mem_snap.values():
+        for snap in self._real_snaps(self._curr_mem_snap):
             for ref, name in self.CATEGORY_OF.items():
                 out[name] += snap.get(ref, 0)
         return out
 
     def current_raw(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for snap in self._curr_mem_snap.values():
+        for snap in self._real_snaps(self._curr_mem_snap):
             for ref, v in snap.items():
                 if ref != _TOTAL_KEY:
                     out[ref.value] = out.get(ref.value, 0) + v
@@ -166,7 +171,7 @@ class _MemTrackerPhases(_PhaseMixin):
             self.phase_peak_raw[self.current_phase] = self.current_raw()  # type: ignore[index]
 
     def peak_total(self) -> int:
-        return sum(snap[_TOTAL_KEY] for snap in self._peak_mem_snap.values())
+        return sum(snap[_TOTAL_KEY] for snap in self._real_snaps(self._peak_mem_snap))
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

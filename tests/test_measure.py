@@ -82,6 +82,25 @@ def test_memtracker_matches_hand_count_on_linear_stack(batch: int, d: int, layer
     assert mt.peak_total() == max(hand.values())  # MemTracker's own global peak agrees
 
 
+
+def test_memtracker_does_not_count_meta_tensors() -> None:
+    """Meta-device tensors hold no memory: DeepSpeed ZeRO-1/2 keep a meta copy of every parameter's
+    shape (stage_1_and_2.py round_robin_bit16_meta), which MemTracker alone would count as bytes."""
+    torch = pytest.importorskip("torch")
+    from measure.trackers import PhaseMemTracker
+
+    mt = PhaseMemTracker()
+    with mt:
+        with mt.phase("forward"):
+            shapes = torch.zeros(1000, 1000, device="meta")
+            real = torch.ones(100, 10)
+            assert mt.current_total() == real.numel() * 4
+            assert sum(mt.current_raw().values()) == real.numel() * 4
+        del shapes, real
+        mt.step_done()
+    assert mt.phase_peak == {"forward": 4000}
+    assert mt.peak_total() == 4000
+
 # ---- records -----------------------------------------------------------------------------------
 
 def _record_dict() -> dict:
