@@ -203,11 +203,16 @@ SUITE: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
     ("ds-z3-fp32-offload-both-w2-gpt2", "gpt2", 2, 3, "fp32", "cpu", "cpu", {}),
     ("ds-z3-bf16-mixed-ckpt-w2-llama", "llama", 2, 3, "bf16-mixed", "none", "none",
      {"activation_checkpointing": "full"}),
-    # added with the grads_in_partition and BF16_Optimizer terms (fp32 ZeRO-1/2, ZeRO-0 bf16-mixed)
+    # fp32 ZeRO-1/2 at world size 1 and 2 (added with the tracker's meta-tensor fix)
     ("ds-z1-fp32-w1-qwen2", "qwen2", 1, 1, "fp32", "none", "none", {}),
     ("ds-z2-fp32-w1-gpt2", "gpt2", 1, 2, "fp32", "none", "none", {}),
     ("ds-z2-fp32-w2-llama", "llama", 2, 2, "fp32", "none", "none", {}),
     ("ds-z1-fp32-w2-gpt2", "gpt2", 2, 1, "fp32", "none", "none", {}),
+]
+
+# Measured but not in the data set: ZeRO-0 bf16-mixed runs through DeepSpeed's BF16_Optimizer, which the
+# engine does not model yet (the estimate is the torch reference loop's; see README, Accuracy).
+PROBES: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
     ("ds-z0-bf16-mixed-w1-llama", "llama", 1, 0, "bf16-mixed", "none", "none", {}),
     ("ds-z0-bf16-mixed-w2-qwen2", "qwen2", 2, 0, "bf16-mixed", "none", "none", {}),
 ]
