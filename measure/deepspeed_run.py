@@ -230,6 +230,9 @@ HELDOUT: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
     ("ds-heldout-z2-bf16-w2-llama", "llama", 2, 2, "bf16", "none", "none", {}),
     ("ds-heldout-z3-amp-bf16-w2-llama", "llama", 2, 3, "amp-bf16", "none", "none", {}),
     ("ds-heldout-z0-fp32-w3-mistral", "mistral", 3, 0, "fp32", "none", "none", {"micro_batch_size": 4}),
+    # after the meta-tensor fix: fp32 ZeRO-1/2 on other families, shapes and world sizes
+    ("ds-heldout-z2-fp32-w3-mistral-320", "mistral", 3, 2, "fp32", "none", "none", {"width": 320}),
+    ("ds-heldout-z1-fp32-w4-gpt2-6l", "gpt2", 4, 1, "fp32", "none", "none", {"layers": 6}),
 ]
 
 
