@@ -112,33 +112,42 @@ _GPT2_KEYS = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head":
 
 
 class Linear(NamedTuple):
-    """One matmul weight of a decoder layer (out x in, `count` of them: MoE experts)."""
+    """One matmul weight of a decoder layer (out x in, `count` of them: MoE experts), with its bias."""
 
-    name: str  # q, k, v, o, qkv, gate, up, down, gate_up, router
+    name: str  # q, k, v, o, qkv, q_a, q_b, kv_a, kv_b, gate, up, down, gate_up, router, shared_gate, ...
     in_features: int
     out_features: int
     count: int = 1
     block: Literal["attention", "mlp"] = "attention"
     fused: bool = False  # several projections in one weight (qkv, gate_up)
-    expert: bool = False  # an MoE expert weight (a 3-D nn.Parameter, not an nn.Linear)
+    expert: bool = False  # a routed MoE expert weight (a 3-D nn.Parameter, not an nn.Linear)
     module: bool = True  # an nn.Linear / Conv1D module (peft can wrap it); False for raw nn.Parameters
+    bias: bool = False  # an out-wide bias per weight (the Linear's own, or gpt-oss's expert / router bias)
+    shared: bool = False  # an always-on shared expert's nn.Linear (DeepSeek, GLM-4.5)
 
     @property
     def weights(self) -> int:
         return self.in_features * self.out_features * self.count
 
+    @property
+    def params(self) -> int:
+        """Weights and bias: every parameter this entry stands for."""
+        return self.weights + (self.out_features * self.count if self.bias else 0)
+
     def lora_target(self, targets: str) -> bool:
-        """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only q/k/v/o."""
-        if not self.module or self.expert:
+        """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only q/k/v/o.
+        Shared experts are nn.Linears that peft would wrap, but the engine's activation graph
+        (calc.layers) does not model adapters on them, so they are left out here too (as before)."""
+        if not self.module or self.expert or self.shared:
             return False
         return targets == "all-linear" or self.block == "attention"
 
     def tp_in(self, tp: int) -> int:
         """Megatron tensor parallelism: o and down are row-parallel (input split), the rest column-parallel."""
-        return tp if self.name in ("o", "down") else 1
+        return tp if self.name in ("o", "down", "shared_down") else 1
 
     def tp_out(self, tp: int) -> int:
-        return 1 if self.name in ("o", "down") else tp
+        return 1 if self.name in ("o", "down", "shared_down") else tp
 
 
 class ModelSpec(BaseModel):
@@ -267,32 +276,72 @@ class ModelSpec(BaseModel):
         """One normalisation layer: H (RMSNorm) or 2H (LayerNorm weight + bias)."""
         return 2 * self.hidden_size if self.uses_layernorm else self.hidden_size
 
-    def linear_layers(self) -> list[Linear]:
-        """Every matmul weight of one decoder layer, as transformers registers it: the one list that LoRA
-        (engine and speed model) and ZeRO-3's per-layer fetches read. (The parameter counts still use
-        their own formulas, which also cover MLA attention, shared experts and expert biases; for the
-        other families they equal this list's weights plus biases.)
+    def linear_layers(self, dense: bool = False) -> list[Linear]:
+        """Every matmul weight of one decoder layer, as transformers registers it: the one list that the
+        parameter counts, LoRA (engine and speed model) and ZeRO-3's per-layer fetches read. `dense`: one
+        of a MoE model's first `dense_layers` layers (a plain gated MLP instead of the experts).
         Fused projections are one weight (gpt2's c_attn, neox's query_key_value, phi3's qkv_proj and
         gate_up_proj); MoE experts are 3-D nn.Parameters (transformers 5: gate_up_proj and down_proj of
         shape E x out x in) and the router a plain nn.Parameter, none of them an nn.Linear."""
-        h, i, q, kv = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width
+        return self._attention_linears() + self._mlp_linears(dense)
+
+    def _attention_linears(self) -> list[Linear]:
+        h, q, kv = self.hidden_size, self.q_width, self.kv_width
+        if self.mla:
+            return self._mla_linears()
         if self.family in ("gpt2", "gpt_neox", "phi3"):
-            attn = [Linear("qkv", h, q + 2 * kv, block="attention", fused=True), Linear("o", q, h, block="attention")]
+            qkv = [Linear("qkv", h, q + 2 * kv, fused=True, bias=self.qkv_bias)]
         else:
-            attn = [Linear("q", h, q, block="attention"), Linear("k", h, kv, block="attention"),
-                    Linear("v", h, kv, block="attention"), Linear("o", q, h, block="attention")]
+            qkv = [Linear(n, h, w, bias=self.qkv_bias) for n, w in (("q", q), ("k", kv), ("v", kv))]
+        return qkv + [Linear("o", q, h, bias=self.o_bias)]
+
+    def _mla_linears(self) -> list[Linear]:
+        """DeepseekV3Attention: q (q_proj, or q_a_proj -> q_b_proj), kv_a_proj_with_mqa -> kv_b_proj, o_proj
+        (biases on q_a / kv_a / o with attention_bias); the latent norms are in layer_other_params."""
+        h, nh, r, kvl, ql, bias = (self.hidden_size, self.num_heads, self.qk_rope_head_dim, self.kv_lora_rank,
+                                   self.q_lora_rank, self.qkv_bias)
+        q = [Linear("q_a", h, ql, bias=bias), Linear("q_b", ql, self.q_width)] if ql else [Linear("q", h, self.q_width)]
+        return q + [Linear("kv_a", h, kvl + r, bias=bias), Linear("kv_b", kvl, nh * (self.head_dim - r + self.v_head_dim)),
+                    Linear("o", self.v_width, h, bias=bias)]
+
+    def _mlp_linears(self, dense: bool) -> list[Linear]:
+        h, i, bias = self.hidden_size, self.intermediate_size, self.mlp_bias
+        if self.num_experts > 1 and dense:
+            return _gated("", h, self.dense_intermediate_size, bias)
         if self.num_experts > 1:
-            e = self.num_experts
-            mlp = [Linear("gate_up", h, 2 * i, e, block="mlp", fused=True, expert=True),
-                   Linear("down", i, h, e, block="mlp", expert=True),
-                   Linear("router", h, e, block="mlp", module=False)]
-        elif self.family == "phi3":
-            mlp = [Linear("gate_up", h, 2 * i, block="mlp", fused=True), Linear("down", i, h, block="mlp")]
-        elif self.gated_mlp:
-            mlp = [Linear("gate", h, i, block="mlp"), Linear("up", h, i, block="mlp"), Linear("down", i, h, block="mlp")]
-        else:
-            mlp = [Linear("up", h, i, block="mlp"), Linear("down", i, h, block="mlp")]
-        return attn + mlp
+            e, eb = self.num_experts, self.expert_bias
+            mlp = [Linear("gate_up", h, 2 * i, e, block="mlp", fused=True, expert=True, bias=eb),
+                   Linear("down", i, h, e, block="mlp", expert=True, bias=eb),
+                   Linear("router", h, e, block="mlp", module=False, bias=eb)]
+            return mlp + (_gated("shared_", h, self.shared_experts * i, bias) if self.shared_experts else [])
+        if self.family == "phi3":
+            return [Linear("gate_up", h, 2 * i, block="mlp", fused=True), Linear("down", i, h, block="mlp")]
+        if self.gated_mlp:
+            return _gated("", h, i, bias)
+        return [Linear("up", h, i, block="mlp", bias=bias), Linear("down", i, h, block="mlp", bias=bias)]
+
+    def layer_other_params(self) -> dict[str, int]:
+        """One decoder layer's parameters that are no matmul weight or bias, by transformers' names."""
+        other = {"layer norms": self.layer_norm_params()}
+        if self.qk_norm:
+            other["q_norm + k_norm"] = 2 * self.head_dim
+        if self.mla and self.q_lora_rank:
+            other["q_a_layernorm"] = self.q_lora_rank
+        if self.mla:
+            other["kv_a_layernorm"] = self.kv_lora_rank
+        if self.attention_sinks:
+            other["sinks"] = self.num_heads
+        return other
+
+    def model_other_params(self) -> dict[str, int]:
+        """Parameters outside the decoder layers, by name (lm_head absent when tied to the embedding)."""
+        other = {"embed_tokens": self.vocab_size * self.hidden_size}
+        if self.family == "gpt2":
+            other["wpe (learned positions)"] = self.max_position_embeddings * self.hidden_size
+        other["final norm"] = self.norm_params()
+        if not self.tie_word_embeddings:
+            other["lm_head"] = self.lm_head_params()
+        return other
 
     def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1) -> int:
         """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear ('all-linear' or
@@ -301,75 +350,48 @@ class ModelSpec(BaseModel):
                    for lin in self.linear_layers() if lin.lora_target(targets))
 
     def attention_params(self) -> int:
-        """q, k, v, o projections (+ biases where the family has them; qwen3's q/k norms)."""
-        h, q, kv = self.hidden_size, self.q_width, self.kv_width
-        if self.mla:
-            return self._mla_params()
-        n = h * (q + 2 * kv) + q * h
-        if self.qkv_bias:
-            n += q + 2 * kv
-        if self.o_bias:
-            n += h
-        if self.qk_norm:
-            n += 2 * self.head_dim
-        if self.attention_sinks:
-            n += self.num_heads
-        return n
-
-    def _mla_params(self) -> int:
-        """DeepseekV3Attention: q (q_proj, or q_a_proj + norm + q_b_proj), kv_a_proj_with_mqa, its norm,
-        kv_b_proj and o_proj (biases on q_a / kv_a / o with attention_bias)."""
-        h, q, r, kvl = self.hidden_size, self.q_width, self.qk_rope_head_dim, self.kv_lora_rank
-        n = h * q if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q
-        n += h * (kvl + r) + kvl + kvl * self.num_heads * (self.head_dim - r + self.v_head_dim) + self.v_width * h
-        if self.qkv_bias:
-            n += (self.q_lora_rank or 0) + kvl + r + h
-        return n
+        """The attention block's linears (with biases), its q/k or latent norms and gpt-oss's sinks."""
+        linears = sum(lin.params for lin in self.linear_layers() if lin.block == "attention")
+        return linears + sum(n for k, n in self.layer_other_params().items() if k != "layer norms")
 
     def mlp_params_per_expert(self) -> int:
-        """Gated (gate, up, down = 3*H*I) or plain (up, down = 2*H*I) MLP, with biases if any."""
-        h, i = self.hidden_size, self.intermediate_size
-        if self.gated_mlp:
-            return 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        return 2 * h * i + (i + h if self.mlp_bias else 0)
+        """One routed expert's weights and biases (MoE); the whole MLP of a dense model."""
+        experts = [lin for lin in self.linear_layers() if lin.expert]
+        if not experts:
+            return self.mlp_params()
+        return sum(lin.params // lin.count for lin in experts)
 
-    def mlp_params(self) -> int:
-        """All experts plus the router (H*E) and any shared experts for MoE; one MLP for dense models."""
-        n = self.num_experts * self.mlp_params_per_expert()
-        if self.num_experts > 1:
-            n += self.hidden_size * self.num_experts + self.shared_experts * self.mlp_params_per_expert()
-        if self.expert_bias:  # gate_up and down biases per expert, the router's bias
-            n += self.num_experts * (2 * self.intermediate_size + self.hidden_size + 1)
-        return n
+    def mlp_params(self, dense: bool = False) -> int:
+        """The MLP block's linears: all experts, the router and any shared experts for MoE."""
+        return sum(lin.params for lin in self.linear_layers(dense) if lin.block == "mlp")
 
     def dense_layer_delta(self) -> int:
         """Parameters a dense layer of a MoE model has beyond (negative: below) a MoE layer."""
         if not self.dense_layers:
             return 0
-        return 3 * self.hidden_size * self.dense_intermediate_size - self.mlp_params()
+        return self.mlp_params(dense=True) - self.mlp_params()
 
     def norms_per_layer(self) -> int:
         return 4 if self.family in GEMMA_FAMILIES else 2
 
     def layer_norm_params(self) -> int:
-        """The layer's normalisation weights (replicated under tensor parallelism)."""
+        """The layer's H-wide normalisation weights (replicated under tensor parallelism)."""
         return self.norms_per_layer() * self.norm_params()
 
     def layer_params(self) -> int:
-        return self.attention_params() + self.mlp_params() + self.layer_norm_params()
+        """One (MoE, where the model has dense first layers) decoder layer: its linears and the rest."""
+        return self.layer_matmul_params() + self.layer_norm_params()
 
     def layer_matmul_params(self) -> int:
-        """Everything in a layer but its norms: the weights matmuls use (and TP splits)."""
+        """Everything in a layer but its H-wide norms: the weights matmuls use (and TP splits)."""
         return self.attention_params() + self.mlp_params()
 
     def total_params(self) -> int:
         """Exact `sum(p.numel())` of the transformers CausalLM model (tied weights counted once)."""
         return (
-            self.embedding_params()
+            sum(self.model_other_params().values())
             + self.num_layers * self.layer_params()
             + self.dense_layers * self.dense_layer_delta()
-            + self.norm_params()  # final norm
-            + self.lm_head_params()
         )
 
     def active_params(self) -> int:
@@ -419,6 +441,14 @@ class ModelSpec(BaseModel):
         norms = [(shape, n * L * self.norms_per_layer()) for shape, n in norm] + norm
         head = [((self.vocab_size, h), 1)] if not self.tie_word_embeddings else []
         return shapes + attn + mlp + norms + head
+
+
+def _gated(prefix: str, h: int, i: int, bias: bool) -> list[Linear]:
+    """A gated MLP's gate_proj, up_proj and down_proj (a dense layer, or MoE shared experts: prefix 'shared_')."""
+    shared = prefix == "shared_"
+    return [Linear(f"{prefix}gate", h, i, block="mlp", bias=bias, shared=shared),
+            Linear(f"{prefix}up", h, i, block="mlp", bias=bias, shared=shared),
+            Linear(f"{prefix}down", i, h, block="mlp", bias=bias, shared=shared)]
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:

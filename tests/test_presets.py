@@ -225,3 +225,54 @@ def test_gpu_architecture_is_a_closed_set_and_hopper_gets_its_workspace():
         ws[gpu] = next(c.bytes for c in estimate(sc).components if c.key == "cublas_workspace")
     assert ws["h100-sxm"] == 2 * CUBLAS_WORKSPACE_BYTES_SM90
     assert ws["a100-80gb"] == ws[None] == 2 * CUBLAS_WORKSPACE_BYTES_OLDER  # no GPU: not Hopper's
+
+
+@pytest.mark.parametrize("preset", sorted(model_presets()))
+def test_total_params_is_the_linear_list_plus_the_named_other_params(preset):
+    """The counts read one list of matrices (ModelSpec.linear_layers) plus named non-matmul parameters; the
+    per-tensor shapes (optimizer memory) must add up to the same total, so no family's count can drift."""
+    from math import prod
+
+    spec = model_presets()[preset].spec
+    moe_layers = spec.num_layers - spec.dense_layers
+    linears = (moe_layers * sum(lin.params for lin in spec.linear_layers())
+               + spec.dense_layers * sum(lin.params for lin in spec.linear_layers(dense=True)))
+    other = spec.num_layers * sum(spec.layer_other_params().values()) + sum(spec.model_other_params().values())
+    assert spec.total_params() == linears + other
+    assert spec.total_params() == sum(prod(shape) * n for shape, n in spec.param_shapes())
+
+
+def _smallest_preset_per_family() -> list[str]:
+    by_family: dict[str, str] = {}
+    for pid, p in sorted(model_presets().items(), key=lambda kv: kv[1].spec.total_params()):
+        by_family.setdefault(p.spec.family, pid)
+    return sorted(by_family.values())
+
+
+@pytest.mark.parametrize("preset_id", _smallest_preset_per_family())
+def test_linear_list_is_what_transformers_builds_per_layer(hf, preset_id):
+    """Each decoder layer transformers builds (first and last: a MoE model's dense and MoE layers) holds the
+    list's matrices (one tensor each, matched by size) and nothing but them, their biases and the named rest."""
+    transformers, torch = hf
+    preset = model_presets()[preset_id]
+    spec = preset.spec
+    cfg = dict(preset.config)
+    layers = spec.dense_layers + 1  # one MoE layer after the dense ones keeps the meta build cheap
+    cfg["num_hidden_layers"] = layers
+    if cfg.get("layer_types"):
+        cfg["layer_types"] = cfg["layer_types"][:layers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+        if getattr(config, "pad_token_id", None) is not None and config.pad_token_id >= config.vocab_size:
+            config.pad_token_id = None
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    blocks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers][0]
+    for index, dense in ((0, spec.dense_layers > 0), (layers - 1, False)):
+        params = dict(blocks[index].named_parameters())
+        linears = spec.linear_layers(dense)
+        matrices = sorted(p.numel() for n, p in params.items() if p.dim() >= 2 and "bias" not in n)
+        assert matrices == sorted(lin.weights for lin in linears), preset_id
+        other = sum(spec.layer_other_params().values())
+        assert sum(p.numel() for p in params.values()) == sum(lin.params for lin in linears) + other, preset_id
