@@ -5,6 +5,7 @@ transformers implementation (checked by tests/test_presets.py on the meta device
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -133,6 +134,12 @@ class Linear(NamedTuple):
     def params(self) -> int:
         """Weights and bias: every parameter this entry stands for."""
         return self.weights + (self.out_features * self.count if self.bias else 0)
+
+    def shapes(self) -> list[tuple[tuple[int, ...], int]]:
+        """(shape, count) of the tensors as registered: out x in (a routed expert stack: E x out x in), bias."""
+        lead, n = ((self.count,), 1) if self.expert else ((), self.count)
+        weight = [(lead + (self.out_features, self.in_features), n)]
+        return weight + ([(lead + (self.out_features,), n)] if self.bias else [])
 
     def lora_target(self, targets: str) -> bool:
         """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only q/k/v/o.
@@ -320,28 +327,36 @@ class ModelSpec(BaseModel):
             return _gated("", h, i, bias)
         return [Linear("up", h, i, block="mlp", bias=bias), Linear("down", i, h, block="mlp", bias=bias)]
 
-    def layer_other_params(self) -> dict[str, int]:
-        """One decoder layer's parameters that are no matmul weight or bias, by transformers' names."""
-        other = {"layer norms": self.layer_norm_params()}
+    def layer_other_shapes(self) -> dict[str, tuple[tuple[int, ...], int]]:
+        """One decoder layer's parameters that are no matmul weight or bias, by transformers' names:
+        name -> (shape, how many)."""
+        other = {"layer norms": ((self.hidden_size,), self.layer_norm_params() // self.hidden_size)}
         if self.qk_norm:
-            other["q_norm + k_norm"] = 2 * self.head_dim
+            other["q_norm + k_norm"] = ((self.head_dim,), 2)
         if self.mla and self.q_lora_rank:
-            other["q_a_layernorm"] = self.q_lora_rank
+            other["q_a_layernorm"] = ((self.q_lora_rank,), 1)
         if self.mla:
-            other["kv_a_layernorm"] = self.kv_lora_rank
+            other["kv_a_layernorm"] = ((self.kv_lora_rank,), 1)
         if self.attention_sinks:
-            other["sinks"] = self.num_heads
+            other["sinks"] = ((self.num_heads,), 1)
         return other
 
-    def model_other_params(self) -> dict[str, int]:
+    def model_other_shapes(self) -> dict[str, tuple[tuple[int, ...], int]]:
         """Parameters outside the decoder layers, by name (lm_head absent when tied to the embedding)."""
-        other = {"embed_tokens": self.vocab_size * self.hidden_size}
+        h = self.hidden_size
+        other = {"embed_tokens": ((self.vocab_size, h), 1)}
         if self.family == "gpt2":
-            other["wpe (learned positions)"] = self.max_position_embeddings * self.hidden_size
-        other["final norm"] = self.norm_params()
+            other["wpe (learned positions)"] = ((self.max_position_embeddings, h), 1)
+        other["final norm"] = ((h,), self.norm_params() // h)
         if not self.tie_word_embeddings:
-            other["lm_head"] = self.lm_head_params()
+            other["lm_head"] = ((self.vocab_size, h), 1)
         return other
+
+    def layer_other_params(self) -> dict[str, int]:
+        return {name: prod(shape) * n for name, (shape, n) in self.layer_other_shapes().items()}
+
+    def model_other_params(self) -> dict[str, int]:
+        return {name: prod(shape) * n for name, (shape, n) in self.model_other_shapes().items()}
 
     def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1) -> int:
         """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear ('all-linear' or
@@ -400,47 +415,17 @@ class ModelSpec(BaseModel):
         return self.total_params() - (self.num_layers - self.dense_layers) * inactive
 
     def param_shapes(self) -> list[tuple[tuple[int, ...], int]]:
-        """(shape, count) of every parameter tensor, as the transformers module registers them
-        (used for shape-dependent optimizer memory: Adafactor, for-loop temporaries, 8-bit)."""
-        h, i, q, kv, L = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width, self.num_layers
-        shapes: list[tuple[tuple[int, ...], int]] = [((self.vocab_size, h), 1)]
-        if self.family == "gpt2":
-            shapes.append(((self.max_position_embeddings, h), 1))
-        norm = [((h,), 2)] if self.uses_layernorm else [((h,), 1)]
-        if self.mla:
-            r, kvl, ql = self.qk_rope_head_dim, self.kv_lora_rank, self.q_lora_rank
-            attn = [((ql, h), L), ((ql,), L), ((q, ql), L)] if ql else [((q, h), L)]
-            attn += [((kvl + r, h), L), ((kvl,), L), ((self.num_heads * (self.head_dim - r + self.v_head_dim), kvl), L),
-                     ((h, self.v_width), L)]
-        elif self.family in ("gpt2", "gpt_neox", "phi3"):
-            attn = [((q + 2 * kv, h), L), ((h, q), L)]
-        else:
-            attn = [((q, h), L), ((kv, h), 2 * L), ((h, q), L)]
-        if self.qkv_bias and not self.mla:
-            attn += [((q + 2 * kv,), L)] if self.family in ("gpt2", "gpt_neox") else [((q,), L), ((kv,), 2 * L)]
-        if self.o_bias:
-            attn.append(((h,), L))
-        if self.qk_norm:
-            attn.append(((self.head_dim,), 2 * L))
-        if self.attention_sinks:
-            attn.append(((self.num_heads,), L))
-        if self.num_experts > 1:
-            moe, dense, di, si = L - self.dense_layers, self.dense_layers, self.dense_intermediate_size, \
-                self.shared_experts * i
-            mlp = [((self.num_experts, 2 * i, h), moe), ((self.num_experts, h, i), moe), ((self.num_experts, h), moe)]
-            mlp += [((si, h), 2 * moe), ((h, si), moe)] if si else []
-            mlp += [((di, h), 2 * dense), ((h, di), dense)] if dense else []
-            e = self.num_experts
-            mlp += [((e, 2 * i), moe), ((e, h), moe), ((e,), moe)] if self.expert_bias else []
-        elif self.family == "phi3":
-            mlp = [((2 * i, h), L), ((h, i), L)]
-        elif self.gated_mlp:
-            mlp = [((i, h), 2 * L), ((h, i), L)] + ([((i,), 2 * L), ((h,), L)] if self.mlp_bias else [])
-        else:
-            mlp = [((i, h), L), ((h, i), L), ((i,), L), ((h,), L)]
-        norms = [(shape, n * L * self.norms_per_layer()) for shape, n in norm] + norm
-        head = [((self.vocab_size, h), 1)] if not self.tie_word_embeddings else []
-        return shapes + attn + mlp + norms + head
+        """(shape, count) of every parameter tensor, as the transformers module registers them (used for
+        shape-dependent optimizer memory: Adafactor, for-loop temporaries, 8-bit): the linear list of each
+        layer kind (a MoE model's dense first layers apart) and the named rest."""
+        L, dense = self.num_layers, self.dense_layers
+        mlps = [(self._mlp_linears(dense=False), L - dense)] + ([(self._mlp_linears(dense=True), dense)] if dense else [])
+        shapes = list(self.model_other_shapes().values())
+        shapes += [(shape, n * L) for shape, n in self.layer_other_shapes().values()]
+        shapes += [(shape, n * L) for lin in self._attention_linears() for shape, n in lin.shapes()]
+        for linears, layers in mlps:
+            shapes += [(shape, n * layers) for lin in linears for shape, n in lin.shapes()]
+        return shapes
 
 
 def _gated(prefix: str, h: int, i: int, bias: bool) -> list[Linear]:
