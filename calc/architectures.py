@@ -270,14 +270,12 @@ class ModelSpec(BaseModel):
     # ---- parameter counts -------------------------------------------------------------
     def embedding_params(self) -> int:
         """Token embedding V*H, plus GPT-2's learned positions P*H."""
-        n = self.vocab_size * self.hidden_size
-        if self.family == "gpt2":
-            n += self.max_position_embeddings * self.hidden_size
-        return n
+        other = self.model_other_params()
+        return other["embed_tokens"] + other.get("wpe (learned positions)", 0)
 
     def lm_head_params(self) -> int:
         """Output projection V*H; zero when tied to the input embedding."""
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.model_other_params().get("lm_head", 0)
 
     def norm_params(self) -> int:
         """One normalisation layer: H (RMSNorm) or 2H (LayerNorm weight + bias)."""
