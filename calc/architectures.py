@@ -136,7 +136,8 @@ class Linear(NamedTuple):
         return self.weights + (self.out_features * self.count if self.bias else 0)
 
     def shapes(self) -> list[tuple[tuple[int, ...], int]]:
-        """(shape, count) of the tensors as registered: out x in (a routed expert stack: E x out x in), bias."""
+        """(shape, count) of the tensors as registered: out x in (a routed expert stack: E x out x in; GPT-2's
+        Conv1D stores in x out, the same size), and the bias."""
         lead, n = ((self.count,), 1) if self.expert else ((), self.count)
         weight = [(lead + (self.out_features, self.in_features), n)]
         return weight + ([(lead + (self.out_features,), n)] if self.bias else [])

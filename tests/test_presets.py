@@ -242,27 +242,49 @@ def test_total_params_is_the_linear_list_plus_the_named_other_params(preset):
     assert spec.total_params() == sum(prod(shape) * n for shape, n in spec.param_shapes())
 
 
-def _smallest_preset_per_family() -> list[str]:
+# families or options no preset has: GLM-4.5 (qk norms, biases), MLA with attention_bias, llama's mlp_bias
+_SMALL_CONFIGS = {
+    "glm4_moe-toy": dict(model_type="glm4_moe", vocab_size=128, hidden_size=64, intermediate_size=96,
+                         moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                         first_k_dense_replace=1, attention_bias=True, use_qk_norm=True),
+    "deepseek_v3-bias-toy": dict(model_type="deepseek_v3", vocab_size=128, hidden_size=64, intermediate_size=96,
+                                 moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1,
+                                 n_group=2, topk_group=1, q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8,
+                                 qk_nope_head_dim=8, v_head_dim=8, attention_bias=True),
+    "llama-bias-toy": dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=96,
+                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, attention_bias=True,
+                           mlp_bias=True),
+}
+
+
+def _one_config_per_family() -> list[str]:
     by_family: dict[str, str] = {}
     for pid, p in sorted(model_presets().items(), key=lambda kv: kv[1].spec.total_params()):
         by_family.setdefault(p.spec.family, pid)
-    return sorted(by_family.values())
+    return sorted(by_family.values()) + sorted(_SMALL_CONFIGS)
 
 
-@pytest.mark.parametrize("preset_id", _smallest_preset_per_family())
-def test_linear_list_is_what_transformers_builds_per_layer(hf, preset_id):
+@pytest.mark.parametrize("model_id", _one_config_per_family())
+def test_linear_list_is_what_transformers_builds_per_layer(hf, model_id):
     """Each decoder layer transformers builds (first and last: a MoE model's dense and MoE layers) holds the
-    list's matrices (one tensor each, matched by size) and nothing but them, their biases and the named rest."""
+    list's matrices (one tensor each, matched by size) and nothing but them, their biases and the named rest;
+    the whole (shortened) model's count is the total and the per-tensor shapes' sum."""
+    from math import prod
+
+    from calc.architectures import spec_from_hf_config
+
     transformers, torch = hf
-    preset = model_presets()[preset_id]
-    spec = preset.spec
-    cfg = dict(preset.config)
+    cfg = dict(_SMALL_CONFIGS[model_id] if model_id in _SMALL_CONFIGS else model_presets()[model_id].config)
+    spec = spec_from_hf_config(cfg)
     layers = spec.dense_layers + 1  # one MoE layer after the dense ones keeps the meta build cheap
     cfg["num_hidden_layers"] = layers
     if cfg.get("layer_types"):
         cfg["layer_types"] = cfg["layer_types"][:layers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        spec = spec_from_hf_config(cfg)  # the shortened model
         config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
         if getattr(config, "pad_token_id", None) is not None and config.pad_token_id >= config.vocab_size:
             config.pad_token_id = None
@@ -273,6 +295,8 @@ def test_linear_list_is_what_transformers_builds_per_layer(hf, preset_id):
         params = dict(blocks[index].named_parameters())
         linears = spec.linear_layers(dense)
         matrices = sorted(p.numel() for n, p in params.items() if p.dim() >= 2 and "bias" not in n)
-        assert matrices == sorted(lin.weights for lin in linears), preset_id
+        assert matrices == sorted(lin.weights for lin in linears), model_id
         other = sum(spec.layer_other_params().values())
-        assert sum(p.numel() for p in params.values()) == sum(lin.params for lin in linears) + other, preset_id
+        assert sum(p.numel() for p in params.values()) == sum(lin.params for lin in linears) + other, model_id
+    total = sum(p.numel() for p in model.parameters())
+    assert total == spec.total_params() == sum(prod(shape) * n for shape, n in spec.param_shapes()), model_id
