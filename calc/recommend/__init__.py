@@ -1,24 +1,8 @@
 """Which configurations fit every limit, ranked by estimated tokens/s in two groups (full fine-tuning and
 adapters: LoRA / QLoRA); a model x hardware table built by the same search; and the "what to turn on
 next" waterfall. One concern per module: models (request and results), combos (what is varied),
-search, words (labels, explanations, advice), table, waterfall, cli.
-
-The search enumerates precision, checkpointing granularity, attention kernel, ZeRO stage, offload
-targets, tensor/pipeline sizes and the micro-batch / gradient-accumulation split of a requested global
-batch (plus 8-bit AdamW, LoRA and QLoRA when the request allows changing the training method), keeps
-what fits on the GPU with a safety margin, and ranks by the speed model (calc.speed).
-
-It stays fast by never estimating what cannot win (branch and bound):
-1. Speed needs no memory estimate (~15 us), so every combination gets an upper bound first: its best
-   tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
-   once `max_candidates` fitting results are at least as fast as the next bound.
-2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
-   over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
-3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
-   SDPA/FlashAttention in every case), NVMe offload where CPU offload fits (same GPU memory, slower),
-   ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
-   frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
-4. Every memory estimate is cached by its exact configuration.
+search (how the search stays fast is told there), words (labels, explanations, advice), table,
+waterfall, cli.
 """
 
 
