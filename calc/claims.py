@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from calc.engine import estimate
 from calc.per_param import BytesPerParam, bytes_per_param
 from calc.presets import gpu_presets, load_yaml
-from calc.result import Estimate
 from calc.scenario import Scenario
 from calc.speed import estimate_speed, hardware_of
 from calc.units import GB, GiB, MiB
@@ -152,12 +151,6 @@ def load_claims(path: str = str(CLAIMS_PATH)) -> tuple[Claim, ...]:
     return claims
 
 
-def fits_everything(sc: Scenario, est: Estimate) -> bool | None:
-    """The engine's one verdict (calc.verdict: GPU memory, and host RAM / NVMe per node when offloading);
-    None when a limit it needs is unknown."""
-    return est.verdict.fits
-
-
 def metric_value(sc: Scenario, chk: Check) -> float | bool | None:
     """The engine's figure for one scenario: bytes, seconds, bytes/s, a fraction or a fit."""
     m = chk.metric
@@ -192,7 +185,7 @@ def metric_value(sc: Scenario, chk: Check) -> float | bool | None:
     if m == "states_per_trainable":
         return max(tl.optimizer_states) / est.model.trainable_params
     if m == "fits":
-        return fits_everything(sc, est)
+        return est.verdict.fits  # the one verdict (calc.verdict)
     if m == "optimizer_share":
         return est.breakdown.optimizer_states / est.peak_allocated_bytes
     return max(getattr(tl, m))  # a category at its largest during the step

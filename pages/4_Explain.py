@@ -9,6 +9,7 @@ import streamlit as st
 from calc.claims import article_batch_formula
 from calc.precision import MIXED_STEP_GRADIENTS_WHY
 from calc.result import CATEGORY_LABELS
+from calc.verdict import short
 from ui import charts, compute, fmt, state
 from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
@@ -364,7 +365,7 @@ except ValueError as exc:
 if steps:
     st.table([{"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
                "device total": g(s.device_total_expected_bytes), "host RAM per node": g(s.cpu_ram_bytes),
-               "verdict": "—" if s.fits is None else ("fits" if s.fits else "does not fit"),
+               "verdict": short(s.verdict),
                "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
               for s in steps], hide_index=True)
     first = next((s for s in steps if s.fits), None)

@@ -10,7 +10,6 @@ from typing import Any
 import streamlit as st
 
 from calc import parallel
-from calc.claims import fits_everything
 from calc.engine import autocast_weight_copies_bytes, estimate
 from calc.per_param import bytes_per_param
 from calc.presets import gpu_presets
@@ -50,7 +49,7 @@ def summary(sc: Scenario, est: Estimate) -> dict[str, Any]:
     return {
         "peak": est.peak_allocated_bytes, "device": est.device_total_bytes.expected,
         "device_low": est.device_total_bytes.low, "device_high": est.device_total_bytes.high,
-        "fits": fits_everything(sc, est), "verdict": verdict_text(sc, est), "headroom": est.headroom_bytes,
+        "fits": est.verdict.fits, "verdict": verdict_text(sc, est), "headroom": est.headroom_bytes,
         "gpu": est.gpu_memory_bytes, "event": est.peak_event, "phase": est.peak_phase, "cpu_ram": est.cpu_ram_bytes,
         "nvme": est.nvme_bytes, "trainable": est.model.trainable_params, **{c: getattr(b, c) for c in CATEGORIES},
         **{f"max_{c}": max(getattr(est.timeline, c)) for c in CATEGORIES},
