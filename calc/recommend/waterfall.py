@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from calc.engine import estimate
 from calc.presets import gpu_presets
@@ -33,11 +33,15 @@ class WaterfallStep(BaseModel):
     device_total_high_bytes: int
     cpu_ram_bytes: int = Field(description="host RAM per node the offload needs")
     verdict: Verdict = Field(description="the engine's verdict (GPU memory, host RAM, NVMe)")
-    fits: bool | None = Field(description="verdict.fits")
     tight: bool = Field(False, description="fits, but the expected device total is above (1 - margin) x GPU memory")
     tokens_per_s_per_gpu: float | None
     step_s: float | None
     why_more: str | None = Field(None, description="when this step needs more GPU memory than the one before: why")
+
+    @computed_field(description="verdict.fits, derived so the two cannot disagree")
+    @property
+    def fits(self) -> bool | None:
+        return self.verdict.fits
 
 
 def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_MARGIN,
@@ -101,7 +105,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
             step=i, name=name, change=change, scenario=s2, method_change=method,
             peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
             device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
-            verdict=est.verdict, fits=est.verdict.fits,
+            verdict=est.verdict,
             tight=bool(est.verdict.fits) and mem is not None and need > mem * (1 - safety_margin),
             tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None,
             why_more=None if prev is None else why_more(name, prev, est)))
