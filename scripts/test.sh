@@ -7,5 +7,9 @@ python3 -m pip install -q -r requirements-dev.txt
 if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: could not install chromium; browser test will be skipped"
 fi
+# The browser test screenshots the Chinese pages: without a CJK font Chromium draws boxes.
+if command -v chromium >/dev/null 2>&1 && ! fc-list :lang=zh 2>/dev/null | grep -q .; then
+  (apt-get update -qq && apt-get install -y -qq fonts-noto-cjk >/dev/null) || echo "warning: could not install fonts-noto-cjk; Chinese screenshots will show boxes"
+fi
 python3 -m ruff check .
 python3 -m pytest -q "$@"

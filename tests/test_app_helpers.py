@@ -58,6 +58,41 @@ def texts(at: AppTest) -> list[str]:
     return out
 
 
+WIDGETS = ("button", "checkbox", "toggle", "radio", "selectbox", "multiselect", "select_slider", "slider",
+           "number_input", "text_input", "text_area", "date_input", "time_input", "color_picker", "tabs",
+           "expander", "metric", "button_group", "status")
+
+
+def _figure_text(fig: dict[str, Any]) -> list[str]:
+    """Titles, axis titles, legend names, hover templates and annotations of a Plotly figure."""
+    layout = fig.get("layout", {})
+    out = [t.get("text", "") if isinstance(t, dict) else str(t)
+           for key, value in layout.items() if key == "title" or key.startswith(("xaxis", "yaxis", "legend"))
+           for t in ([value.get("title")] if isinstance(value, dict) and key != "title" else [value])
+           if t]
+    out += [a.get("text", "") for a in layout.get("annotations", [])]
+    for trace in fig.get("data", []):
+        out += [str(trace.get(k, "")) for k in ("name", "hovertemplate", "legendgrouptitle")]
+    return [t for t in out if t]
+
+
+def visible_text(at: AppTest) -> list[str]:
+    """Everything a user reads on the page: texts, widget labels, help and options, metrics, tabs,
+    expanders, and the words inside the Plotly charts."""
+    out = texts(at)
+    for kind in WIDGETS:
+        for el in at.get(kind):
+            for attr in ("label", "help", "placeholder", "value", "options"):
+                v = getattr(el, attr, None) if attr != "value" or kind in ("metric", "button") else None
+                if isinstance(v, str):
+                    out.append(v)
+                elif isinstance(v, (list, tuple)):
+                    out += [str(o) for o in v]
+    for el in at.get("plotly_chart"):
+        out += _figure_text(figure_from_json(el.proto.spec))
+    return out
+
+
 def assert_clean(at: AppTest) -> None:
     """No exception element and no traceback text anywhere on the page."""
     assert not at.exception, [e.value for e in at.exception]

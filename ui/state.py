@@ -465,7 +465,10 @@ def set_calibration(cal: Calibration | None) -> None:
 
 def page_params(include_compare: bool = False) -> dict[str, str]:
     """The query parameters that describe the current state (for st.query_params and links)."""
+    from ui import i18n  # imports streamlit, as _st() does
+
     out = scenario_to_params(get_scenario())
+    out[i18n.LANG_PARAM] = i18n.current()  # shared links open in the sharer's language
     if include_compare:
         out[COMPARE_PARAM] = compare_to_param(get_compare())
     cal = get_calibration()

@@ -16,6 +16,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from calc.boundary import decode, parse_json
+from calc.i18n import N_
 from calc.presets import resolve_model
 from calc.scenario import (
     Attention,
@@ -29,14 +30,15 @@ from calc.scenario import (
 )
 from calc.units import GiB, MiB
 from ui import compute, fmt, state
+from ui.i18n import _, language_switch, tr
 
 PAGES: tuple[tuple[str, str, str], ...] = (
-    ("app.py", "Calculator", ":material/calculate:"),
-    ("pages/2_Compare.py", "Compare", ":material/compare_arrows:"),
-    ("pages/3_Recommend.py", "Recommend", ":material/recommend:"),
-    ("pages/4_Explain.py", "Explain", ":material/menu_book:"),
-    ("pages/5_Export.py", "Export", ":material/download:"),
-    ("pages/6_Validation.py", "Validation", ":material/fact_check:"),
+    ("app.py", N_("Calculator"), ":material/calculate:"),
+    ("pages/2_Compare.py", N_("Compare"), ":material/compare_arrows:"),
+    ("pages/3_Recommend.py", N_("Recommend"), ":material/recommend:"),
+    ("pages/4_Explain.py", N_("Explain"), ":material/menu_book:"),
+    ("pages/5_Export.py", N_("Export"), ":material/download:"),
+    ("pages/6_Validation.py", N_("Validation"), ":material/fact_check:"),
 )
 
 MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
@@ -106,8 +108,9 @@ def section_for(message: str) -> str:
 # ---- page frame ---------------------------------------------------------------------------
 
 def page_setup(title: str, icon: str = ":material/memory:") -> None:
-    """Page config, session state from the URL on first load, and the navigation links."""
-    st.set_page_config(page_title=f"{title} · vramcalc", page_icon=icon, layout="wide")
+    """Page config, session state from the URL on first load, the language and the navigation links.
+    `title` is an English page name marked with N_ (one of PAGES' labels)."""
+    st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
     state.init_state()
     state.enter_page(title)
     nav_links()
@@ -119,9 +122,10 @@ def page_setup(title: str, icon: str = ":material/memory:") -> None:
 def nav_links() -> None:
     params = state.page_params()
     with st.sidebar:
-        st.markdown("**vramcalc** · GPU memory calculator")
+        st.markdown(_("**vramcalc** · GPU memory calculator"))
+        language_switch()
         for path, label, icon in PAGES:
-            st.page_link(path, label=label, icon=icon, query_params=params)
+            st.page_link(path, label=tr(label), icon=icon, query_params=params)
         st.divider()
 
 

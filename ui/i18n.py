@@ -1,0 +1,66 @@
+"""The app's language: `_()` for every user-facing string, the sidebar switch, `?lang=` in links.
+
+The language of a session is, in order: the one chosen in the sidebar; `?lang=zh|en` in the link it
+was opened with; the browser's language where Streamlit exposes it (`st.context.locale`); English.
+Catalogues and the lookup are calc.i18n's (one source for the app, the CLI and the exports).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from calc.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, translate
+
+LANG = "vc_lang"  # session state: the session's language
+LANG_PARAM = "lang"  # URL query parameter
+SWITCH = "ui_lang"  # the sidebar switch's widget key (not a scenario widget: survives page switches)
+
+
+def _from_browser() -> Lang | None:
+    try:
+        return parse_lang(st.context.locale)
+    except Exception:  # noqa: BLE001 - no browser context (AppTest, bare mode): no preference
+        return None
+
+
+def _resolve() -> Lang:
+    asked = st.query_params.get(LANG_PARAM)
+    return parse_lang(asked) or _from_browser() or DEFAULT_LANG
+
+
+def current() -> Lang:
+    """The session's language (resolved once, on the session's first run)."""
+    ss = st.session_state
+    if LANG not in ss:
+        ss[LANG] = _resolve()
+    return ss[LANG]
+
+
+def _(msgid: str, **fields: object) -> str:
+    """`msgid` (an English string literal, `{named}` fields for numbers) in the session's language."""
+    return translate(msgid, current(), **fields)
+
+
+def tr(msgid: str, **fields: object) -> str:
+    """Like `_`, for an id held in a variable: it must have been marked where it was written
+    (`N_("Compare")` in a table of labels, say), or the catalogues will not have it."""
+    return translate(msgid, current(), **fields)
+
+
+def say(text: Text) -> str:
+    """An engine sentence (calc.i18n.Text) in the session's language."""
+    return text.render(current())
+
+
+def _switched() -> None:
+    chosen = st.session_state[SWITCH]
+    if chosen in LANGS:  # clicking the selected option deselects it: keep the language then
+        st.session_state[LANG] = chosen
+
+
+def language_switch() -> None:
+    """The sidebar's language control; the choice travels in the URL (ui.state.page_params)."""
+    ss = st.session_state
+    ss[SWITCH] = current()
+    st.sidebar.segmented_control("Language / 语言", LANGS, key=SWITCH, format_func=LANG_NAMES.__getitem__,
+                                 on_change=_switched, label_visibility="collapsed")
