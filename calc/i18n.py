@@ -30,14 +30,17 @@ CATALOGUE_LANG = "zh"  # the one language with catalogues (English is the ids)
 # the parts can be translated at the same time. The ids of all domains share one namespace: the same
 # English sentence has one translation everywhere (tests/test_i18n.py checks it).
 # domain -> the source files whose marked strings it holds (globs relative to the repository root).
+# A file belongs to the first domain that matches it; the last two are catch-alls.
 DOMAINS: dict[str, tuple[str, ...]] = {
+    "breakdown": ("ui/charts.py", "ui/verdict.py", "ui/calibration.py", "calc/verdict.py", "calc/result.py",
+                  "calc/engine.py", "calc/per_param.py", "calc/calibrate.py", "calc/layers.py", "calc/graph.py"),
+    "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/__main__.py",
+                  "calc/fit.py", "calc/speed.py", "calc/variant.py"),
+    "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/claims.py"),
+    "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/validate.py",
+               "calc/record.py"),
     "app": ("app.py", "ui/*.py"),
-    "compare": ("pages/2_Compare.py",),
-    "recommend": ("pages/3_Recommend.py",),
-    "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml"),
-    "export": ("pages/5_Export.py", "calc/export/*.py"),
-    "validation": ("pages/6_Validation.py",),
-    "calc": ("calc/*.py", "calc/recommend/*.py"),
+    "calc": ("calc/*.py",),
 }
 
 

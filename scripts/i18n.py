@@ -67,11 +67,22 @@ def yaml_messages(path: Path) -> Iterator[tuple[str, int]]:
                 yield value, 0
 
 
-def domain_files(domain: str) -> list[Path]:
+def _matches(domain: str) -> list[Path]:
     files: list[Path] = []
     for pattern in DOMAINS[domain]:
-        files.extend(sorted(p for p in ROOT.glob(pattern) if p.is_file()))
+        files.extend(p for p in sorted(ROOT.glob(pattern)) if p.is_file() and p not in files)
     return files
+
+
+def domain_files(domain: str) -> list[Path]:
+    """The files of `domain`: those its globs match and no earlier domain's do."""
+    taken: set[Path] = set()
+    for name in DOMAINS:
+        files = [p for p in _matches(name) if p not in taken]
+        if name == domain:
+            return files
+        taken.update(files)
+    raise KeyError(domain)
 
 
 def extract(domain: str) -> dict[str, list[tuple[str, int]]]:

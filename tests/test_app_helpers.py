@@ -76,9 +76,9 @@ def _figure_text(fig: dict[str, Any]) -> list[str]:
     return [t for t in out if t]
 
 
-def visible_text(at: AppTest) -> list[str]:
-    """Everything a user reads on the page: texts, widget labels, help and options, metrics, tabs,
-    expanders, and the words inside the Plotly charts."""
+def visible_text(at: Any) -> list[str]:
+    """Everything a user reads on the page (`at`: the AppTest, or `at.main` / `at.sidebar` alone):
+    texts, widget labels, help and options, metrics, tabs, expanders, the words of the Plotly charts."""
     out = texts(at)
     for kind in WIDGETS:
         for el in at.get(kind):

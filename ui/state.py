@@ -468,7 +468,8 @@ def page_params(include_compare: bool = False) -> dict[str, str]:
     from ui import i18n  # imports streamlit, as _st() does
 
     out = scenario_to_params(get_scenario())
-    out[i18n.LANG_PARAM] = i18n.current()  # shared links open in the sharer's language
+    if i18n.current() != i18n.DEFAULT_LANG:  # shared links open in the sharer's language
+        out[i18n.LANG_PARAM] = i18n.current()
     if include_compare:
         out[COMPARE_PARAM] = compare_to_param(get_compare())
     cal = get_calibration()
