@@ -88,15 +88,17 @@ def translate(msgid: str, lang: Lang, **fields: object) -> str:
 
 class Text(BaseModel):
     """A sentence the engine says, kept translatable: the message id and its fields, already
-    formatted (numbers go through one formatter in both languages). `str(text)` is the English."""
+    formatted (numbers go through one formatter in both languages) or themselves a Text (a phrase
+    inside a sentence, rendered in the same language). `str(text)` is the English."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     msgid: str
-    fields: dict[str, str] = {}
+    fields: dict[str, str | Text] = {}
 
     def render(self, lang: Lang = DEFAULT_LANG) -> str:
-        return translate(self.msgid, lang, **self.fields)
+        return translate(self.msgid, lang, **{k: v.render(lang) if isinstance(v, Text) else v
+                                              for k, v in self.fields.items()})
 
     def __str__(self) -> str:
         return self.render(DEFAULT_LANG)
@@ -105,4 +107,4 @@ class Text(BaseModel):
 def T_(msgid: str, **fields: object) -> Text:
     """A translatable sentence with its fields: `T_("needs {need} of {have}", need=..., have=...)`.
     Marks `msgid` for the catalogues like `N_` (so it must be a string literal)."""
-    return Text(msgid=msgid, fields={k: str(v) for k, v in fields.items()})
+    return Text(msgid=msgid, fields={k: v if isinstance(v, Text) else str(v) for k, v in fields.items()})

@@ -144,6 +144,8 @@ def test_chinese_lookup_and_fallback():
     assert i18n.gettext("an id nobody wrote", "zh") == "an id nobody wrote"
     text = i18n.T_("needs {need} of {have}", need="3 GiB", have=4)
     assert text.fields == {"need": "3 GiB", "have": "4"} and str(text) == "needs 3 GiB of 4"
+    nested = i18n.T_("{what}, then {more}", what=text, more=2)
+    assert str(nested) == "needs 3 GiB of 4, then 2" and nested.render("zh").endswith("2")
 
 
 # ---- the app in Chinese ------------------------------------------------------------------------
