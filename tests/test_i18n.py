@@ -42,7 +42,8 @@ if _STRICT:
 
 GLOSSARY = load_yaml((i18n.LOCALES_DIR / "glossary.yaml").read_text(encoding="utf-8"))
 CJK = re.compile(r"[\u3400-\u9fff]")
-MARKUP = re.compile(r"`[^`]*`|\{[A-Za-z0-9_]*\}|https?://\S+|\$[^$]*\$")
+# Not prose: code spans, {fields}, URLs, math, command-line flags, dotted/underscored identifiers.
+MARKUP = re.compile(r"`[^`]*`|\{[A-Za-z0-9_]*\}|https?://\S+|\$[^$]*\$|--?[A-Za-z][\w-]*|\w+(?:[._/]\w+)+(?:\(\))?")
 WORD_RUN = r"[A-Za-z][a-z]+(?:[ ,;:-]+[A-Za-z][a-z]+){%d,}"
 
 
@@ -121,6 +122,7 @@ def test_english_runs_finds_prose_but_not_terms():
     assert english_runs("显存 needs more host memory", 3) == ["needs more host memory"]
     assert english_runs("ZeRO-3 与 CPU offload 的 `torch.cuda.max_memory_allocated()`", 3, KEEP) == []
     assert english_runs("使用 {model} 在 Hugging Face Trainer 上", 3, KEEP) == []
+    assert english_runs("Megatron-LM 的 --recompute-granularity selective 和 torch.optim.AdamW 选项", 3, KEEP) == []
 
 
 # ---- the lookup --------------------------------------------------------------------------------
