@@ -49,10 +49,13 @@ def go(at: AppTest, page: str) -> AppTest:
     return at
 
 
-def texts(at: AppTest) -> list[str]:
+PROSE = ("title", "header", "subheader", "markdown", "caption", "text", "error", "warning", "info", "success",
+         "exception")
+
+
+def texts(at: AppTest, kinds: tuple[str, ...] = PROSE + ("code",)) -> list[str]:
     out: list[str] = []
-    for kind in ("title", "header", "subheader", "markdown", "caption", "text", "code", "error", "warning", "info",
-                 "success", "exception"):
+    for kind in kinds:
         for el in getattr(at, kind):
             out.append(str(el.value))
     return out
@@ -78,8 +81,9 @@ def _figure_text(fig: dict[str, Any]) -> list[str]:
 
 def visible_text(at: Any) -> list[str]:
     """Everything a user reads on the page (`at`: the AppTest, or `at.main` / `at.sidebar` alone):
-    texts, widget labels, help and options, metrics, tabs, expanders, the words of the Plotly charts."""
-    out = texts(at)
+    texts, widget labels, help and options, metrics, tabs, expanders, the words of the Plotly charts
+    (not code blocks: exported files and commands are code in every language)."""
+    out = texts(at, PROSE)
     for kind in WIDGETS:
         for el in at.get(kind):
             for attr in ("label", "help", "placeholder", "value", "options"):
