@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="ds_config.json, train.py, accelerate.yaml and launch.sh in a folder")
     p.add_argument("scenario")
     p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")
+    p.add_argument("--lang", choices=["en", "zh"], default="en",
+                   help="language of the comments in train.py, launch.sh and accelerate.yaml, and of the notes")
     _export_options(p)
     p.set_defaults(func=_lazy("calc.export.bundle"))
     p = sub.add_parser("export-deepspeed", help="DeepSpeed config for a scenario")

@@ -5,25 +5,49 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.i18n import N_
 from calc.validate import DEEPSPEED_BEHAVIOURS
 from ui import charts, compute, fmt, state
+from ui.i18n import _, tr
 from ui.widgets import page_setup, scenario_or_stop
 
+# The tables' columns: key -> (header, number format or None). Keys stay English (the data's names).
+RUN_COLUMNS: dict[str, tuple[str, str | None]] = {
+    "run": (N_("run"), None), "device": (N_("device"), None), "family": (N_("family"), None),
+    "precision": (N_("precision"), None), "checkpointing": (N_("checkpointing"), None),
+    "attention": (N_("attention"), None), "optimizer": (N_("optimizer"), None), "mode": (N_("mode"), None),
+    "sharding": (N_("sharding"), None), "measured GiB": (N_("measured GiB"), "%.3f"),
+    "predicted GiB": (N_("predicted GiB"), "%.3f"), "error %": (N_("error %"), "%+.2f"),
+    "measured bytes": (N_("measured bytes"), None), "predicted bytes": (N_("predicted bytes"), None),
+}
+GROUP_COLUMNS: dict[str, tuple[str, str | None]] = {
+    "group": (N_("group"), None), "value": (N_("value"), None), "count": (N_("runs"), None),
+    "median_abs_error_pct": (N_("median |error| %"), "%.2f"), "worst_abs_error_pct": (N_("worst |error| %"), "%.2f"),
+}
+
+
+def _column(key: str) -> object:
+    label, number_format = {**RUN_COLUMNS, **GROUP_COLUMNS}[key]
+    if number_format:
+        return st.column_config.NumberColumn(tr(label), format=number_format)
+    return st.column_config.Column(tr(label))
+
+
 page_setup("Validation", ":material/fact_check:")
-st.title("Predicted vs measured")
-st.caption("Peak allocated memory (torch.cuda.max_memory_allocated, or MemTracker's live-tensor peak on CPU and "
-           "FakeTensor runs) measured by `python -m measure`, against calc/'s prediction for the same scenario. "
-           "GiB = 2^30 bytes; hover a point for exact bytes.")
+st.title(_("Predicted vs measured"))
+st.caption(_("Peak allocated memory (torch.cuda.max_memory_allocated, or MemTracker's live-tensor peak on CPU and "
+             "FakeTensor runs) measured by `python -m measure`, against calc/'s prediction for the same scenario. "
+             "GiB = 2^30 bytes; hover a point for exact bytes."))
 scenario_or_stop()  # the sidebar keeps the shared scenario (and the URL) across pages
 
 try:
     rep = compute.validation_report()
 except ValueError as exc:  # a malformed committed file: RecordError names the line and field
-    st.error(f"The committed data set could not be read: {fmt.literal(exc)}", icon=":material/error:")
+    st.error(_("The committed data set could not be read: {error}", error=fmt.literal(exc)), icon=":material/error:")
     rep = None
 else:
     if rep is None or not rep.cases:
-        st.info("No measured runs are committed yet (data/*.jsonl). Upload your own record below.",
+        st.info(_("No measured runs are committed yet (data/*.jsonl). Upload your own record below."),
                 icon=":material/info:")
 
 if rep is None or not rep.cases:
@@ -31,56 +55,59 @@ if rep is None or not rep.cases:
 else:
     cases = rep.cases
     m1, m2, m3 = st.columns(3)
-    m1.metric("Measured runs", f"{len(cases):,}")
-    m2.metric("Median |error| (%)", f"{rep.median_abs_error_pct:.2f} %")
-    m3.metric("Worst |error| (%)", f"{rep.worst_abs_error_pct:.2f} %")
-with st.expander("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source"):
-    st.table({"behaviour": [b for b, _ in DEEPSPEED_BEHAVIOURS], "status": [s for _, s in DEEPSPEED_BEHAVIOURS]})
+    m1.metric(_("Measured runs"), f"{len(cases):,}")
+    m2.metric(_("Median |error| (%)"), f"{rep.median_abs_error_pct:.2f} %")
+    m3.metric(_("Worst |error| (%)"), f"{rep.worst_abs_error_pct:.2f} %")
+with st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source")):
+    st.table({_("behaviour"): [tr(b) for b, _s in DEEPSPEED_BEHAVIOURS],
+              _("status"): [tr(s) for _b, s in DEEPSPEED_BEHAVIOURS]})
 st.session_state.setdefault("val_log", True)
-log_axes = st.toggle("Logarithmic axes (runs span from MiB to TiB)", key="val_log")
+log_axes = st.toggle(_("Logarithmic axes (runs span from MiB to TiB)"), key="val_log")
 plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot
 
-st.subheader("Check your own measurement")
-st.markdown("Run `python -m measure` (see measure/) on your machine and upload the JSON record it prints "
-            "(one record, or JSON lines). The record is validated field by field, then predicted.")
-up = st.file_uploader("Measurement record (.json / .jsonl)", type=["json", "jsonl"], key="val_upload",
+st.subheader(_("Check your own measurement"))
+st.markdown(_("Run `python -m measure` (see measure/) on your machine and upload the JSON record it prints "
+              "(one record, or JSON lines). The record is validated field by field, then predicted."))
+up = st.file_uploader(_("Measurement record (.json / .jsonl)"), type=["json", "jsonl"], key="val_upload",
                       max_upload_size=2)
-pasted = st.text_area("…or paste the record", key="val_paste", height=120,
+pasted = st.text_area(_("…or paste the record"), key="val_paste", height=120,
                       placeholder='{"schema_version": 1, "scenario": {...}, "device": "cuda", ...}')
 mine = []
 text, where = None, None
 if up is not None:
     if up.size > compute.MAX_RECORD_BYTES:
-        st.error(f"{fmt.literal(up.name)} is {up.size / fmt.MiB:,.1f} MiB; the limit is {compute.MAX_RECORD_BYTES / fmt.MiB:.0f} MiB "
-                 "(a record is a few KiB).", icon=":material/error:")
+        st.error(_("{name} is {size} MiB; the limit is {limit} MiB (a record is a few KiB).", name=fmt.literal(up.name),
+                   size=f"{up.size / fmt.MiB:,.1f}", limit=f"{compute.MAX_RECORD_BYTES / fmt.MiB:.0f}"),
+                 icon=":material/error:")
     else:
         text, where = up.getvalue(), up.name
 elif pasted.strip():
-    text, where = pasted, "pasted record"
+    text, where = pasted, _("pasted record")
 if text is not None:
     try:
         mine = compute.check_records(text, where)
     except ValueError as exc:
         st.error(fmt.literal(state.error_text(exc)), icon=":material/error:")
     for c in mine:
-        st.success(f"**{fmt.literal(c.name)}**: measured {fmt.gib(c.measured_bytes)}, predicted {fmt.gib(c.predicted_bytes)} "
-                   f"({c.error_pct:+.2f} %; peak measured in {c.measured_phase}, predicted in {c.predicted_phase}).",
-                   icon=":material/check_circle:")
+        st.success(_("**{name}**: measured {measured}, predicted {predicted} ({error} %; peak measured in {phase}, "
+                     "predicted in {predicted_phase}).", name=fmt.literal(c.name), measured=fmt.gib(c.measured_bytes),
+                     predicted=fmt.gib(c.predicted_bytes), error=f"{c.error_pct:+.2f}", phase=c.measured_phase,
+                     predicted_phase=c.predicted_phase), icon=":material/check_circle:")
 
 with plots:
     if cases or mine:
         st.plotly_chart(charts.validation_scatter(cases, mine, log=log_axes), key="val_scatter")
     if cases:
         st.plotly_chart(charts.error_histogram(cases), key="val_hist")
-with st.expander("Modelled from source, not measured yet"):
-    st.markdown("\n".join(f"- **{what}**: {where}" for what, where in compute.modelled_from_source()))
+with st.expander(_("Modelled from source, not measured yet")):
+    st.markdown("\n".join(f"- **{tr(what)}**: {tr(where)}" for what, where in compute.modelled_from_source()))
 
 if cases:
-    st.subheader("Runs")
+    st.subheader(_("Runs"))
     f1, f2, f3 = st.columns(3)
-    fams = f1.multiselect("Family", sorted({c.family for c in cases}), key="val_family")
-    precs = f2.multiselect("Precision", sorted({c.precision for c in cases}), key="val_precision")
-    devs = f3.multiselect("Device", sorted({c.device for c in cases}), key="val_device")
+    fams = f1.multiselect(_("Family"), sorted({c.family for c in cases}), key="val_family")
+    precs = f2.multiselect(_("Precision"), sorted({c.precision for c in cases}), key="val_precision")
+    devs = f3.multiselect(_("Device"), sorted({c.device for c in cases}), key="val_device")
     shown = [c for c in cases if (not fams or c.family in fams) and (not precs or c.precision in precs)
              and (not devs or c.device in devs)]
     st.dataframe([{"run": c.name, "device": c.device, "family": c.family, "precision": c.precision,
@@ -89,11 +116,8 @@ if cases:
                    "predicted GiB": c.predicted_bytes / fmt.GiB, "error %": c.error_pct,
                    "measured bytes": f"{c.measured_bytes:,}", "predicted bytes": f"{c.predicted_bytes:,}"}
                   for c in shown], hide_index=True, key="val_table",
-                 column_config={"measured GiB": st.column_config.NumberColumn(format="%.3f"),
-                                "predicted GiB": st.column_config.NumberColumn(format="%.3f"),
-                                "error %": st.column_config.NumberColumn(format="%+.2f")})
-    st.caption(f"{len(shown)} of {len(cases)} runs shown.")
-    st.subheader("Error by group")
+                 column_config={key: _column(key) for key in RUN_COLUMNS})
+    st.caption(_("{shown} of {total} runs shown.", shown=len(shown), total=len(cases)))
+    st.subheader(_("Error by group"))
     st.dataframe([g.model_dump() for g in rep.groups], hide_index=True, key="val_groups",
-                 column_config={"median_abs_error_pct": st.column_config.NumberColumn("median |error| %", format="%.2f"),
-                                "worst_abs_error_pct": st.column_config.NumberColumn("worst |error| %", format="%.2f")})
+                 column_config={key: _column(key) for key in GROUP_COLUMNS})

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from calc.i18n import T_, Text
 from calc.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
     REDUCE_BUCKET_ELEMENTS,
@@ -71,6 +72,8 @@ class DeepSpeedExport(BaseModel):
 
     config: dict[str, Any]
     notes: list[str] = Field(default_factory=list, description="what the config cannot say; printed on stderr")
+    note_texts: list[Text] = Field(default_factory=list, exclude=True,
+                                   description="the same notes, translatable (the Export page's language)")
 
 
 def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
@@ -80,7 +83,7 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     o = options or ExportOptions()
     a = assumptions or SpeedAssumptions()
     t = sc.training
-    notes: list[str] = []
+    notes: list[Text] = []
     if sc.mode != Mode.train:
         raise ValueError("mode: DeepSpeed config export is for training scenarios (mode=train)")
     if t.sharding == "fsdp2" and t.zero_stage >= 2:
@@ -107,20 +110,21 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     cfg["zero_optimization"] = _zero_block(sc, o, a)
     if t.activation_checkpointing != Checkpointing.none:
         cfg["activation_checkpointing"] = _checkpointing_block(sc)
-        notes.append("Hugging Face models: call model.gradient_checkpointing_enable("
-                     "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
-                     "activation_checkpointing=True)); the activation_checkpointing block configures "
-                     "deepspeed.checkpointing for Megatron-style models")
+        notes.append(T_("Hugging Face models: call model.gradient_checkpointing_enable("
+                        "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
+                        "activation_checkpointing=True)); the activation_checkpointing block configures "
+                        "deepspeed.checkpointing for Megatron-style models"))
         if t.activation_checkpointing == Checkpointing.selective:
-            notes.append("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
-                         "--recompute-granularity selective; the block above is what DeepSpeed can express")
+            notes.append(T_("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
+                            "--recompute-granularity selective; the block above is what DeepSpeed can express"))
         elif t.checkpoint_every > 1:
-            notes.append(f"checkpointing 1 in {t.checkpoint_every} layers needs a custom wrapper (HF checkpoints "
-                         f"every layer); number_checkpoints = {cfg['activation_checkpointing']['number_checkpoints']}")
+            notes.append(T_("checkpointing 1 in {every} layers needs a custom wrapper (HF checkpoints every layer); "
+                            "number_checkpoints = {n}", every=t.checkpoint_every,
+                            n=cfg["activation_checkpointing"]["number_checkpoints"]))
     opt = _optimizer_block(sc, o)
     if opt is None:
-        notes.append("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
-                     "deepspeed.initialize(optimizer=...)")
+        notes.append(T_("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
+                        "deepspeed.initialize(optimizer=...)"))
         if t.zero_stage > 0:
             cfg["zero_allow_untested_optimizer"] = True
     else:
@@ -129,27 +133,32 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
             cfg["zero_allow_untested_optimizer"] = True
         if opt["type"] not in ("AdamW", "Adam") and t.offload_optimizer != Offload.none:
             cfg["zero_force_ds_cpu_optimizer"] = False
-            notes.append(f"{opt['type']} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)")
-    notes.insert(0, f"optimizer: {ds_optimizer_name(sc)}")
-    notes.insert(1, f"learning-rate schedule: {schedule_description(o)}")
-    notes.insert(2, f"global batch: {t.micro_batch_size} x {t.gradient_accumulation_steps} accumulation x {dp} "
-                    f"data-parallel ranks = {t.micro_batch_size * t.gradient_accumulation_steps * dp} sequences "
-                    "(train_batch_size is left to DeepSpeed)")
+            notes.append(T_("{name} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)",
+                            name=opt["type"]))
+    notes.insert(0, T_("optimizer: {name}", name=ds_optimizer_name(sc)))
+    notes.insert(1, T_("learning-rate schedule: {schedule}", schedule=schedule_description(o)))
+    notes.insert(2, T_("global batch: {micro} x {accum} accumulation x {dp} data-parallel ranks = {total} sequences "
+                       "(train_batch_size is left to DeepSpeed)", micro=t.micro_batch_size,
+                       accum=t.gradient_accumulation_steps, dp=dp,
+                       total=t.micro_batch_size * t.gradient_accumulation_steps * dp))
     if t.tensor_parallel > 1:
         cfg["tensor_parallel"] = {"autotp_size": t.tensor_parallel}
-        notes.append(f"tensor_parallel.autotp_size = {t.tensor_parallel}: DeepSpeed AutoTP training; "
-                     "train_batch_size counts data-parallel ranks only")
+        notes.append(T_("tensor_parallel.autotp_size = {tp}: DeepSpeed AutoTP training; "
+                        "train_batch_size counts data-parallel ranks only", tp=t.tensor_parallel))
     if t.pipeline_parallel > 1:
         cfg["pipeline"] = {"stages": t.pipeline_parallel, "partition": "parameters"}
-        notes.append(f"pipeline parallelism needs the model wrapped in deepspeed.pipe.PipelineModule("
-                     f"num_stages={t.pipeline_parallel}); 'stages' here documents it")
+        notes.append(T_("pipeline parallelism needs the model wrapped in deepspeed.pipe.PipelineModule("
+                        "num_stages={pp}); 'stages' here documents it", pp=t.pipeline_parallel))
     if t.sequence_parallel:
-        notes.append("Megatron-style sequence parallelism is a Megatron-LM option, not a DeepSpeed config key")
+        notes.append(T_("Megatron-style sequence parallelism is a Megatron-LM option, not a DeepSpeed config key"))
     if t.lora is not None:
-        notes.append(f"LoRA r={t.lora.rank} on {t.lora.targets}: wrap the model with peft.get_peft_model before "
-                     "deepspeed.initialize" + (f"; base weights {t.lora.base_weights} via bitsandbytes"
-                                               if t.lora.base_weights != "bf16" else ""))
-    return DeepSpeedExport(config=cfg, notes=notes)
+        base = t.lora.base_weights
+        notes.append(T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
+                        "deepspeed.initialize", rank=t.lora.rank, targets=t.lora.targets) if base == "bf16" else
+                     T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
+                        "deepspeed.initialize; base weights {base} via bitsandbytes", rank=t.lora.rank,
+                        targets=t.lora.targets, base=base))
+    return DeepSpeedExport(config=cfg, notes=[str(n) for n in notes], note_texts=notes)
 
 
 def deepspeed_config(sc: Scenario, options: ExportOptions | None = None) -> dict[str, Any]:
@@ -239,44 +248,52 @@ def _optimizer_block(sc: Scenario, o: ExportOptions) -> dict[str, Any] | None:
     return {"type": DS_OPTIMIZER_TYPES[opt], "params": params}
 
 
-def schedule_description(o: ExportOptions) -> str:
+def schedule_description(o: ExportOptions) -> Text:
     """The learning-rate schedule of the exported run, in words. The Trainer owns it (train.py's
     lr_scheduler_type / warmup_steps / max_steps) and the ds_config has no scheduler block: DeepSpeed's
     WarmupLR cannot follow the Trainer's schedule (it refuses warmup_num_steps 0, stretches any warm-up to
     at least 2 steps, and starts at warmup_min_lr and steps after the optimizer, so it lags the Trainer by
     one step; runtime/lr_schedules.py), while the Trainer drives DeepSpeed's optimizer with its own
     scheduler under every launcher (transformers.integrations.deepspeed, deepspeed_optim_sched)."""
-    if o.warmup_steps == 0 and o.total_num_steps is None:
-        shape = f"constant {o.learning_rate:g}"
+    lr, warm, total = f"{o.learning_rate:g}", o.warmup_steps, o.total_num_steps
+    if warm == 0 and total is None:
+        shape = T_("constant {lr}", lr=lr)
+    elif warm and total:
+        shape = T_("linear warm-up from 0 to {lr} over {warm} steps, then linear decay to 0 at step {total}",
+                   lr=lr, warm=warm, total=total)
+    elif warm:
+        shape = T_("linear warm-up from 0 to {lr} over {warm} steps, then constant", lr=lr, warm=warm)
     else:
-        shape = f"linear warm-up from 0 to {o.learning_rate:g} over {o.warmup_steps} steps" if o.warmup_steps else \
-            f"{o.learning_rate:g}"
-        shape += f", then linear decay to 0 at step {o.total_num_steps}" if o.total_num_steps else ", then constant"
-    return (f"{shape}, applied by the Trainer (no scheduler block in ds_config.json; deepspeed.initialize on its "
-            "own runs at the constant optimizer lr)")
+        shape = T_("{lr}, then linear decay to 0 at step {total}", lr=lr, total=total)
+    return T_("{shape}, applied by the Trainer (no scheduler block in ds_config.json; deepspeed.initialize on its "
+              "own runs at the constant optimizer lr)", shape=shape)
 
 
-def ds_optimizer_name(sc: Scenario) -> str:
+def ds_optimizer_name(sc: Scenario) -> Text:
     """Which optimizer class deepspeed.initialize builds from the exported block (runtime/engine.py,
     _configure_basic_optimizer / get_optimizer_configuration): Adam/AdamW are DeepSpeedCPUAdam when the
     optimizer is offloaded and FusedAdam otherwise (multi-tensor kernels, no torch foreach temporaries);
     SGD and Adafactor are torch.optim's; adamw-8bit is the user's bitsandbytes optimizer."""
     t = sc.training
     if t.optimizer == Optimizer.adamw_8bit:
-        return "bitsandbytes AdamW8bit, passed to deepspeed.initialize(optimizer=...)"
+        return T_("bitsandbytes AdamW8bit, passed to deepspeed.initialize(optimizer=...)")
     if t.optimizer in (Optimizer.adamw, Optimizer.adam):
         mode = "AdamW" if t.optimizer == Optimizer.adamw else "Adam (adam_w_mode false)"
         if t.offload_optimizer != Offload.none:
             states = "bf16" if t.precision == Precision.bf16 else "fp32"
-            return f"DeepSpeedCPUAdam ({mode}) on the host, {states} states"
+            return T_("DeepSpeedCPUAdam ({mode}) on the host, {states} states", mode=mode, states=states)
         if t.optimizer_impl == OptimizerImpl.fused:
-            return f"DeepSpeed FusedAdam ({mode}) on the accelerator, no temporaries"
+            return T_("DeepSpeed FusedAdam ({mode}) on the accelerator, no temporaries", mode=mode)
         torch_name = "AdamW" if t.optimizer == Optimizer.adamw else "Adam"
-        return (f"torch.optim.{torch_name} (torch_adam, foreach={t.optimizer_impl == OptimizerImpl.foreach}), "
-                "as the scenario's optimizer_impl; set optimizer_impl fused for DeepSpeed's FusedAdam")
-    kind = {Optimizer.sgd: "SGD", Optimizer.sgd_momentum: "SGD with momentum", Optimizer.adafactor: "Adafactor"}
-    where = " on the host" if t.offload_optimizer != Offload.none else ""
-    return f"torch.optim {kind[t.optimizer]}{where}"
+        return T_("torch.optim.{name} (torch_adam, foreach={foreach}), as the scenario's optimizer_impl; set "
+                  "optimizer_impl fused for DeepSpeed's FusedAdam", name=torch_name,
+                  foreach=t.optimizer_impl == OptimizerImpl.foreach)
+    if t.offload_optimizer != Offload.none:
+        return T_("torch.optim {kind} on the host", kind=_TORCH_OPTIMIZERS[t.optimizer])
+    return T_("torch.optim {kind}", kind=_TORCH_OPTIMIZERS[t.optimizer])
+
+
+_TORCH_OPTIMIZERS = {Optimizer.sgd: "SGD", Optimizer.sgd_momentum: "SGD with momentum", Optimizer.adafactor: "Adafactor"}
 
 
 def cli_main(args: Any) -> int:
