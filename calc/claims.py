@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from calc.engine import estimate
+from calc.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.per_param import BytesPerParam, bytes_per_param
 from calc.presets import gpu_presets, load_yaml
 from calc.scenario import Scenario
@@ -26,10 +27,18 @@ from calc.variant import variant
 
 CLAIMS_PATH = Path(__file__).resolve().parent.parent / "data" / "claims.yaml"
 ARTICLES = {
-    "000": "Why GPU memory is the hard bottleneck of DNN training (为什么GPU显存成了DNN训练的硬瓶颈)",
-    "001": "Dissecting LLM memory (the text carries no title; the name is the seeds README's)",
+    "000": N_("Why GPU memory is the hard bottleneck of DNN training (为什么GPU显存成了DNN训练的硬瓶颈)"),
+    "001": N_("Dissecting LLM memory (the text carries no title; the name is the seeds README's)"),
 }
 Verdict = Literal["holds", "partly holds", "does not hold", "not modelled"]
+VERDICT_WORDS: dict[str, str] = {"holds": N_("holds"), "partly holds": N_("partly holds"),
+                                 "does not hold": N_("does not hold"), "not modelled": N_("not modelled")}
+# data/claims.yaml's `shown` texts that have words in them (the catalogue needs their ids;
+# tests/test_claims.py checks that none is missing)
+SHOWN_WORDS = (N_("O(S): 2x per doubling"),)
+# the claimed and computed figures' units as they read in each language (the rest read the same)
+_UNIT_WORDS = {"B/param": N_("B/param"), "x": N_("x")}
+_FITS_WORDS = {True: N_("fits"), False: N_("does not fit")}
 Unit = Literal["GB", "GiB", "MiB", "B/param", "GB/s", "%", "x", "fits"]
 Metric = Literal[
     "peak", "device_total", "activations", "parameters", "gradients", "optimizer_states", "optimizer_share",
@@ -63,13 +72,17 @@ class Claimed(BaseModel):
 
     @property
     def text(self) -> str:
+        return self.render()
+
+    def render(self, lang: Lang = DEFAULT_LANG) -> str:
+        """The claimed figure as the page shows it, in `lang` (English: the id words)."""
         if self.shown:
-            return self.shown
+            return translate(self.shown, lang)
         if self.unit == "fits":
-            return "fits" if self.low else "does not fit"
+            return translate(_FITS_WORDS[bool(self.low)], lang)
         rng = f"{_num(self.low)}" + (f"-{_num(self.high)}" if self.high is not None else "")
         bound = {"approx": "", "at_least": "> ", "at_most": "< "}[self.test]
-        return f"{bound}{rng} {self.unit}" if self.unit not in ("%", "x") else f"{bound}{rng}{self.unit}"
+        return f"{bound}{rng}{_unit(self.unit, lang)}"
 
 
 class Check(BaseModel):
@@ -128,9 +141,32 @@ class ClaimResult(BaseModel):
 
     claim: Claim
     engine_value: float | bool | None
+    engine_raw: float | bool | None = Field(None, description="the engine's figure before the unit conversion")
     engine_text: str
     setup: str
     verdict: Verdict
+
+    def engine_in(self, lang: Lang = DEFAULT_LANG) -> str:
+        """The engine's figure in `lang` (engine_text is the English)."""
+        if self.engine_value is None:
+            return translate(N_("not modelled by the engine") if self.claim.check is None or self.claim.claimed.low is None
+                             else N_("no GPU to fit on"), lang)
+        return _engine_text(self.engine_raw, self.engine_value, self.claim.claimed.unit, lang)
+
+    def setup_in(self, lang: Lang = DEFAULT_LANG) -> str:
+        """The setting in `lang` (setup is the English)."""
+        if not self.setup or self.claim.check is None:
+            return ""
+        return describe(Scenario.model_validate(self.claim.check.scenario), self.claim.check, lang)
+
+    def verdict_in(self, lang: Lang = DEFAULT_LANG) -> str:
+        return translate(VERDICT_WORDS[self.verdict], lang)
+
+
+def _unit(unit: str, lang: Lang) -> str:
+    """' GB', '%', 'x' after a number: a space before a unit word, none before a sign."""
+    word = translate(_UNIT_WORDS[unit], lang) if unit in _UNIT_WORDS else unit
+    return word if unit in ("%", "x") and word == unit else f" {word}"
 
 
 def _num(x: float | bool | None) -> str:
@@ -242,43 +278,53 @@ def check(claim: Claim) -> ClaimResult:
     value = in_unit(raw, unit)
     ok = judge(claim.claimed, value)
     verdict: Verdict = ("partly holds" if claim.partly else "holds") if ok else "does not hold"
-    return ClaimResult(claim=claim, engine_value=value, engine_text=_engine_text(raw, value, unit),
+    return ClaimResult(claim=claim, engine_value=value, engine_raw=raw, engine_text=_engine_text(raw, value, unit),
                        setup=describe(Scenario.model_validate(claim.check.scenario), claim.check), verdict=verdict)
 
 
-def _engine_text(raw: float | bool, value: float | bool, unit: str) -> str:
+def _engine_text(raw: float | bool, value: float | bool, unit: str, lang: Lang = DEFAULT_LANG) -> str:
     if unit == "fits":
-        return "fits" if value else "does not fit"
+        return translate(_FITS_WORDS[bool(value)], lang)
     if unit in ("%", "x"):
-        return f"{value:,.1f}{unit}" if unit == "%" else f"{value:,.2f}x"
+        return f"{value:,.1f}{unit}" if unit == "%" else f"{value:,.2f}{_unit(unit, lang)}"
     if unit in ("GB", "MiB", "GB/s"):
         text = f"{value:,.1f} {unit}"
         return text + (f" ({raw / GiB:,.1f} GiB)" if unit == "GB" else "")
-    return f"{value:,.2f} {unit}"
+    return f"{value:,.2f}{_unit(unit, lang)}"
 
 
-def describe(sc: Scenario, chk: Check) -> str:
+_MODE_WORDS = {"train": N_("train"), "inference": N_("inference")}
+_LIST_SEP = {"en": ", ", "zh": "，"}
+
+
+def describe(sc: Scenario, chk: Check, lang: Lang = DEFAULT_LANG) -> str:
     """The setting in words: model, hardware, precision, optimizer and what differs in the what-if."""
     t, hw = sc.training, sc.resolved_hardware()
-    gpus = f"{hw.num_gpus} x {gpu_presets()[hw.gpu].name}" if hw.gpu else "no GPU"
-    parts = [sc.spec.name or sc.spec.family, gpus, sc.mode.value]
+
+    def say(msgid: str, **fields: object) -> str:
+        return translate(msgid, lang, **fields)
+
+    gpus = f"{hw.num_gpus} x {gpu_presets()[hw.gpu].name}" if hw.gpu else say(N_("no GPU"))
+    parts = [sc.spec.name or sc.spec.family, gpus, say(_MODE_WORDS[sc.mode.value])]
     if chk.metric == "per_param":
-        parts = [f"{_num(chk.params)} parameters" if chk.params else "per parameter"]
+        parts = [say(N_("{n} parameters"), n=_num(chk.params)) if chk.params else say(N_("per parameter"))]
     parts += [t.precision.value, f"{t.optimizer.value} ({t.optimizer_impl.value})"]
     if chk.metric != "per_param":
-        parts += [f"{t.micro_batch_size} x {t.seq_len:,} tokens", f"{t.attention.value} attention",
-                  f"checkpointing {t.activation_checkpointing.value}"]
+        parts += [f"{t.micro_batch_size} x {t.seq_len:,} tokens", say(N_("{kind} attention"), kind=t.attention.value),
+                  say(N_("checkpointing {mode}"), mode=t.activation_checkpointing.value)]
     if t.zero_stage:
         parts.append(f"ZeRO-{t.zero_stage}")
     if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
-        parts.append(f"offload optimizer {t.offload_optimizer.value} / params {t.offload_params.value}")
+        parts.append(say(N_("offload optimizer {optimizer} / params {params}"), optimizer=t.offload_optimizer.value,
+                         params=t.offload_params.value))
     if t.lora is not None and sc.mode.value == "inference":
-        parts.append(f"{t.lora.base_weights} weights")
+        parts.append(say(N_("{dtype} weights"), dtype=t.lora.base_weights))
     elif t.lora is not None:
-        parts.append(f"LoRA r={t.lora.rank} ({t.lora.base_weights} base)")
-    text = ", ".join(parts)
+        parts.append(say(N_("LoRA r={rank} ({dtype} base)"), rank=t.lora.rank, dtype=t.lora.base_weights))
+    sep = _LIST_SEP.get(lang, ", ")
+    text = sep.join(parts)
     if chk.compare:
-        text += "; what-if: " + ", ".join(f"{k}={v}" for k, v in chk.compare.items())
+        text += say(N_("; what-if: {changes}"), changes=sep.join(f"{k}={v}" for k, v in chk.compare.items()))
     return text
 
 

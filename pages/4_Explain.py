@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.claims import article_batch_formula
+from calc.i18n import N_
 from calc.precision import MIXED_STEP_GRADIENTS_WHY
 from calc.result import CATEGORY_LABELS
 from calc.verdict import short
@@ -15,10 +16,11 @@ from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
 from ui.explain.figures import BPP_ZERO_GPUS, bytes_per_param_table, figures
 from ui.explain.recipes import recipe_rows
+from ui.i18n import _, current, say, tr
 from ui.widgets import page_setup, scenario_or_stop
 
 page_setup("Explain", ":material/menu_book:")
-st.title("Where GPU memory goes, and what to do about it")
+st.title(_("Where GPU memory goes, and what to do about it"))
 
 sc = scenario_or_stop()
 if sc is None:
@@ -27,25 +29,28 @@ key = sc.model_dump_json()
 try:
     f = figures(key)
 except ValueError as exc:
-    st.error(f"The engine cannot estimate this scenario: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
+    st.error(_("The engine cannot estimate this scenario: {error}", error=fmt.literal(state.error_text(exc))),
+             icon=":material/error:")
     st.stop()
 
 g = fmt.gib
 b = f["base"]
 n = f["params"]
-st.caption(f"Every figure below is computed now by the engine for **{f['name']}** ({n:,} parameters, "
-           f"{f['layers']} layers) on **{f['hardware']}**, and for what-ifs of it. Change the scenario in the "
-           "sidebar and the text follows. Sizes in GiB (2^30 bytes) unless a claim is quoted in GB (10^9 bytes).")
+st.caption(_("Every figure below is computed now by the engine for **{name}** ({params} parameters, {layers} layers) "
+             "on **{hardware}**, and for what-ifs of it. Change the scenario in the sidebar and the text follows. "
+             "Sizes in GiB (2^30 bytes) unless a claim is quoted in GB (10^9 bytes).",
+             name=f["name"], params=f"{n:,}", layers=f["layers"], hardware=say(f["hardware"])))
 
-TOPICS = [("Where memory goes", "where-memory-goes"), ("Bytes per parameter", "bytes-per-parameter"),
-          ("Optimizer states", "optimizer-states"), ("Mixed precision", "mixed-precision"),
-          ("Activation checkpointing", "activation-checkpointing"), ("FlashAttention", "flashattention"),
-          ("ZeRO", "zero"), ("Offload", "offload"), ("Parallelism", "parallelism"),
-          ("Quantization and LoRA / QLoRA", "quantization-and-lora-qlora"), ("What to try, in order", "what-to-try"),
-          ("Worked recipes", "worked-recipes"), ("Model size x hardware", "model-size-x-hardware"),
-          ("The largest micro-batch", "largest-micro-batch"), ("Monitoring", "monitoring"),
-          ("Troubleshooting", "troubleshooting"), ("Common claims, checked", "common-claims-checked")]
-st.markdown(" · ".join(f"[{t}](#{a})" for t, a in TOPICS))
+TOPICS = [(N_("Where memory goes"), "where-memory-goes"), (N_("Bytes per parameter"), "bytes-per-parameter"),
+          (N_("Optimizer states"), "optimizer-states"), (N_("Mixed precision"), "mixed-precision"),
+          (N_("Activation checkpointing"), "activation-checkpointing"), ("FlashAttention", "flashattention"),
+          ("ZeRO", "zero"), (N_("Offload"), "offload"), (N_("Parallelism"), "parallelism"),
+          (N_("Quantization and LoRA / QLoRA"), "quantization-and-lora-qlora"),
+          (N_("What to try, in order"), "what-to-try"), (N_("Worked recipes"), "worked-recipes"),
+          (N_("Model size x hardware"), "model-size-x-hardware"), (N_("The largest micro-batch"), "largest-micro-batch"),
+          (N_("Monitoring"), "monitoring"), (N_("Troubleshooting"), "troubleshooting"),
+          (N_("Common claims, checked"), "common-claims-checked")]
+st.markdown(" · ".join(f"[{tr(t)}](#{a})" for t, a in TOPICS))
 
 
 def gv(x) -> str:
@@ -61,374 +66,378 @@ def secs(x) -> str:
 
 
 def peak_at(v) -> str:
-    return "—" if not v else f"{v['event']} ({v['phase']})"
+    return "—" if not v else f"{tr(v['event'])} ({tr(v['phase'])})"
+
+
+def verdict(v) -> str:
+    """A table cell's verdict (calc.verdict.short's words, translated where they are marked)."""
+    return "—" if not v or v == "—" else tr(v)
 
 
 def header(i: int) -> None:
     title, anchor = TOPICS[i]
-    st.header(title, anchor=anchor)
+    st.header(tr(title), anchor=anchor)
 
 
 # ---- where memory goes ---------------------------------------------------------------------
 header(0)
-st.markdown(f"""
-Four consumers share the GPU during training, plus transients and the runtime around them. For this
-scenario the peak ({g(b['peak'])} allocated) falls at **{b['event']}** ({b['phase']}), where the GPU holds:
-
-| consumer | at the peak | largest during the step |
-|---|---:|---:|
-""" + "\n".join(f"| {CATEGORY_LABELS[c]} | {g(b[c])} | {g(b['max_' + c])} |"
-                for c in ("parameters", "gradients", "optimizer_states", "activations", "other")) + f"""
-
-Outside PyTorch's allocator, nvidia-smi also counts the CUDA context ({g(f['overhead']['context'])} expected),
-NCCL buffers ({g(f['overhead']['nccl'])}) and the caching allocator's reserve ({g(f['overhead']['reserve_low'])}
-to {g(f['overhead']['reserve_high'])}, expected {g(f['overhead']['reserve'])}): a device total of
-{g(b['device_low'])} to {g(b['device_high'])}, expected {g(b['device'])}.
-
-The consumers are **not** all alive at once. Adding each one's own maximum gives {g(f['category_max_sum'])},
-{g(f['category_max_sum'] - b['peak'])} more than the real peak: activations are freed during backward while
-gradients appear, and optimizer states are created lazily in the first step. The timeline of one step shows
-it; the black line is the peak:
-""")
+CONSUMERS = ("parameters", "gradients", "optimizer_states", "activations", "other")
+st.markdown("\n" + _("Four consumers share the GPU during training, plus transients and the runtime around them. For this "
+                     "scenario the peak ({peak} allocated) falls at **{event}** ({phase}), where the GPU holds:",
+                     peak=g(b["peak"]), event=tr(b["event"]), phase=tr(b["phase"]))
+            + "\n\n| " + _("consumer") + " | " + _("at the peak") + " | " + _("largest during the step") + " |\n|---|---:|---:|\n"
+            + "\n".join(f"| {tr(CATEGORY_LABELS[c])} | {g(b[c])} | {g(b['max_' + c])} |" for c in CONSUMERS) + "\n\n"
+            + _("Outside PyTorch's allocator, nvidia-smi also counts the CUDA context ({context} expected), NCCL buffers "
+                "({nccl}) and the caching allocator's reserve ({reserve_low} to {reserve_high}, expected {reserve}): a "
+                "device total of {device_low} to {device_high}, expected {device}.",
+                context=g(f["overhead"]["context"]), nccl=g(f["overhead"]["nccl"]),
+                reserve_low=g(f["overhead"]["reserve_low"]), reserve_high=g(f["overhead"]["reserve_high"]),
+                reserve=g(f["overhead"]["reserve"]), device_low=g(b["device_low"]), device_high=g(b["device_high"]),
+                device=g(b["device"])) + "\n\n"
+            + _("The consumers are **not** all alive at once. Adding each one's own maximum gives {sum}, {more} more than "
+                "the real peak: activations are freed during backward while gradients appear, and optimizer states are "
+                "created lazily in the first step. The timeline of one step shows it; the black line is the peak:",
+                sum=g(f["category_max_sum"]), more=g(f["category_max_sum"] - b["peak"])))
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
-st.markdown("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):")
-st.table([{"term": fmt.plain(c.label), "at the peak": g(c.bytes), "formula": fmt.plain(c.formula)}
+st.markdown(_("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):"))
+st.table([{_("term"): fmt.plain(tr(c.label)), _("at the peak"): g(c.bytes), _("formula"): fmt.plain(tr(c.formula))}
           for c in f["estimate"].components if c.bytes], hide_index=True)
 grad_comp = next((c for c in f["estimate"].components if c.key == "gradients"), None)
 if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
-    st.caption(f"Gradients at the peak are the **{grad_comp.label}**: see [Bytes per parameter](#bytes-per-parameter) "
-               "for why.")
+    st.caption(_("Gradients at the peak are the **{label}**: see [Bytes per parameter](#bytes-per-parameter) for why.",
+                 label=tr(grad_comp.label)))
 
 # ---- bytes per parameter -------------------------------------------------------------------
 header(1)
-stage = st.segmented_control("ZeRO stage", options=[0, 1, 2, 3], default=0, key="explain_bpp_zero",
-                             format_func=lambda z: "no ZeRO (one GPU)" if z == 0 else f"ZeRO-{z} on {BPP_ZERO_GPUS} GPUs")
+stage = st.segmented_control(_("ZeRO stage"), options=[0, 1, 2, 3], default=0, key="explain_bpp_zero",
+                             format_func=lambda z: _("no ZeRO (one GPU)") if z == 0
+                             else _("ZeRO-{stage} on {gpus} GPUs", stage=z, gpus=BPP_ZERO_GPUS))
 stage = stage or 0
 rows = f["bytes_per_param"] if stage == 0 else bytes_per_param_table(key, stage)
-where_bpp = "on one GPU without ZeRO" if stage == 0 else f"per GPU under ZeRO-{stage} over {BPP_ZERO_GPUS} data-parallel GPUs"
-st.markdown(f"""
-Model states are counted per parameter. One table, computed by the engine (`calc.per_param`, the same
-code that builds the Calculator's breakdown) for full fine-tuning of {f['name']} {where_bpp}, by precision x
-optimizer x ZeRO stage (the control above). **Held** is what the ZeRO paper calls model states (weights +
-gradients + fp32 master weights + optimizer states); **at the optimizer step** is what is alive inside
-`optimizer.step()`: the gradients as the step sees them and the step's scratch memory (foreach AdamW's
-`sqrt(v)` list, as large as the states' dtype x all parameters; the fused kernel needs none).
-""")
-st.table([{"precision · optimizer (impl)": xcharts.row_label(r), "weights": bpp(r["weights"]),
-           "gradients (.grad)": bpp(r["gradients"]), "fp32 master weights": bpp(r["master_weights"]),
-           "optimizer states": bpp(r["optimizer_states"]), "held (model states)": bpp(r["held"]),
-           "gradients at the step": bpp(r["step_gradients"]), "step scratch": bpp(r["optimizer_temporaries"]),
-           "at the optimizer step": bpp(r["at_step"])} for r in rows], hide_index=True)
+where_bpp = _("on one GPU without ZeRO") if stage == 0 else \
+    _("per GPU under ZeRO-{stage} over {gpus} data-parallel GPUs", stage=stage, gpus=BPP_ZERO_GPUS)
+st.markdown("\n" + _("Model states are counted per parameter. One table, computed by the engine (`calc.per_param`, the "
+                     "same code that builds the Calculator's breakdown) for full fine-tuning of {name} {where}, by "
+                     "precision x optimizer x ZeRO stage (the control above). **Held** is what the ZeRO paper calls "
+                     "model states (weights + gradients + fp32 master weights + optimizer states); **at the optimizer "
+                     "step** is what is alive inside `optimizer.step()`: the gradients as the step sees them and the "
+                     "step's scratch memory (foreach AdamW's `sqrt(v)` list, as large as the states' dtype x all "
+                     "parameters; the fused kernel needs none).", name=f["name"], where=where_bpp) + "\n")
+st.table([{_("precision · optimizer (impl)"): xcharts.row_label(r), _("weights"): bpp(r["weights"]),
+           _("gradients (.grad)"): bpp(r["gradients"]), _("fp32 master weights"): bpp(r["master_weights"]),
+           _("optimizer states"): bpp(r["optimizer_states"]), _("held (model states)"): bpp(r["held"]),
+           _("gradients at the step"): bpp(r["step_gradients"]), _("step scratch"): bpp(r["optimizer_temporaries"]),
+           _("at the optimizer step"): bpp(r["at_step"])} for r in rows], hide_index=True)
 st.plotly_chart(xcharts.bytes_per_param_bars(rows, where_bpp), key="explain_bpp")
 one_gpu = f["bytes_per_param"]
 mixed = next((r for r in one_gpu if r["precision"] == "bf16-mixed" and r["optimizer"] == "adamw"), None)
 lean = min(one_gpu, key=lambda r: r["held"]) if one_gpu else None
 if mixed and lean:
-    st.markdown(f"""
-**Why bf16-mixed gradients are {bpp(mixed['gradients'])} B and then {bpp(mixed['step_gradients'])} B per parameter.**
-{MIXED_STEP_GRADIENTS_WHY}. So, on one GPU without ZeRO, bf16-mixed AdamW holds {bpp(mixed['held'])} B/param, the same as
-fp32, and {bpp(mixed['at_step'])} B/param during a foreach step: above fp32's, because the 16-bit weights
-are kept beside the fp32 master copy. The leanest there is **{xcharts.row_label(lean)}** at
-{bpp(lean['held'])} B/param: pure bf16 halves the Adam states, and 8-bit AdamW shrinks them to about 2 B.
-""")
+    st.markdown("\n" + _("**Why bf16-mixed gradients are {grads} B and then {step_grads} B per parameter.** {why}. So, on "
+                         "one GPU without ZeRO, bf16-mixed AdamW holds {held} B/param, the same as fp32, and {at_step} "
+                         "B/param during a foreach step: above fp32's, because the 16-bit weights are kept beside the "
+                         "fp32 master copy. The leanest there is **{lean}** at {lean_held} B/param: pure bf16 halves "
+                         "the Adam states, and 8-bit AdamW shrinks them to about 2 B.",
+                         grads=bpp(mixed["gradients"]), step_grads=bpp(mixed["step_gradients"]),
+                         why=tr(MIXED_STEP_GRADIENTS_WHY), held=bpp(mixed["held"]), at_step=bpp(mixed["at_step"]),
+                         lean=xcharts.row_label(lean), lean_held=bpp(lean["held"])) + "\n")
 
 # ---- optimizer states ----------------------------------------------------------------------
 header(2)
-st.markdown(f"Optimizer states for all {n:,} parameters of {f['name']} in this scenario's precision "
-            "(Adafactor keeps factored row/column statistics and no first moment; AdamW 8-bit keeps uint8 "
-            "states plus an fp32 scale per 256-element block, bitsandbytes). **Optimizer states** here are the "
-            "states alone; the fp32 master weights of mixed precision are counted separately (Bytes per "
-            "parameter, above). The step scratch is foreach's temporary list; fused AdamW has none:")
-st.table([{"optimizer": r["optimizer"], "implementation": r["impl"], "states / param": bpp(r["states_per_param"]),
-           "optimizer states": g(r["states"]), "step scratch": g(r["scratch"]),
-           "peak": gv(r["run"] and r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
-           "verdict": r["run"]["verdict"] if r["run"] else "—"} for r in f["optimizers"]], hide_index=True)
+st.markdown(_("Optimizer states for all {params} parameters of {name} in this scenario's precision (Adafactor keeps "
+              "factored row/column statistics and no first moment; AdamW 8-bit keeps uint8 states plus an fp32 scale "
+              "per 256-element block, bitsandbytes). **Optimizer states** here are the states alone; the fp32 master "
+              "weights of mixed precision are counted separately (Bytes per parameter, above). The step scratch is "
+              "foreach's temporary list; fused AdamW has none:", params=f"{n:,}", name=f["name"]))
+st.table([{_("optimizer"): r["optimizer"], _("implementation"): r["impl"],
+           _("states / param"): bpp(r["states_per_param"]), _("optimizer states"): g(r["states"]),
+           _("step scratch"): g(r["scratch"]), _("peak"): gv(r["run"] and r["run"]["peak"]),
+           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"] and r["run"]["verdict"])}
+          for r in f["optimizers"]], hide_index=True)
 
 # ---- mixed precision -----------------------------------------------------------------------
 header(3)
 pr = {r["precision"]: r for r in f["precisions"]}
-bf16_ok = ("this GPU does" if f["gpu_bf16"] else "this GPU does not" if f["gpu_bf16"] is not None
-           else "a custom GPU may or may not")
-st.markdown(f"""
-**FP16 vs BF16.** Both are 16-bit. FP16 has more mantissa bits but a narrow exponent range (largest value
-65,504), so small gradients underflow and large activations overflow: training needs **loss scaling**
-(PyTorch's `GradScaler`, DeepSpeed's dynamic `loss_scale`), which multiplies the loss before backward and skips
-steps whose gradients overflow. BF16 keeps fp32's exponent range and needs no scaling, but only Ampere (A100,
-RTX 30xx) and newer GPUs compute it natively; {bf16_ok}.
-
-**What each precision keeps.** Bytes per parameter from the table above, and this scenario's activations and peak:
-""")
-st.table([{"precision": r["precision"], "held / param": bpp(r["per_param"]["held"]),
-           "at the step / param": bpp(r["per_param"]["at_step"]),
-           "activations (largest)": g(r["run"]["max_activations"]),
-           "of which autocast 16-bit weight copies": g(r["autocast_copies"]) if r["autocast_copies"] else "—",
-           "peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]}
+bf16_ok = (_("this GPU does") if f["gpu_bf16"] else _("this GPU does not") if f["gpu_bf16"] is not None
+           else _("a custom GPU may or may not"))
+st.markdown("\n" + _("**FP16 vs BF16.** Both are 16-bit. FP16 has more mantissa bits but a narrow exponent range (largest "
+                     "value 65,504), so small gradients underflow and large activations overflow: training needs **loss "
+                     "scaling** (PyTorch's `GradScaler`, DeepSpeed's dynamic `loss_scale`), which multiplies the loss "
+                     "before backward and skips steps whose gradients overflow. BF16 keeps fp32's exponent range and "
+                     "needs no scaling, but only Ampere (A100, RTX 30xx) and newer GPUs compute it natively; {bf16_ok}.",
+                     bf16_ok=bf16_ok) + "\n\n"
+            + _("**What each precision keeps.** Bytes per parameter from the table above, and this scenario's "
+                "activations and peak:") + "\n")
+st.table([{_("precision"): r["precision"], _("held / param"): bpp(r["per_param"]["held"]),
+           _("at the step / param"): bpp(r["per_param"]["at_step"]),
+           _("activations (largest)"): g(r["run"]["max_activations"]),
+           _("of which autocast 16-bit weight copies"): g(r["autocast_copies"]) if r["autocast_copies"] else "—",
+           _("peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
           for r in f["precisions"]], hide_index=True)
 if "amp-bf16" in pr and "bf16-mixed" in pr and "fp32" in pr:
     amp, mx, f32 = pr["amp-bf16"], pr["bf16-mixed"], pr["fp32"]
-    st.markdown(f"""
-DeepSpeed-style mixed precision (bf16-mixed) keeps 16-bit weights and gradients **plus** fp32 master weights
-and fp32 Adam moments: {bpp(mx['per_param']['held'])} B/param, no less than fp32's
-{bpp(f32['per_param']['held'])}. PyTorch AMP (autocast) keeps everything in fp32 and casts to 16 bits on the
-fly. What 16-bit compute changes is the **activations**: {g(f32['run']['max_activations'])} in fp32,
-{g(mx['run']['max_activations'])} with bf16 weights, {g(amp['run']['max_activations'])} under AMP bf16. AMP's
-figure includes **{g(amp['autocast_copies'])} of 16-bit weight copies**: autocast casts each fp32 weight to
-bf16 for its matmul and autograd saves that copy for backward, so a whole 16-bit copy of the decoder's
-weights sits among the activations until backward frees it.
-""")
+    st.markdown("\n" + _("DeepSpeed-style mixed precision (bf16-mixed) keeps 16-bit weights and gradients **plus** fp32 "
+                         "master weights and fp32 Adam moments: {mixed_held} B/param, no less than fp32's {fp32_held}. "
+                         "PyTorch AMP (autocast) keeps everything in fp32 and casts to 16 bits on the fly. What 16-bit "
+                         "compute changes is the **activations**: {fp32_act} in fp32, {mixed_act} with bf16 weights, "
+                         "{amp_act} under AMP bf16. AMP's figure includes **{copies} of 16-bit weight copies**: autocast "
+                         "casts each fp32 weight to bf16 for its matmul and autograd saves that copy for backward, so a "
+                         "whole 16-bit copy of the decoder's weights sits among the activations until backward frees it.",
+                         mixed_held=bpp(mx["per_param"]["held"]), fp32_held=bpp(f32["per_param"]["held"]),
+                         fp32_act=g(f32["run"]["max_activations"]), mixed_act=g(mx["run"]["max_activations"]),
+                         amp_act=g(amp["run"]["max_activations"]), copies=g(amp["autocast_copies"])) + "\n")
 
 # ---- activation checkpointing --------------------------------------------------------------
 header(4)
 ck, k_sqrt = f["checkpointing"], f["k_sqrt"]
-st.markdown(f"""
-Backward needs what each layer saved in forward. Checkpointing a layer keeps only its input and recomputes the
-rest during backward. Checkpointing **every layer** (Hugging Face's `gradient_checkpointing_enable()`, what
-the engine models) keeps L = {f['layers']} layer inputs plus one layer's tensors while it is recomputed: still
-O(L), but with a tiny constant (one hidden vector per token per layer). Chen et al. (2016) reach O(sqrt L) by
-checkpointing *segments* of about sqrt(L) = {k_sqrt} layers (`checkpoint_sequential`): sqrt(L) segment inputs
-plus one segment's tensors during its recompute; the engine does not model segments. Checkpointing only
-**every k-th layer** (the rows below) is the opposite trade: the other layers keep everything, so memory falls
-between "none" and "every layer". **Selective** checkpointing (Korthikanti et al. 2022) recomputes only the
-attention core, whose saved tensors grow with sequence length, for a small fraction of the compute.
-
-The lesson is in the **activations** column; the peak moves only when activations are what sets it:
-""")
-st.table([{"checkpointing": r["label"], "activations (largest)": g(r["run"]["max_activations"]),
-           "extra FLOPs (recompute)": "—" if r["recompute"] is None else f"{100 * r['recompute']:.0f} %",
-           "step (calc.speed)": secs(r["speed"] and r["speed"]["step_s"]), "peak": g(r["run"]["peak"]),
-           "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]} for r in ck], hide_index=True)
+st.markdown("\n" + _("Backward needs what each layer saved in forward. Checkpointing a layer keeps only its input and "
+                     "recomputes the rest during backward. Checkpointing **every layer** (Hugging Face's "
+                     "`gradient_checkpointing_enable()`, what the engine models) keeps L = {layers} layer inputs plus "
+                     "one layer's tensors while it is recomputed: still O(L), but with a tiny constant (one hidden "
+                     "vector per token per layer). Chen et al. (2016) reach O(sqrt L) by checkpointing *segments* of "
+                     "about sqrt(L) = {k} layers (`checkpoint_sequential`): sqrt(L) segment inputs plus one segment's "
+                     "tensors during its recompute; the engine does not model segments. Checkpointing only **every k-th "
+                     "layer** (the rows below) is the opposite trade: the other layers keep everything, so memory falls "
+                     "between \"none\" and \"every layer\". **Selective** checkpointing (Korthikanti et al. 2022) "
+                     "recomputes only the attention core, whose saved tensors grow with sequence length, for a small "
+                     "fraction of the compute.", layers=f["layers"], k=k_sqrt) + "\n\n"
+            + _("The lesson is in the **activations** column; the peak moves only when activations are what sets it:")
+            + "\n")
+st.table([{_("checkpointing"): say(r["label"]), _("activations (largest)"): g(r["run"]["max_activations"]),
+           _("extra FLOPs (recompute)"): "—" if r["recompute"] is None else f"{100 * r['recompute']:.0f} %",
+           _("step (calc.speed)"): secs(r["speed"] and r["speed"]["step_s"]), _("peak"): g(r["run"]["peak"]),
+           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in ck],
+         hide_index=True)
 if ck and ck[0]["run"]["phase"] == "optimizer":
-    st.info(f"Here the peak falls at the **optimizer step** ({g(ck[0]['run']['peak'])}), where no activations are "
-            "alive, so checkpointing cannot lower it: it frees activations that were never the limit. Reduce the "
-            "model states first (ZeRO, 8-bit AdamW, fused AdamW, LoRA).", icon=":material/info:")
+    st.info(_("Here the peak falls at the **optimizer step** ({peak}), where no activations are alive, so checkpointing "
+              "cannot lower it: it frees activations that were never the limit. Reduce the model states first (ZeRO, "
+              "8-bit AdamW, fused AdamW, LoRA).", peak=g(ck[0]["run"]["peak"])), icon=":material/info:")
 if any(r["recompute"] is not None for r in ck):
     st.plotly_chart(xcharts.checkpointing_tradeoff(ck), key="explain_ckpt")
-st.markdown("""
-Caveats. Recomputation must reproduce the forward exactly: `torch.utils.checkpoint` saves and restores the RNG
-state (`preserve_rng_state=True`) so dropout masks match, which costs a little time. Layers with side effects
-in forward, such as BatchNorm's running statistics, are updated twice unless excluded. Use
-`use_reentrant=False` (the non-reentrant implementation) in current PyTorch.
-""")
+st.markdown("\n" + _("Caveats. Recomputation must reproduce the forward exactly: `torch.utils.checkpoint` saves and "
+                     "restores the RNG state (`preserve_rng_state=True`) so dropout masks match, which costs a little "
+                     "time. Layers with side effects in forward, such as BatchNorm's running statistics, are updated "
+                     "twice unless excluded. Use `use_reentrant=False` (the non-reentrant implementation) in current "
+                     "PyTorch.") + "\n")
 
 # ---- FlashAttention ------------------------------------------------------------------------
 header(5)
 att = f["attention"]
-st.markdown(f"""
-Eager attention materialises the scores and the softmax probabilities, each batch x heads x S x S
-({f['heads']} heads here), and keeps them for backward. FlashAttention (Dao et al. 2022) and PyTorch's SDPA
-kernels compute attention in tiles and keep only the output and the log-sum-exp: the S x S terms disappear and
-**activations** grow linearly with the sequence. The saving is in the activations; the peak follows only
-where activations set it:
-""")
+st.markdown("\n" + _("Eager attention materialises the scores and the softmax probabilities, each batch x heads x S x S "
+                     "({heads} heads here), and keeps them for backward. FlashAttention (Dao et al. 2022) and PyTorch's "
+                     "SDPA kernels compute attention in tiles and keep only the output and the log-sum-exp: the S x S "
+                     "terms disappear and **activations** grow linearly with the sequence. The saving is in the "
+                     "activations; the peak follows only where activations set it:", heads=f["heads"]) + "\n")
 st.plotly_chart(xcharts.attention_sweep(att, b["gpu"]), key="explain_attention")
-st.table([{"sequence length": f"{r['seq']:,}" + (" (this scenario)" if r["current"] else ""),
-           "activations, eager": g(r["eager"]["max_activations"]), "activations, SDPA": g(r["sdpa"]["max_activations"]),
-           "saved": f"{100 * (1 - r['sdpa']['max_activations'] / r['eager']['max_activations']):.0f} %",
-           "peak eager (falls at)": f"{g(r['eager']['peak'])} ({r['eager']['phase']})",
-           "peak SDPA (falls at)": f"{g(r['sdpa']['peak'])} ({r['sdpa']['phase']})",
-           "SDPA verdict": r["sdpa"]["verdict"]} for r in att], hide_index=True)
-st.markdown("Other kernels with the same idea: **fused AdamW** (one kernel, no step scratch: compare the "
-            "foreach and fused rows under [Optimizer states](#optimizer-states)), 8-bit optimizers, fused "
-            "cross-entropy (no fp32 logits copy).")
+st.table([{_("sequence length"): f"{r['seq']:,}" + (_(" (this scenario)") if r["current"] else ""),
+           _("activations, eager"): g(r["eager"]["max_activations"]),
+           _("activations, SDPA"): g(r["sdpa"]["max_activations"]),
+           _("saved"): f"{100 * (1 - r['sdpa']['max_activations'] / r['eager']['max_activations']):.0f} %",
+           _("peak eager (falls at)"): f"{g(r['eager']['peak'])} ({tr(r['eager']['phase'])})",
+           _("peak SDPA (falls at)"): f"{g(r['sdpa']['peak'])} ({tr(r['sdpa']['phase'])})",
+           _("SDPA verdict"): verdict(r["sdpa"]["verdict"])} for r in att], hide_index=True)
+st.markdown(_("Other kernels with the same idea: **fused AdamW** (one kernel, no step scratch: compare the foreach and "
+              "fused rows under [Optimizer states](#optimizer-states)), 8-bit optimizers, fused cross-entropy (no fp32 "
+              "logits copy)."))
 
 # ---- ZeRO -----------------------------------------------------------------------------------
 header(6)
 z = f["zero"]
 zr = z["rows"]
-where = (f"**{z['label']}**" + (f" (the sidebar's GPU, {z['dp']} of them: this scenario has {z['own_gpus']}, and "
-                                "ZeRO needs several data-parallel GPUs)" if z["switched"] else " (this scenario's hardware)"))
-st.markdown(f"""
-ZeRO (Rajbhandari et al. 2020) removes the copies plain data parallelism keeps on every GPU. Stage 1 shards the
-optimizer states and fp32 master weights over the N data-parallel GPUs, stage 2 also the gradients, stage 3 also
-the weights. The lesson is the **model states per GPU**, from the bytes-per-parameter table x {n:,} parameters;
-the engine's peak adds activations, gathered layers (stage 3) and reduce buckets (stage 2). On {where}:
-""")
-st.table([{"stage": r["stage"], "model states / param": bpp(r["per_param"] and r["per_param"]["held"]),
-           "model states per GPU": gv(r["per_param"] and r["per_param"]["held"] * r["per_param"]["params"]),
-           "at the optimizer step per GPU": gv(r["per_param"] and r["per_param"]["at_step"] * r["per_param"]["params"]),
-           "engine peak": gv(r["run"] and r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
-           "verdict": r["run"]["verdict"] if r["run"] else "—",
-           "DP communication per step": secs(r["comm_s"])} for r in zr], hide_index=True)
-st.markdown(f"Per-GPU device total as the data-parallel group grows ({z['label'].split(' x ', 1)[-1] if z['label'] else ''} "
-            "GPUs, same micro-batch per GPU, no tensor or pipeline parallelism): only stage 3 keeps falling, "
-            "because the 16-bit weights are the last replicated state. On one GPU nothing is sharded, and stages "
-            "1 and 2 only add DeepSpeed's reduce buckets.")
-st.plotly_chart(xcharts.zero_sweep(z["sweep"], z["gpu_bytes"], z["label"].split(" x ", 1)[-1] if z["label"] else "GPU"),
-                key="explain_zero")
+z_label = say(z["label"]) if z["label"] else ""
+z_gpu = z_label.split(" x ", 1)[-1] if z_label else ""
+where = (_("**{hardware}** (the sidebar's GPU, {dp} of them: this scenario has {own}, and ZeRO needs several "
+           "data-parallel GPUs)", hardware=z_label, dp=z["dp"], own=z["own_gpus"]) if z["switched"]
+         else _("**{hardware}** (this scenario's hardware)", hardware=z_label))
+st.markdown("\n" + _("ZeRO (Rajbhandari et al. 2020) removes the copies plain data parallelism keeps on every GPU. Stage "
+                     "1 shards the optimizer states and fp32 master weights over the N data-parallel GPUs, stage 2 also "
+                     "the gradients, stage 3 also the weights. The lesson is the **model states per GPU**, from the "
+                     "bytes-per-parameter table x {params} parameters; the engine's peak adds activations, gathered "
+                     "layers (stage 3) and reduce buckets (stage 2). On {where}:", params=f"{n:,}", where=where) + "\n")
+st.table([{_("stage"): r["stage"], _("model states / param"): bpp(r["per_param"] and r["per_param"]["held"]),
+           _("model states per GPU"): gv(r["per_param"] and r["per_param"]["held"] * r["per_param"]["params"]),
+           _("at the optimizer step per GPU"): gv(r["per_param"] and r["per_param"]["at_step"] * r["per_param"]["params"]),
+           _("engine peak"): gv(r["run"] and r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]),
+           _("verdict"): verdict(r["run"] and r["run"]["verdict"]),
+           _("DP communication per step"): secs(r["comm_s"])} for r in zr], hide_index=True)
+st.markdown(_("Per-GPU device total as the data-parallel group grows ({gpu} GPUs, same micro-batch per GPU, no tensor or "
+              "pipeline parallelism): only stage 3 keeps falling, because the 16-bit weights are the last replicated "
+              "state. On one GPU nothing is sharded, and stages 1 and 2 only add DeepSpeed's reduce buckets.",
+              gpu=z_gpu))
+st.plotly_chart(xcharts.zero_sweep(z["sweep"], z["gpu_bytes"], z_gpu or "GPU"), key="explain_zero")
 if zr[0]["comm_s"] and zr[3]["comm_s"]:
-    st.markdown(f"""
-**Communication.** Plain data parallelism all-reduces the gradients each step. Stages 1 and 2 replace it with a
-reduce-scatter of gradients and an all-gather of updated weights: the same volume ({secs(zr[1]['comm_s'])} and
-{secs(zr[2]['comm_s'])} against {secs(zr[0]['comm_s'])} over {zr[0]['interconnect']} here). Stage 3 gathers the
-weights in forward and again in backward: {zr[3]['comm_s'] / zr[0]['comm_s']:.2f} x the data-parallel volume
-({secs(zr[3]['comm_s'])}).""")
-st.markdown(f"""
-DeepSpeed settings that matter (the Export page writes them): `overlap_comm` (hide reductions behind backward),
-`contiguous_gradients` (one flat buffer, less fragmentation), `reduce_bucket_size` ({z['bucket']:,} elements by
-default: a bucket of that size lives on the GPU under stage 2), `stage3_prefetch_bucket_size` ({z['prefetch']:,}),
-`stage3_max_live_parameters` ({z['max_live']:,}) and `stage3_param_persistence_threshold` ({z['persistence']:,}:
-smaller tensors stay unsharded).
-""")
+    st.markdown("\n" + _("**Communication.** Plain data parallelism all-reduces the gradients each step. Stages 1 and 2 "
+                         "replace it with a reduce-scatter of gradients and an all-gather of updated weights: the same "
+                         "volume ({stage1} and {stage2} against {plain} over {interconnect} here). Stage 3 gathers the "
+                         "weights in forward and again in backward: {ratio} x the data-parallel volume ({stage3}).",
+                         stage1=secs(zr[1]["comm_s"]), stage2=secs(zr[2]["comm_s"]), plain=secs(zr[0]["comm_s"]),
+                         interconnect=zr[0]["interconnect"], ratio=f"{zr[3]['comm_s'] / zr[0]['comm_s']:.2f}",
+                         stage3=secs(zr[3]["comm_s"])))
+st.markdown("\n" + _("DeepSpeed settings that matter (the Export page writes them): `overlap_comm` (hide reductions "
+                     "behind backward), `contiguous_gradients` (one flat buffer, less fragmentation), "
+                     "`reduce_bucket_size` ({bucket} elements by default: a bucket of that size lives on the GPU under "
+                     "stage 2), `stage3_prefetch_bucket_size` ({prefetch}), `stage3_max_live_parameters` ({max_live}) "
+                     "and `stage3_param_persistence_threshold` ({persistence}: smaller tensors stay unsharded).",
+                     bucket=f"{z['bucket']:,}", prefetch=f"{z['prefetch']:,}", max_live=f"{z['max_live']:,}",
+                     persistence=f"{z['persistence']:,}") + "\n")
 
 # ---- offload --------------------------------------------------------------------------------
 header(7)
 off = f["offload"]
 pcie = f["pcie"]
 base_step = off[0]["speed"]["step_s"] if off and off[0]["speed"] else None
-st.markdown(f"""
-ZeRO-Offload moves the optimizer states, fp32 master weights and gradients to host memory and runs the update on
-the CPU (DeepSpeed's CPUAdam); ZeRO-Infinity can put them, or the weights (stage 3), on NVMe. The GPU's memory
-falls; what rises is **host RAM** and **step time**: every step moves gradients down and weights up over PCIe
-{f"(gen {pcie['gen']}: {pcie['bytes_per_s'] / 1e9:.0f} GB/s per direction for this GPU)" if pcie else ""}, and NVMe is
-slower still{f" ({f['nvme_bytes_per_s'] / 1e9:.1f} GB/s per node assumed)" if f["nvme_bytes_per_s"] else ""}. Host
-buffers are **pinned** (page-locked) to reach that bandwidth and cannot be swapped: the host needs RAM for all of it.
-""")
-st.table([{"setup": r["label"], "GPU peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]),
-           "host RAM per node": g(r["run"]["cpu_ram"]) + (f" of {g(f['host_ram'])}" if f["host_ram"] else ""),
-           "NVMe per node": g(r["run"]["nvme"]), "step (calc.speed)": secs(r["speed"] and r["speed"]["step_s"]),
-           "of which offload": secs(r["speed"] and r["speed"]["offload_s"]),
-           "slowdown": "—" if not (r["speed"] and base_step) else f"{r['speed']['step_s'] / base_step:.1f} x",
-           "verdict": r["run"]["verdict"]} for r in off], hide_index=True)
+pcie_text = _(" (gen {gen}: {gbps} GB/s per direction for this GPU)", gen=pcie["gen"],
+              gbps=f"{pcie['bytes_per_s'] / 1e9:.0f}") if pcie else ""
+nvme_text = _(" ({gbps} GB/s per node assumed)", gbps=f"{f['nvme_bytes_per_s'] / 1e9:.1f}") \
+    if f["nvme_bytes_per_s"] else ""
+st.markdown("\n" + _("ZeRO-Offload moves the optimizer states, fp32 master weights and gradients to host memory and runs "
+                     "the update on the CPU (DeepSpeed's CPUAdam); ZeRO-Infinity can put them, or the weights (stage 3), "
+                     "on NVMe. The GPU's memory falls; what rises is **host RAM** and **step time**: every step moves "
+                     "gradients down and weights up over PCIe{pcie}, and NVMe is slower still{nvme}. Host buffers are "
+                     "**pinned** (page-locked) to reach that bandwidth and cannot be swapped: the host needs RAM for "
+                     "all of it.", pcie=pcie_text, nvme=nvme_text) + "\n")
+st.table([{_("setup"): say(r["label"]), _("GPU peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]),
+           _("host RAM per node"): g(r["run"]["cpu_ram"]) + (_(" of {total}", total=g(f["host_ram"])) if f["host_ram"]
+                                                            else ""),
+           _("NVMe per node"): g(r["run"]["nvme"]), _("step (calc.speed)"): secs(r["speed"] and r["speed"]["step_s"]),
+           _("of which offload"): secs(r["speed"] and r["speed"]["offload_s"]),
+           _("slowdown"): "—" if not (r["speed"] and base_step) else f"{r['speed']['step_s'] / base_step:.1f} x",
+           _("verdict"): verdict(r["run"]["verdict"])} for r in off], hide_index=True)
 if not f["host_ram"]:
-    st.caption("This hardware does not say how much host RAM it has: pick a cluster preset (or set it) to check "
-               "the offload against it.")
+    st.caption(_("This hardware does not say how much host RAM it has: pick a cluster preset (or set it) to check the "
+                 "offload against it."))
 
 # ---- parallelism ----------------------------------------------------------------------------
 header(8)
-st.markdown("""
-**Data parallel** replicates the model and splits the batch (memory relief only with ZeRO, above).
-**Tensor parallel** (Megatron-LM) splits each layer's matrices across GPUs: weights, gradients, optimizer states
-and most activations divide by the degree; it all-reduces activations twice per layer each way, so it stays
-inside an NVLink node. **Pipeline parallel** places consecutive layers on different GPUs; the first stage holds
-activations of up to `pp` micro-batches in flight (1F1B). Per GPU, for this model (ZeRO off, same micro-batch),
-on the hardware each row names:
-""")
-st.table([{"layout": r["label"], "hardware": r["hardware"], "peak": g(r["run"]["peak"]),
-           "weights": g(r["run"]["parameters"]), "activations (largest)": g(r["run"]["max_activations"]),
-           "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]} for r in f["parallel"]], hide_index=True)
-st.markdown("""
-**Sequence parallelism, two different things.** Megatron's *sequence parallelism* (Korthikanti et al. 2022)
-works only together with tensor parallelism: it splits along the sequence the LayerNorm and dropout activations
-that tensor parallelism leaves replicated (the row above with "+ sequence parallel"). **Context parallelism**
-(ring attention; Megatron-Core `context_parallel_size`, DeepSpeed Ulysses, PyTorch's `context_parallel`) splits
-the *whole* sequence across GPUs, attention included, exchanging keys and values: this is what the articles' "sequence
-parallel for 32k context" means, since it is what divides a 32k-token sequence's activations by the degree. The
-engine does not model context parallelism yet.
-
-**Choosing FSDP, DeepSpeed or Megatron.** *PyTorch FSDP2* (`fully_shard`) is ZeRO-3 (or ZeRO-2 with
-`reshard_after_forward=False`) inside PyTorch: no extra dependency, composes with `torch.compile` and tensor
-parallel (DTensor); no built-in NVMe offload. *DeepSpeed ZeRO* offers every stage, CPU and NVMe offload
-(ZeRO-Offload / Infinity) and works through the Hugging Face Trainer / accelerate with a JSON config (the Export
-page writes it): the choice when the model must spill out of GPU memory. *Megatron-LM / Megatron-Core* gives
-tensor, pipeline, sequence, context and expert parallelism with fused kernels: the choice for pre-training at
-hundreds of GPUs, at the cost of its own model code. For fine-tuning up to ~70B on one or a few nodes, FSDP2 or
-DeepSpeed ZeRO-3 is usually enough.
-""")
+st.markdown("\n" + _("**Data parallel** replicates the model and splits the batch (memory relief only with ZeRO, above). "
+                     "**Tensor parallel** (Megatron-LM) splits each layer's matrices across GPUs: weights, gradients, "
+                     "optimizer states and most activations divide by the degree; it all-reduces activations twice per "
+                     "layer each way, so it stays inside an NVLink node. **Pipeline parallel** places consecutive layers "
+                     "on different GPUs; the first stage holds activations of up to `pp` micro-batches in flight (1F1B). "
+                     "Per GPU, for this model (ZeRO off, same micro-batch), on the hardware each row names:") + "\n")
+st.table([{_("layout"): say(r["label"]), _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
+           _("weights"): g(r["run"]["parameters"]), _("activations (largest)"): g(r["run"]["max_activations"]),
+           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in f["parallel"]],
+         hide_index=True)
+st.markdown("\n" + _("**Sequence parallelism, two different things.** Megatron's *sequence parallelism* (Korthikanti et "
+                     "al. 2022) works only together with tensor parallelism: it splits along the sequence the LayerNorm "
+                     "and dropout activations that tensor parallelism leaves replicated (the row above with \"+ sequence "
+                     "parallel\"). **Context parallelism** (ring attention; Megatron-Core `context_parallel_size`, "
+                     "DeepSpeed Ulysses, PyTorch's `context_parallel`) splits the *whole* sequence across GPUs, attention "
+                     "included, exchanging keys and values: this is what the articles' \"sequence parallel for 32k "
+                     "context\" means, since it is what divides a 32k-token sequence's activations by the degree. The "
+                     "engine does not model context parallelism yet.") + "\n\n"
+            + _("**Choosing FSDP, DeepSpeed or Megatron.** *PyTorch FSDP2* (`fully_shard`) is ZeRO-3 (or ZeRO-2 with "
+                "`reshard_after_forward=False`) inside PyTorch: no extra dependency, composes with `torch.compile` and "
+                "tensor parallel (DTensor); no built-in NVMe offload. *DeepSpeed ZeRO* offers every stage, CPU and NVMe "
+                "offload (ZeRO-Offload / Infinity) and works through the Hugging Face Trainer / accelerate with a JSON "
+                "config (the Export page writes it): the choice when the model must spill out of GPU memory. "
+                "*Megatron-LM / Megatron-Core* gives tensor, pipeline, sequence, context and expert parallelism with "
+                "fused kernels: the choice for pre-training at hundreds of GPUs, at the cost of its own model code. For "
+                "fine-tuning up to ~70B on one or a few nodes, FSDP2 or DeepSpeed ZeRO-3 is usually enough.") + "\n")
 if f["experts"] > 1:
-    st.markdown(f"**Expert parallel.** {f['name']} has {f['experts']} experts per layer: {n:,} parameters in total, "
-                f"{f['active_params']:,} active per token. Expert parallelism places different experts on different "
-                "GPUs; the engine does not model it yet, so its figures keep all experts on each GPU.")
+    st.markdown(_("**Expert parallel.** {name} has {experts} experts per layer: {params} parameters in total, {active} "
+                  "active per token. Expert parallelism places different experts on different GPUs; the engine does not "
+                  "model it yet, so its figures keep all experts on each GPU.", name=f["name"], experts=f["experts"],
+                  params=f"{n:,}", active=f"{f['active_params']:,}"))
 else:
-    st.markdown("**Expert parallel** places the experts of mixture-of-experts models (e.g. Mixtral) on different "
-                "GPUs; this model is dense. The engine does not model expert parallelism yet.")
+    st.markdown(_("**Expert parallel** places the experts of mixture-of-experts models (e.g. Mixtral) on different GPUs; "
+                  "this model is dense. The engine does not model expert parallelism yet."))
 
 # ---- quantization and LoRA ------------------------------------------------------------------
 header(9)
-st.markdown("""
-LoRA freezes the base model and trains small low-rank adapters: gradients and optimizer states exist only for the
-adapters. QLoRA (Dettmers et al. 2023) also stores the frozen base weights in 4-bit NF4 and dequantizes them to
-bf16 layer by layer for each matmul. It does **not** quantize the optimizer states: the adapters' AdamW states stay
-fp32. Training this model:
-""")
+st.markdown("\n" + _("LoRA freezes the base model and trains small low-rank adapters: gradients and optimizer states exist "
+                     "only for the adapters. QLoRA (Dettmers et al. 2023) also stores the frozen base weights in 4-bit "
+                     "NF4 and dequantizes them to bf16 layer by layer for each matmul. It does **not** quantize the "
+                     "optimizer states: the adapters' AdamW states stay fp32. Training this model:") + "\n")
 lora, inf = f["lora"], f["inference"]
-st.table([{"setup": r["label"], "trainable params": f"{r['run']['trainable']:,}", "weights": g(r["run"]["max_parameters"]),
-           "gradients (largest)": g(r["run"]["max_gradients"]),
-           "optimizer states + master (largest)": g(r["run"]["max_optimizer_states"]),
-           "peak": g(r["run"]["peak"]), "peak falls at": peak_at(r["run"]), "verdict": r["run"]["verdict"]}
+st.table([{_("setup"): say(r["label"]), _("trainable params"): f"{r['run']['trainable']:,}",
+           _("weights"): g(r["run"]["max_parameters"]), _("gradients (largest)"): g(r["run"]["max_gradients"]),
+           _("optimizer states + master (largest)"): g(r["run"]["max_optimizer_states"]),
+           _("peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
           for r in lora], hide_index=True)
-st.markdown("Inference with quantized weights (GPTQ / AWQ / bitsandbytes store weights the same way):")
-st.table([{"weights": r["label"], "weights size": g(r["run"]["max_parameters"]), "peak": g(r["run"]["peak"]),
-           "verdict": r["run"]["verdict"]} for r in inf], hide_index=True)
+st.markdown(_("Inference with quantized weights (GPTQ / AWQ / bitsandbytes store weights the same way):"))
+st.table([{_("weights"): say(r["label"]), _("weights size"): g(r["run"]["max_parameters"]), _("peak"): g(r["run"]["peak"]),
+           _("verdict"): verdict(r["run"]["verdict"])} for r in inf], hide_index=True)
 
 # ---- what to try, in order ------------------------------------------------------------------
 header(10)
-st.markdown("""
-The articles' advice: cheapest first. Mixed precision, then FlashAttention, then checkpointing, then ZeRO
-stages, then offload; change the method (8-bit optimizer, LoRA, QLoRA) when nothing else fits. The
-recommender's waterfall does exactly that for **this** scenario, each step on top of the previous ones:
-""")
+st.markdown("\n" + _("The articles' advice: cheapest first. Mixed precision, then FlashAttention, then checkpointing, then "
+                     "ZeRO stages, then offload; change the method (8-bit optimizer, LoRA, QLoRA) when nothing else "
+                     "fits. The recommender's waterfall does exactly that for **this** scenario, each step on top of the "
+                     "previous ones:") + "\n")
 try:
     steps = compute.waterfall(key) if sc.mode.value == "train" else []
 except ValueError as exc:
-    st.warning(f"calc.recommend cannot build the waterfall for this scenario: {state.error_text(exc)}")
+    st.warning(_("calc.recommend cannot build the waterfall for this scenario: {error}", error=state.error_text(exc)))
     steps = []
 if steps:
-    st.table([{"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
-               "device total": g(s.device_total_expected_bytes), "host RAM per node": g(s.cpu_ram_bytes),
-               "verdict": short(s.verdict),
-               "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
+    st.table([{_("step"): fmt.plain(f"{s.step}. {tr(s.name)}"), _("turns on"): fmt.plain(tr(s.change)),
+               _("device total"): g(s.device_total_expected_bytes), _("host RAM per node"): g(s.cpu_ram_bytes),
+               _("verdict"): verdict(short(s.verdict)),
+               _("tokens/s per GPU"): "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
               for s in steps], hide_index=True)
     first = next((s for s in steps if s.fits), None)
-    st.markdown(f"The first step that fits: **{first.step}. {first.name}**." if first else
-                "No step fits this hardware: more GPUs, a shorter sequence or a smaller model.")
+    st.markdown(_("The first step that fits: **{step}. {name}**.", step=first.step, name=tr(first.name)) if first else
+                _("No step fits this hardware: more GPUs, a shorter sequence or a smaller model."))
 else:
-    st.markdown("Switch the sidebar to training to see the waterfall.")
-st.page_link("pages/3_Recommend.py", label="Recommend: the waterfall as a chart, and the fastest configurations that fit",
+    st.markdown(_("Switch the sidebar to training to see the waterfall."))
+st.page_link("pages/3_Recommend.py", label=_("Recommend: the waterfall as a chart, and the fastest configurations that fit"),
              icon=":material/recommend:", query_params=state.page_params())
 
 # ---- worked recipes -------------------------------------------------------------------------
 header(11)
-st.markdown("Questions readers of the articles ask, answered by the engine (memory per GPU, host RAM, NVMe) and "
-            "the speed model. The sidebar's scenario does not change these.")
+st.markdown(_("Questions readers of the articles ask, answered by the engine (memory per GPU, host RAM, NVMe) and the "
+              "speed model. The sidebar's scenario does not change these."))
 for rec in recipe_rows():
-    st.subheader(rec["title"])
-    st.caption(rec["setting"])
-    st.table([{"recipe": r["label"], "device total per GPU": g(r["run"]["device"]),
-               "host RAM per node": g(r["run"]["cpu_ram"]), "verdict": r["run"]["verdict"],
-               "tokens/s per GPU": "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
-               "why": fmt.plain(r["note"])} for r in rec["rows"]], hide_index=True)
+    st.subheader(tr(rec["title"]))
+    st.caption(tr(rec["setting"]))
+    st.table([{_("recipe"): tr(r["label"]), _("device total per GPU"): g(r["run"]["device"]),
+               _("host RAM per node"): g(r["run"]["cpu_ram"]), _("verdict"): verdict(r["run"]["verdict"]),
+               _("tokens/s per GPU"): "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
+               _("why"): fmt.plain(tr(r["note"]))} for r in rec["rows"]], hide_index=True)
 
 # ---- model size x hardware ------------------------------------------------------------------
 header(12)
-claims = claim_rows()
+claims = claim_rows(current())
 table_rows = [c for c in claims if c["id"].startswith("a0-table-")]
-st.markdown("Article 000's recommendation table, row by row, checked for the largest model of each row "
-            "(2,048 tokens, AdamW, foreach):")
-st.table([{"article's row": c["original"], "engine's setting and answer": c["engine"], "verdict": c["verdict"],
-           "why": c["why"]} for c in table_rows], hide_index=True)
-st.page_link("pages/3_Recommend.py", label="Recommend: the model-size x hardware table, every cell searched",
+st.markdown(_("Article 000's recommendation table, row by row, checked for the largest model of each row (2,048 tokens, "
+              "AdamW, foreach):"))
+st.table([{_("article's row"): c["original"], _("engine's setting and answer"): c["engine"],
+           _("verdict"): c["verdict_text"], _("why"): c["why"]} for c in table_rows], hide_index=True)
+st.page_link("pages/3_Recommend.py", label=_("Recommend: the model-size x hardware table, every cell searched"),
              icon=":material/table:", query_params=state.page_params())
 
 # ---- largest micro-batch --------------------------------------------------------------------
 header(13)
 bf = article_batch_formula(sc)
 if bf is None:
-    st.markdown("Choose a GPU in the sidebar to compare the formula with the engine's search.")
+    st.markdown(_("Choose a GPU in the sidebar to compare the formula with the engine's search."))
 else:
     found = compute.largest_fitting(key, "micro_batch_size")
-    st.markdown(f"""
-Article 001's formula: **max_batch_size = (total memory - static overhead) / (per-sample memory x parallel
-degree)**, keeping a 10 % safety margin. Fed with the engine's own terms for this scenario, per GPU (parallel
-degree 1):
-
-- usable memory: {g(bf.gpu_bytes)} - 10 % = {g(bf.usable_bytes)}
-- static: model states, each at its largest, + CUDA context + NCCL buffers = {g(bf.static_bytes)}
-- per sample: activations of one sequence at their largest = {g(bf.per_sample_bytes)}
-- formula: ({g(bf.usable_bytes)} - {g(bf.static_bytes)}) / {g(bf.per_sample_bytes)} = **{bf.formula_batch}**
-
-The engine's search (`calc.fit`, which runs the whole step at each batch size): **{found}**. The formula assumes
-memory grows in two separate blocks; in a real step the activations peak in backward while gradients are being
-created, transients (logits, attention workspaces) grow with the batch too, and the optimizer step's scratch does
-not; so it can be off in either direction. Search, or run a few steps and read `max_memory_allocated()`.
-""")
+    st.markdown("\n" + _("Article 001's formula: **max_batch_size = (total memory - static overhead) / (per-sample "
+                         "memory x parallel degree)**, keeping a 10 % safety margin. Fed with the engine's own terms for "
+                         "this scenario, per GPU (parallel degree 1):") + "\n\n"
+                + "- " + _("usable memory: {gpu} - 10 % = {usable}", gpu=g(bf.gpu_bytes), usable=g(bf.usable_bytes)) + "\n"
+                + "- " + _("static: model states, each at its largest, + CUDA context + NCCL buffers = {static}",
+                           static=g(bf.static_bytes)) + "\n"
+                + "- " + _("per sample: activations of one sequence at their largest = {per_sample}",
+                           per_sample=g(bf.per_sample_bytes)) + "\n"
+                + "- " + _("formula: ({usable} - {static}) / {per_sample} = **{batch}**", usable=g(bf.usable_bytes),
+                           static=g(bf.static_bytes), per_sample=g(bf.per_sample_bytes), batch=bf.formula_batch)
+                + "\n\n"
+                + _("The engine's search (`calc.fit`, which runs the whole step at each batch size): **{found}**. The "
+                    "formula assumes memory grows in two separate blocks; in a real step the activations peak in "
+                    "backward while gradients are being created, transients (logits, attention workspaces) grow with the "
+                    "batch too, and the optimizer step's scratch does not; so it can be off in either direction. Search, "
+                    "or run a few steps and read `max_memory_allocated()`.", found=found) + "\n")
 
 # ---- monitoring -----------------------------------------------------------------------------
 header(14)
-st.markdown(f"""
-The engine predicts `torch.cuda.max_memory_allocated()` ({g(b['peak'])} here). nvidia-smi shows more: the CUDA
-context and the allocator's reserved-but-free blocks (expected device total {g(b['device'])}).
-""")
-st.code("""import torch
+st.markdown("\n" + _("The engine predicts `torch.cuda.max_memory_allocated()` ({peak} here). nvidia-smi shows more: the "
+                     "CUDA context and the allocator's reserved-but-free blocks (expected device total {device}).",
+                     peak=g(b["peak"]), device=g(b["device"])) + "\n")
+st.code(_("""import torch
 torch.cuda.reset_peak_memory_stats()
 # ... one training step ...
 print(torch.cuda.max_memory_allocated() / 2**30, "GiB allocated at the peak")
@@ -438,43 +447,44 @@ print(torch.cuda.memory_summary())               # per-pool table, retries, frag
 # where every byte came from: record, then open the pickle at https://pytorch.org/memory_viz
 torch.cuda.memory._record_memory_history(max_entries=100_000)
 # ... a few steps ...
-torch.cuda.memory._dump_snapshot("snapshot.pickle")""", language="python")
+torch.cuda.memory._dump_snapshot("snapshot.pickle")"""), language="python")
 
 # ---- troubleshooting ------------------------------------------------------------------------
 header(15)
-need_ram = ("this scenario needs " + g(b["cpu_ram"]) + " per node") if b["cpu_ram"] else \
-    "turn offload on in the sidebar to see how much this scenario needs"
-st.markdown(f"""
-- **OOM although nvidia-smi shows free memory.** The caching allocator holds blocks that are free but too
-  fragmented for the next request; `memory_summary()` shows a large gap between reserved and allocated and
-  `num_alloc_retries` > 0. Here the engine expects {g(f['overhead']['reserve_low'])} to
-  {g(f['overhead']['reserve_high'])} of reserve. Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`
-  (segments grow instead of new ones being carved), keep tensor shapes constant (pad to fixed lengths), and
-  call `torch.cuda.empty_cache()` only between phases.
-- **FP16 loss becomes NaN / inf.** Overflow in fp16 activations or gradients: use bf16 if the GPU supports
-  it, else dynamic loss scaling (`GradScaler`, DeepSpeed `"fp16": {{"loss_scale": 0}}`) and check that
-  softmax and losses run in fp32.
-- **ZeRO-3 is slow.** Every layer's weights are gathered twice per step (the [ZeRO](#zero) section's
-  communication figures); raise `stage3_prefetch_bucket_size`, keep small tensors persistent, keep the job inside
-  NVLink nodes, or use stage 2 when the model states fit.
-- **The host runs out of RAM under offload.** Offloaded states live in pinned host memory for every GPU of the
-  node: {need_ram}. Use NVMe offload, fewer GPUs per node, or ZeRO stage 3 across more nodes.
-- **Checkpointed training is unstable or non-deterministic.** Keep `preserve_rng_state=True` and avoid side
-  effects in checkpointed forward code.
-""")
+need_ram = _("this scenario needs {ram} per node", ram=g(b["cpu_ram"])) if b["cpu_ram"] else \
+    _("turn offload on in the sidebar to see how much this scenario needs")
+st.markdown("\n" + "\n".join("- " + item for item in (
+    _("**OOM although nvidia-smi shows free memory.** The caching allocator holds blocks that are free but too "
+      "fragmented for the next request; `memory_summary()` shows a large gap between reserved and allocated and "
+      "`num_alloc_retries` > 0. Here the engine expects {reserve_low} to {reserve_high} of reserve. Set "
+      "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (segments grow instead of new ones being carved), keep tensor "
+      "shapes constant (pad to fixed lengths), and call `torch.cuda.empty_cache()` only between phases.",
+      reserve_low=g(f["overhead"]["reserve_low"]), reserve_high=g(f["overhead"]["reserve_high"])),
+    _("**FP16 loss becomes NaN / inf.** Overflow in fp16 activations or gradients: use bf16 if the GPU supports it, else "
+      "dynamic loss scaling (`GradScaler`, DeepSpeed `{config}`) and check that softmax and losses run in fp32.",
+      config='"fp16": {"loss_scale": 0}'),
+    _("**ZeRO-3 is slow.** Every layer's weights are gathered twice per step (the [ZeRO](#zero) section's communication "
+      "figures); raise `stage3_prefetch_bucket_size`, keep small tensors persistent, keep the job inside NVLink nodes, or "
+      "use stage 2 when the model states fit."),
+    _("**The host runs out of RAM under offload.** Offloaded states live in pinned host memory for every GPU of the "
+      "node: {need_ram}. Use NVMe offload, fewer GPUs per node, or ZeRO stage 3 across more nodes.", need_ram=need_ram),
+    _("**Checkpointed training is unstable or non-deterministic.** Keep `preserve_rng_state=True` and avoid side effects "
+      "in checkpointed forward code."),
+)) + "\n")
 
 # ---- common claims, checked -----------------------------------------------------------------
 header(16)
 counts = verdict_counts(claims)
-st.markdown(f"""
-Every quantitative claim of the two source articles ({"; ".join(f"**{k}**: {v}" for k, v in article_names().items())}),
-quoted in the original with its English gist and section, next to the engine's figure for the same setting.
-{len(claims)} claims: {", ".join(f"{v} {k}" for k, v in counts.most_common())}. A claim quoted in GB is compared in
-GB (10^9 bytes), with GiB alongside; a figure within 10 % of the claim (or of a stated range or bound) holds. The
-claims and their settings live in `data/claims.yaml`; a test recomputes every verdict.
-""")
+names = article_names(current())
+st.markdown("\n" + _("Every quantitative claim of the two source articles ({articles}), quoted in the original with its "
+                     "English gist and section, next to the engine's figure for the same setting. {count} claims: "
+                     "{counts}. A claim quoted in GB is compared in GB (10^9 bytes), with GiB alongside; a figure within "
+                     "10 % of the claim (or of a stated range or bound) holds. The claims and their settings live in "
+                     "`data/claims.yaml`; a test recomputes every verdict.",
+                     articles=_("; ").join(f"**{k}**: {v}" for k, v in names.items()), count=len(claims),
+                     counts=_(", ").join(f"{v} {k}" for k, v in counts.most_common())) + "\n")
 for art in ("000", "001"):
-    st.subheader(f"Article {art}: {article_names()[art]}")
-    st.table([{"section": c["section"], "original": c["original"], "claim": c["claim"], "claimed": c["claimed"],
-               "engine (setting)": c["engine"], "verdict": c["verdict"], "why": c["why"]}
-              for c in claims if c["article"] == art], hide_index=True)
+    st.subheader(_("Article {number}: {name}", number=art, name=names[art]))
+    st.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
+               _("claimed"): c["claimed"], _("engine (setting)"): c["engine"], _("verdict"): c["verdict_text"],
+               _("why"): c["why"]} for c in claims if c["article"] == art], hide_index=True)

@@ -7,14 +7,17 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from calc.i18n import N_
 from calc.units import GiB
 from ui.charts import COLORS
+from ui.i18n import _, say, tr
 
 STAGE_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756")
 STAGE_DASHES = ("solid", "dot", "dash", "solid")  # stages 1 and 2 often coincide: both stay visible
-PER_PARAM_PARTS = (("weights", "Weights", COLORS["parameters"]), ("gradients", "Gradients (.grad)", COLORS["gradients"]),
-                   ("master_weights", "fp32 master weights", "#88C17F"),
-                   ("optimizer_states", "Optimizer states", COLORS["optimizer_states"]))
+PER_PARAM_PARTS = (("weights", N_("Weights"), COLORS["parameters"]),
+                   ("gradients", N_("Gradients (.grad)"), COLORS["gradients"]),
+                   ("master_weights", N_("fp32 master weights"), "#88C17F"),
+                   ("optimizer_states", N_("Optimizer states"), COLORS["optimizer_states"]))
 
 
 def _layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:
@@ -27,18 +30,20 @@ def row_label(b: dict[str, Any]) -> str:
     return f"{b['precision']} · {b['optimizer']} ({b['optimizer_impl']})"
 
 
-def bytes_per_param_bars(rows: list[dict[str, Any]], where: str = "on one GPU without ZeRO") -> go.Figure:
+def bytes_per_param_bars(rows: list[dict[str, Any]], where: str | None = None) -> go.Figure:
     """Stacked bytes per parameter held through the step, one bar per precision x optimizer, with a
-    marker where the optimizer step's total falls."""
+    marker where the optimizer step's total falls. `where`: the setting, already in the page's language."""
+    where = _("on one GPU without ZeRO") if where is None else where
     labels = [row_label(b) for b in rows]
     fig = go.Figure()
-    for key, name, color in PER_PARAM_PARTS:
+    for key, msgid, color in PER_PARAM_PARTS:
+        name = tr(msgid)
         fig.add_bar(y=labels, x=[b[key] for b in rows], orientation="h", name=name, marker_color=color,
                     hovertemplate=f"<b>{name}</b><br>%{{y}}<br>%{{x:.2f}} B/param<extra></extra>")
-    fig.add_scatter(y=labels, x=[b["at_step"] for b in rows], mode="markers", name="total at the optimizer step",
+    fig.add_scatter(y=labels, x=[b["at_step"] for b in rows], mode="markers", name=_("total at the optimizer step"),
                     marker=dict(symbol="diamond", size=11, color="black"),
-                    hovertemplate="<b>at the optimizer step</b><br>%{y}<br>%{x:.2f} B/param<extra></extra>")
-    _layout(fig, 80 + 34 * len(rows), barmode="stack", xaxis_title=f"bytes per parameter, {where}",
+                    hovertemplate="<b>" + _("at the optimizer step") + "</b><br>%{y}<br>%{x:.2f} B/param<extra></extra>")
+    _layout(fig, 80 + 34 * len(rows), barmode="stack", xaxis_title=_("bytes per parameter, {where}", where=where),
             yaxis=dict(autorange="reversed"))
     fig.update_layout(legend_traceorder="normal")  # stacked horizontal bars list their legend reversed otherwise
     return fig
@@ -53,13 +58,16 @@ def zero_sweep(sweep: dict[int, list[tuple[int, int | None]]], gpu_bytes: int | 
         fig.add_scatter(x=xs, y=[v / GiB for v in ys], mode="lines+markers", name=f"ZeRO-{stage}",
                         line=dict(color=STAGE_COLORS[stage], width=3 if stage == 1 else 2, dash=STAGE_DASHES[stage]),
                         marker=dict(size=9 if stage == 1 else 7), customdata=[f"{v:,}" for v in ys],
-                        hovertemplate=f"<b>ZeRO-{stage}</b><br>%{{x}} GPUs<br>%{{y:,.2f}} GiB per GPU"
-                                      "<br>%{customdata} bytes<extra></extra>")
+                        hovertemplate=f"<b>ZeRO-{stage}</b><br>"
+                                      + _("{gpus} GPUs<br>{gib} GiB per GPU<br>{bytes} bytes", gpus="%{x}", gib="%{y:,.2f}",
+                                          bytes="%{customdata}")
+                                      + "<extra></extra>")
     if gpu_bytes:
         fig.add_hline(y=gpu_bytes / GiB, line=dict(color="black", dash="dash", width=1.5),
-                      annotation_text=f"{gpu_label} memory {gpu_bytes / GiB:,.2f} GiB", annotation_position="top left")
-    _layout(fig, 380, xaxis=dict(title="data-parallel GPUs", type="log", dtick=0.30103, tickformat="d"),
-            yaxis=dict(title="device total per GPU, GiB (2^30 bytes)", rangemode="tozero"))
+                      annotation_text=_("{gpu} memory {gib} GiB", gpu=gpu_label, gib=f"{gpu_bytes / GiB:,.2f}"),
+                      annotation_position="top left")
+    _layout(fig, 380, xaxis=dict(title=_("data-parallel GPUs"), type="log", dtick=0.30103, tickformat="d"),
+            yaxis=dict(title=_("device total per GPU, GiB (2^30 bytes)"), rangemode="tozero"))
     return fig
 
 
@@ -67,18 +75,19 @@ def attention_sweep(rows: list[dict[str, Any]], gpu_bytes: int | None) -> go.Fig
     """Activations saved for backward (at their largest) vs sequence length, eager vs SDPA."""
     fig = go.Figure()
     seqs = [r["seq"] for r in rows]
-    for kind, name, color in (("eager", "eager attention (S x S scores kept)", COLORS["activations"]),
+    for kind, name, color in (("eager", _("eager attention (S x S scores kept)"), COLORS["activations"]),
                               ("sdpa", "SDPA / FlashAttention", COLORS["parameters"])):
         ys = [r[kind]["max_activations"] for r in rows]
         fig.add_scatter(x=seqs, y=[v / GiB for v in ys], mode="lines+markers", name=name, line=dict(color=color),
                         customdata=[f"{v:,}" for v in ys],
-                        hovertemplate=f"<b>{name}</b><br>%{{x:,}} tokens<br>%{{y:,.2f}} GiB<br>%{{customdata}} bytes"
-                                      "<extra></extra>")
+                        hovertemplate=f"<b>{name}</b><br>" + _("{tokens} tokens<br>{gib} GiB<br>{bytes} bytes", tokens="%{x:,}",
+                                                                            gib="%{y:,.2f}", bytes="%{customdata}")
+                                      + "<extra></extra>")
     if gpu_bytes:  # a trace, not add_hline: annotations on a log axis take log10 coordinates
-        fig.add_scatter(x=[seqs[0], seqs[-1]], y=[gpu_bytes / GiB] * 2, mode="lines", name="GPU memory",
+        fig.add_scatter(x=[seqs[0], seqs[-1]], y=[gpu_bytes / GiB] * 2, mode="lines", name=_("GPU memory"),
                         line=dict(color="black", dash="dash", width=1), hoverinfo="skip")
-    _layout(fig, 380, xaxis=dict(title="sequence length (tokens)", type="log", dtick=0.30103, tickformat=",d"),
-            yaxis=dict(title="activations at their largest, GiB (log scale)", type="log"))
+    _layout(fig, 380, xaxis=dict(title=_("sequence length (tokens)"), type="log", dtick=0.30103, tickformat=",d"),
+            yaxis=dict(title=_("activations at their largest, GiB (log scale)"), type="log"))
     return fig
 
 
@@ -87,14 +96,16 @@ def checkpointing_tradeoff(rows: list[dict[str, Any]]) -> go.Figure:
     pts = [r for r in rows if r["recompute"] is not None]
     fig = go.Figure()
     fig.add_scatter(x=[100 * r["recompute"] for r in pts], y=[r["run"]["max_activations"] / GiB for r in pts],
-                    mode="markers+text", text=[r["label"] for r in pts],
+                    mode="markers+text", text=[say(r["label"]) for r in pts],
                     textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(pts))],
-                    marker=dict(size=12, color=COLORS["activations"]), name="checkpointing plan",
+                    marker=dict(size=12, color=COLORS["activations"]), name=_("checkpointing plan"),
                     customdata=[f"{r['run']['max_activations']:,}" for r in pts],
-                    hovertemplate="<b>%{text}</b><br>%{x:.0f} % more FLOPs per step<br>activations %{y:,.2f} GiB"
-                                  "<br>%{customdata} bytes<extra></extra>")
+                    hovertemplate="<b>%{text}</b><br>"
+                                  + _("{pct} % more FLOPs per step<br>activations {gib} GiB<br>{bytes} bytes", pct="%{x:.0f}",
+                                      gib="%{y:,.2f}", bytes="%{customdata}")
+                                  + "<extra></extra>")
     top = max((100 * r["recompute"] for r in pts), default=0)
     _layout(fig, 360, showlegend=False,
-            xaxis=dict(title="recompute: extra FLOPs per step, % of the model's", range=[-2, top * 1.25 + 5]),
-            yaxis=dict(title="activations at their largest, GiB (2^30 bytes)", rangemode="tozero"))
+            xaxis=dict(title=_("recompute: extra FLOPs per step, % of the model's"), range=[-2, top * 1.25 + 5]),
+            yaxis=dict(title=_("activations at their largest, GiB (2^30 bytes)"), rangemode="tozero"))
     return fig

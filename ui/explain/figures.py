@@ -11,6 +11,7 @@ import streamlit as st
 
 from calc import parallel
 from calc.engine import autocast_weight_copies_bytes, estimate
+from calc.i18n import T_, Text
 from calc.per_param import bytes_per_param
 from calc.presets import gpu_presets
 from calc.result import CATEGORIES, Estimate
@@ -31,11 +32,14 @@ def what_if(sc: Scenario | None, *, hardware: dict[str, Any] | None = None, mode
     return None if sc is None else variant(sc, hardware=hardware, mode=mode, **training)
 
 
-def hardware_label(sc: Scenario) -> str:
+def hardware_label(sc: Scenario) -> Text:
+    """'8 x NVIDIA A100 80GB', translatable (the page renders it with ui.i18n.say)."""
     hw = sc.resolved_hardware()
     if hw.gpu:
-        return f"{hw.num_gpus} x {gpu_presets()[hw.gpu].name}"
-    return f"{hw.num_gpus} x custom {hw.memory_bytes / GiB:,.2f} GiB GPU" if hw.memory_bytes else "no GPU"
+        return T_("{n} x {gpu}", n=hw.num_gpus, gpu=gpu_presets()[hw.gpu].name)
+    if hw.memory_bytes:
+        return T_("{n} x custom {gib} GiB GPU", n=hw.num_gpus, gib=f"{hw.memory_bytes / GiB:,.2f}")
+    return T_("no GPU")
 
 
 def verdict_text(sc: Scenario, est: Estimate) -> str:
@@ -158,11 +162,12 @@ def precision_rows(sc: Scenario) -> list[dict[str, Any]]:
 
 def checkpointing_rows(sc: Scenario) -> tuple[list[dict[str, Any]], int]:
     k_sqrt = max(2, round(math.sqrt(sc.spec.num_layers)))
-    plans = [("none", {"activation_checkpointing": Checkpointing.none}),
-             ("every layer", {"activation_checkpointing": Checkpointing.full, "checkpoint_every": 1}),
-             ("every 2nd layer", {"activation_checkpointing": Checkpointing.full, "checkpoint_every": 2}),
-             (f"every {k_sqrt}th layer", {"activation_checkpointing": Checkpointing.full, "checkpoint_every": k_sqrt}),
-             ("selective (attention core)", {"activation_checkpointing": Checkpointing.selective})]
+    plans = [(T_("none"), {"activation_checkpointing": Checkpointing.none}),
+             (T_("every layer"), {"activation_checkpointing": Checkpointing.full, "checkpoint_every": 1}),
+             (T_("every 2nd layer"), {"activation_checkpointing": Checkpointing.full, "checkpoint_every": 2}),
+             (T_("every {k}th layer", k=k_sqrt),
+              {"activation_checkpointing": Checkpointing.full, "checkpoint_every": k_sqrt}),
+             (T_("selective (attention core)"), {"activation_checkpointing": Checkpointing.selective})]
     rows = []
     for label, kw in plans:
         v_sc = what_if(sc, **kw, **_train(sc))
@@ -215,13 +220,13 @@ def zero_figures(sc: Scenario) -> dict[str, Any]:
 
 def offload_rows(sc: Scenario) -> list[dict[str, Any]]:
     z_opt = max(sc.training.zero_stage, 1)
-    plans = [("no offload", dict(NO_OFFLOAD)),
-             (f"optimizer -> CPU (ZeRO-{z_opt})", {"zero_stage": z_opt, "offload_optimizer": Offload.cpu,
-                                                   "offload_params": Offload.none}),
-             ("optimizer + parameters -> CPU (ZeRO-3)", {"zero_stage": 3, "offload_optimizer": Offload.cpu,
-                                                          "offload_params": Offload.cpu}),
-             ("optimizer + parameters -> NVMe (ZeRO-3)", {"zero_stage": 3, "offload_optimizer": Offload.nvme,
-                                                           "offload_params": Offload.nvme})]
+    plans = [(T_("no offload"), dict(NO_OFFLOAD)),
+             (T_("optimizer -> CPU (ZeRO-{stage})", stage=z_opt),
+              {"zero_stage": z_opt, "offload_optimizer": Offload.cpu, "offload_params": Offload.none}),
+             (T_("optimizer + parameters -> CPU (ZeRO-3)"), {"zero_stage": 3, "offload_optimizer": Offload.cpu,
+                                                              "offload_params": Offload.cpu}),
+             (T_("optimizer + parameters -> NVMe (ZeRO-3)"), {"zero_stage": 3, "offload_optimizer": Offload.nvme,
+                                                               "offload_params": Offload.nvme})]
     rows = []
     for label, kw in plans:
         v_sc = what_if(sc, **kw, **_train(sc))
@@ -233,10 +238,12 @@ def offload_rows(sc: Scenario) -> list[dict[str, Any]]:
 
 def parallel_rows(sc: Scenario) -> list[dict[str, Any]]:
     spec = sc.spec
-    plans = [(f"tensor parallel {d}", d, {"tensor_parallel": d}) for d in (1, 2, 4, 8) if spec.num_heads % d == 0]
-    plans += [("tensor parallel 8 + sequence parallel", 8, {"tensor_parallel": 8, "sequence_parallel": True})
+    plans = [(T_("tensor parallel {degree}", degree=d), d, {"tensor_parallel": d})
+             for d in (1, 2, 4, 8) if spec.num_heads % d == 0]
+    plans += [(T_("tensor parallel 8 + sequence parallel"), 8, {"tensor_parallel": 8, "sequence_parallel": True})
               if spec.num_heads % 8 == 0 else None]
-    plans += [(f"pipeline parallel {d}", d, {"pipeline_parallel": d}) for d in (2, 4) if spec.num_layers >= d]
+    plans += [(T_("pipeline parallel {degree}", degree=d), d, {"pipeline_parallel": d})
+              for d in (2, 4) if spec.num_layers >= d]
     rows = []
     for plan in filter(None, plans):
         label, deg, kw = plan
@@ -254,9 +261,9 @@ def lora_rows(sc: Scenario) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     t = sc.training
     full_p = Precision.amp_bf16 if t.precision.is_mixed else t.precision
     lora = []
-    for label, lo in (("full fine-tune", None), ("LoRA r=16, bf16 base", {"rank": 16, "base_weights": "bf16"}),
-                      ("LoRA r=16, int8 base", {"rank": 16, "base_weights": "int8"}),
-                      ("QLoRA r=16, nf4 base", {"rank": 16, "base_weights": "nf4"})):
+    for label, lo in ((T_("full fine-tune"), None), (T_("LoRA r=16, bf16 base"), {"rank": 16, "base_weights": "bf16"}),
+                      (T_("LoRA r=16, int8 base"), {"rank": 16, "base_weights": "int8"}),
+                      (T_("QLoRA r=16, nf4 base"), {"rank": 16, "base_weights": "nf4"})):
         kw: dict[str, Any] = {"lora": lo}
         if lo and lo["base_weights"] != "bf16":
             kw.update(precision=full_p, zero_stage=min(t.zero_stage, 2), offload_params=Offload.none)
@@ -264,8 +271,8 @@ def lora_rows(sc: Scenario) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         if v is not None:
             lora.append({"label": label, "run": v})
     inf = []
-    for label, lo in (("bf16 weights", None), ("int8 weights", {"base_weights": "int8"}),
-                      ("nf4 4-bit weights", {"base_weights": "nf4"})):
+    for label, lo in ((T_("bf16 weights"), None), (T_("int8 weights"), {"base_weights": "int8"}),
+                      (T_("nf4 4-bit weights"), {"base_weights": "nf4"})):
         v = run(what_if(sc, mode=Mode.inference.value, lora=lo, zero_stage=0, precision=Precision.bf16, **NO_OFFLOAD))
         if v is not None:
             inf.append({"label": label, "run": v})

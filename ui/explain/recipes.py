@@ -7,6 +7,7 @@ from typing import Any
 
 import streamlit as st
 
+from calc.i18n import N_
 from calc.scenario import Scenario
 from ui.explain.figures import hardware_label, run, speed
 
@@ -15,61 +16,62 @@ A100X8 = {"cluster": "8x-a100-80gb"}
 CKPT = {"activation_checkpointing": "full", "attention": "sdpa"}
 
 RECIPES: tuple[tuple[str, str, tuple[tuple[str, dict[str, Any], str], ...]], ...] = (
-    ("7B on one RTX 4090", "Llama-2-7B, 1 x 2,048 tokens, a workstation with 64 GiB of host RAM and a 2 TB NVMe SSD", (
-        ("full fine-tune, ZeRO-2 + optimizer offload to CPU",
+    (N_("7B on one RTX 4090"), N_("Llama-2-7B, 1 x 2,048 tokens, a workstation with 64 GiB of host RAM and a 2 TB NVMe SSD"), (
+        (N_("full fine-tune, ZeRO-2 + optimizer offload to CPU"),
          {"model": "llama-2-7b", "hardware": W4090,
           "training": {"precision": "bf16-mixed", "zero_stage": 2, "offload_optimizer": "cpu", **CKPT}},
-         "the GPU fits; the host does not (fp32 master, Adam states and gradients: 16 B/param in RAM)"),
-        ("full fine-tune, ZeRO-3 + optimizer offload to NVMe",
+         N_("the GPU fits; the host does not (fp32 master, Adam states and gradients: 16 B/param in RAM)")),
+        (N_("full fine-tune, ZeRO-3 + optimizer offload to NVMe"),
          {"model": "llama-2-7b", "hardware": W4090,
           "training": {"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "nvme", **CKPT}},
-         "fits, but every step streams the optimizer states through the SSD"),
-        ("LoRA r=16, bf16 base",
+         N_("fits, but every step streams the optimizer states through the SSD")),
+        (N_("LoRA r=16, bf16 base"),
          {"model": "llama-2-7b", "hardware": W4090,
           "training": {"precision": "amp-bf16", "lora": {"rank": 16}, **CKPT}},
-         "13.5 GB of frozen bf16 weights; the adapters train at full speed"),
-        ("QLoRA r=16, NF4 base",
+         N_("13.5 GB of frozen bf16 weights; the adapters train at full speed")),
+        (N_("QLoRA r=16, NF4 base"),
          {"model": "llama-2-7b", "hardware": W4090,
           "training": {"precision": "amp-bf16", "lora": {"rank": 16, "base_weights": "nf4"}, **CKPT}},
-         "3.5 GB of 4-bit base weights; room for longer sequences or bigger batches"),
+         N_("3.5 GB of 4-bit base weights; room for longer sequences or bigger batches")),
     )),
-    ("13B on one RTX 4090", "Llama-2-13B, 1 x 512 tokens (article 001's case)", (
-        ("LoRA r=16, bf16 base",
+    (N_("13B on one RTX 4090"), N_("Llama-2-13B, 1 x 512 tokens (article 001's case)"), (
+        (N_("LoRA r=16, bf16 base"),
          {"model": "llama-2-13b", "hardware": W4090,
           "training": {"precision": "amp-bf16", "lora": {"rank": 16}, "seq_len": 512, **CKPT}},
-         "26 GB of bf16 weights alone exceed the card"),
-        ("QLoRA r=64, NF4 base (the article's setting)",
+         N_("26 GB of bf16 weights alone exceed the card")),
+        (N_("QLoRA r=64, NF4 base (the article's setting)"),
          {"model": "llama-2-13b", "hardware": W4090,
           "training": {"precision": "amp-bf16", "lora": {"rank": 64, "base_weights": "nf4"}, "seq_len": 512, **CKPT}},
-         "fits: 6.8 GB of NF4 weights + r=64 adapters with fp32 AdamW states"),
+         N_("fits: 6.8 GB of NF4 weights + r=64 adapters with fp32 AdamW states")),
     )),
-    ("70B on 8 x A100 80GB", "Llama-2-70B, 1 x 2,048 tokens per GPU, one node with 1 TiB of host RAM", (
-        ("full fine-tune, ZeRO-3 + checkpointing",
+    (N_("70B on 8 x A100 80GB"), N_("Llama-2-70B, 1 x 2,048 tokens per GPU, one node with 1 TiB of host RAM"), (
+        (N_("full fine-tune, ZeRO-3 + checkpointing"),
          {"model": "llama-2-70b", "hardware": A100X8, "training": {"precision": "bf16-mixed", "zero_stage": 3, **CKPT}},
-         "16 B/param / 8 GPUs = 140 GB per GPU of model states"),
-        ("full fine-tune, ZeRO-3 + optimizer offload to CPU",
+         N_("16 B/param / 8 GPUs = 140 GB per GPU of model states")),
+        (N_("full fine-tune, ZeRO-3 + optimizer offload to CPU"),
          {"model": "llama-2-70b", "hardware": A100X8,
           "training": {"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "cpu", **CKPT}},
-         "the GPUs fit; the node's RAM is just too small for 70B x 16 B"),
-        ("full fine-tune, pure bf16 + 8-bit AdamW, ZeRO-3",
+         N_("the GPUs fit; the node's RAM is just too small for 70B x 16 B")),
+        (N_("full fine-tune, pure bf16 + 8-bit AdamW, ZeRO-3"),
          {"model": "llama-2-70b", "hardware": A100X8,
           "training": {"precision": "bf16", "optimizer": "adamw-8bit", "zero_stage": 3, **CKPT}},
-         "6 B/param; no fp32 master copy, so use stochastic rounding or Kahan summation for the bf16 updates"),
-        ("full fine-tune, ZeRO-3 + optimizer offload to NVMe",
+         N_("6 B/param; no fp32 master copy, so use stochastic rounding or Kahan summation for the bf16 updates")),
+        (N_("full fine-tune, ZeRO-3 + optimizer offload to NVMe"),
          {"model": "llama-2-70b", "hardware": A100X8,
           "training": {"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "nvme", **CKPT}},
-         "fits, at a few tokens per second: the SSDs are the bottleneck"),
-        ("LoRA r=16, bf16 base, ZeRO-3",
+         N_("fits, at a few tokens per second: the SSDs are the bottleneck")),
+        (N_("LoRA r=16, bf16 base, ZeRO-3"),
          {"model": "llama-2-70b", "hardware": A100X8,
           "training": {"precision": "bf16-mixed", "zero_stage": 3, "lora": {"rank": 16}, **CKPT}},
-         "the frozen weights are sharded; the adapters are tiny"),
+         N_("the frozen weights are sharded; the adapters are tiny")),
     )),
 )
 
 
 @st.cache_data(max_entries=2, show_spinner=False)
 def recipe_rows() -> list[dict[str, Any]]:
-    """Each recipe with the engine's device total, verdict (GPU, host RAM, NVMe) and tokens/s."""
+    """Each recipe with the engine's device total, verdict (GPU, host RAM, NVMe) and tokens/s. Titles,
+    settings, labels and notes are English message ids (the page translates them with ui.i18n.tr)."""
     out = []
     for title, setting, items in RECIPES:
         rows = []
