@@ -45,7 +45,7 @@ TOPICS = [(N_("Where memory goes"), "where-memory-goes"), (N_("Bytes per paramet
           (N_("Optimizer states"), "optimizer-states"), (N_("Mixed precision"), "mixed-precision"),
           (N_("Activation checkpointing"), "activation-checkpointing"), ("FlashAttention", "flashattention"),
           ("ZeRO", "zero"), (N_("Offload"), "offload"), (N_("Parallelism"), "parallelism"),
-          (N_("Quantization and LoRA / QLoRA"), "quantization-and-lora-qlora"),
+          (N_("Quantization and LoRA / QLoRA"), "quantization-lora-qlora"),
           (N_("What to try, in order"), "what-to-try"), (N_("Worked recipes"), "worked-recipes"),
           (N_("Model size x hardware"), "model-size-x-hardware"), (N_("The largest micro-batch"), "largest-micro-batch"),
           (N_("Monitoring"), "monitoring"), (N_("Troubleshooting"), "troubleshooting"),
