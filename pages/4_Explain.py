@@ -482,7 +482,8 @@ st.markdown("\n" + _("Every quantitative claim of the two source articles ({arti
                      "10 % of the claim (or of a stated range or bound) holds. The claims and their settings live in "
                      "`data/claims.yaml`; a test recomputes every verdict.",
                      articles=_("; ").join(f"**{k}**: {v}" for k, v in names.items()), count=len(claims),
-                     counts=_(", ").join(f"{v} {k}" for k, v in counts.most_common())) + "\n")
+                     counts=_(", ").join(_("{count} {verdict}", count=v, verdict=k)
+                                         for k, v in counts.most_common())) + "\n")
 for art in ("000", "001"):
     st.subheader(_("Article {number}: {name}", number=art, name=names[art]))
     st.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
