@@ -51,7 +51,7 @@ def test_explain_in_chinese_headings_prose_and_claims():
     bpp = {r["精度 · 优化器（实现）"]: r for r in _table(at, "优化器步时").to_dict("records")}
     assert bpp["bf16-mixed · adamw (foreach)"]["优化器步时"] == "22.00"
     ck = _table(at, "额外 FLOPs（重计算）").to_dict("records")
-    assert [r["梯度检查点"] for r in ck][:2] == ["不用", "每一层"]
+    assert [r["梯度检查点"] for r in ck][:2] == ["无", "每一层"]
 
 
 def test_explain_charts_in_chinese():
