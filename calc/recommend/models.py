@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from calc.i18n import N_
+from calc.recommend.phrase import Phrase
 from calc.scenario import Checkpointing, LoraConfig, Offload, Scenario
 from calc.speed import SpeedAssumptions, SpeedEstimate
 from calc.verdict import Verdict
@@ -67,8 +69,8 @@ class RecommendRequest(BaseModel):
 
 Group = Literal["full", "adapters"]
 GROUP_LABELS: dict[str, str] = {
-    "full": "Full fine-tuning (every weight trained)",
-    "adapters": "Adapters: LoRA / QLoRA (frozen base weights, small trainable adapters)",
+    "full": N_("Full fine-tuning (every weight trained)"),
+    "adapters": N_("Adapters: LoRA / QLoRA (frozen base weights, small trainable adapters)"),
 }
 SLOW_FRACTION = 0.10  # slower than this fraction of the compute-bound rate: say so, and what would help
 
@@ -80,7 +82,7 @@ class Candidate(BaseModel):
 
     rank: int = Field(description="1 = fastest within its group")
     group: Group = Field(description="full fine-tuning, or adapters (LoRA / QLoRA)")
-    label: str = Field(description="e.g. 'bf16-mixed, ZeRO-2, full checkpointing, micro-batch 4 x 8 accumulation'")
+    label: Phrase = Field(description="e.g. 'bf16-mixed, ZeRO-2, full checkpointing, micro-batch 4 x 8 accumulation'")
     scenario: Scenario
     method_change: bool = Field(description="uses 8-bit AdamW, pure bf16 states, LoRA or QLoRA instead of the "
                                             "requested method")
@@ -96,7 +98,7 @@ class Candidate(BaseModel):
     verdict: Verdict = Field(description="the engine's verdict for this scenario (calc.verdict)")
     compute_bound_tokens_per_s_per_gpu: float = Field(
         description="the rate with communication and offload fully hidden behind compute")
-    slow: str | None = Field(None, description="why it runs far below the compute-bound rate, in words (None: it "
+    slow: Phrase | None = Field(None, description="why it runs far below the compute-bound rate, in words (None: it "
                                                 "does not)")
     speed: SpeedEstimate
 
@@ -119,10 +121,10 @@ class GroupResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     group: Group
-    label: str
-    explanation: str = Field(description="why the group's winner wins, or why nothing in the group fits")
+    label: Phrase
+    explanation: Phrase = Field(description="why the group's winner wins, or why nothing in the group fits")
     best_tokens_per_s_per_gpu: float | None = None
-    advice: list[str] = Field(default_factory=list, description="when the winner is far below the hardware's "
+    advice: list[Phrase] = Field(default_factory=list, description="when the winner is far below the hardware's "
                               "rate: what would make it practical (more GPUs, more host RAM, adapters)")
 
 
@@ -131,12 +133,12 @@ class Recommendation(BaseModel):
 
     candidates: list[Candidate] = Field(description="each group's best configurations, fastest first per group")
     groups: list[GroupResult] = Field(description="the groups searched, full fine-tuning first")
-    explanation: str = Field(description="one sentence on the overall winner (and how the groups compare)")
+    explanation: Phrase = Field(description="one sentence on the overall winner (and how the groups compare)")
     gpu_memory_bytes: int
     usable_bytes: int
     target_global_batch_sequences: int
     method_change: bool = Field(description="no configuration with the requested training method fits; the "
                                             "candidates change it")
     stats: SearchStats
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Phrase] = Field(default_factory=list)
 

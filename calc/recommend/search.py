@@ -48,12 +48,14 @@ from calc.recommend.models import (
     RecommendRequest,
     SearchStats,
 )
+from calc.recommend.phrase import T_, Phrase, joined
 from calc.recommend.words import (
     compute_bound_per_gpu,
     group_result,
     label,
     overall_explanation,
     slow_words,
+    verdict_reasons,
 )
 from calc.result import Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
@@ -65,7 +67,7 @@ from calc.verdict import gib_short
 class _Fit:
     est: Estimate | None
     ok: bool
-    reason: str = ""
+    reason: str = ""  # a Phrase when it does not fit
 
 
 @dataclass
@@ -122,17 +124,17 @@ class _Search:
         try:
             sc = scenario_for(self.base, c, mb, ga)
         except (ValidationError, ValueError) as exc:
-            f = _Fit(None, False, f"invalid: {exc}")
+            f = _Fit(None, False, T_("invalid: {error}", error=str(exc)))
             self.cache[key] = f
             return f
         self.stats["memory_estimates"] += 1
         est = estimate(sc)
         need = est.device_total_bytes.expected
         if need > self.usable:
-            f = _Fit(est, False, f"needs {gib_short(need)} per GPU, over the usable {gib_short(self.usable)} "
-                                 f"(GPU memory less the safety margin)")
+            f = _Fit(est, False, T_("needs {need} per GPU, over the usable {usable} (GPU memory less the safety "
+                                    "margin)", need=gib_short(need), usable=gib_short(self.usable)))
         elif est.verdict.fits is False:  # host RAM or NVMe: the verdict's own sentence ("offload needs ...")
-            f = _Fit(est, False, "; ".join(est.verdict.reasons))
+            f = _Fit(est, False, joined("; ", verdict_reasons(est.verdict)))
         else:
             f = _Fit(est, True)
         self.cache[key] = f
@@ -243,7 +245,7 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     t0 = time.perf_counter()
     sc, k = req.scenario, req.max_candidates
     searched: list[tuple[Group, _Search, list[_Found]]] = []
-    notes: list[str] = []
+    notes: list[Phrase] = []
     for group in groups_for(sc):
         s = _setup(req)
         found = _run(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
@@ -252,8 +254,9 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
             s.tried_method_change = True
             found = _run(s, enumerate_combos(sc, wider), k)
         elif not found and wider:
-            notes.append(f"{group}: nothing fits; set allow_method_change to consider "
-                         + ("8-bit AdamW or pure bf16 states" if group == "full" else "QLoRA"))
+            notes.append(T_("full: nothing fits; set allow_method_change to consider 8-bit AdamW or pure bf16 "
+                            "states") if group == "full" else
+                         T_("adapters: nothing fits; set allow_method_change to consider QLoRA"))
         searched.append((group, s, found))
     cands = [_candidate(i + 1, f, s, group) for group, s, found in searched for i, f in enumerate(found[:k])]
     groups = [group_result(group, s, found, searched) for group, s, found in searched]

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.presets import cluster_presets, gpu_presets
 from calc.recommend.combos import combo_of
 from calc.recommend.models import (
@@ -17,6 +18,7 @@ from calc.recommend.models import (
     Candidate,
     RecommendRequest,
 )
+from calc.recommend.phrase import T_, Phrase, render
 from calc.recommend.search import recommend
 from calc.recommend.words import short_label
 from calc.scenario import HardwareConfig, Scenario, TrainingConfig
@@ -28,13 +30,13 @@ class TableCell(BaseModel):
     model: str
     hardware: str
     status: Literal["fits", "method-change", "nothing-fits"]
-    label: str = Field(description="the fastest configuration, or why nothing fits")
+    label: Phrase = Field(description="the fastest configuration, or why nothing fits")
     tokens_per_s_per_gpu: float | None = None
     tokens_per_s: float | None = None
     device_total_expected_bytes: int | None = None
     usable_bytes: int
     scenario: Scenario | None = None
-    note: str = ""
+    note: Phrase = Field("", description="full fine-tuning does not fit / not even QLoRA")
 
 
 class Table(BaseModel):
@@ -45,22 +47,23 @@ class Table(BaseModel):
     models: list[str]
     hardware: list[str]
     cells: list[list[TableCell]]
-    assumptions: str
+    assumptions: Phrase
 
-    def to_markdown(self) -> str:
-        head = "| model | " + " | ".join(self.hardware) + " |"
+    def to_markdown(self, lang: Lang = DEFAULT_LANG) -> str:
+        head = f"| {translate(N_('model'), lang)} | " + " | ".join(self.hardware) + " |"
         sep = "|---" * (len(self.hardware) + 1) + "|"
-        rows = []
-        for m, row in zip(self.models, self.cells, strict=True):
-            cells = []
-            for c in row:
-                if c.status == "nothing-fits":
-                    cells.append(f"does not fit ({c.note})" if c.note else "does not fit")
-                else:
-                    cells.append(f"{c.label}; {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
-                                 + (" (method change)" if c.status == "method-change" else ""))
-            rows.append(f"| {m} | " + " | ".join(cells) + " |")
-        return "\n".join([head, sep, *rows, "", self.assumptions])
+        rows = [f"| {m} | " + " | ".join(render(_markdown_cell(c), lang) for c in row) + " |"
+                for m, row in zip(self.models, self.cells, strict=True)]
+        return "\n".join([head, sep, *rows, "", render(self.assumptions, lang)])
+
+
+def _markdown_cell(c: TableCell) -> Phrase:
+    if c.status == "nothing-fits":
+        return T_("does not fit ({note})", note=c.note) if c.note else T_("does not fit")
+    tps = f"{c.tokens_per_s_per_gpu:,.0f}"
+    if c.status == "method-change":
+        return T_("{config}; {tps} tok/s/GPU (method change)", config=c.label, tps=tps)
+    return T_("{config}; {tps} tok/s/GPU", config=c.label, tps=tps)
 
 
 def _hardware_config(hw_id: str) -> HardwareConfig:
@@ -103,20 +106,21 @@ def table_cell(model: str, hardware: str, *, seq_len: int = TABLE_SEQ_LEN,
         return TableCell(model=m, hardware=h, status="method-change", label=_cell_label(c),
                          usable_bytes=rec.usable_bytes, tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,
                          tokens_per_s=c.tokens_per_s, device_total_expected_bytes=c.device_total_expected_bytes,
-                         scenario=c.scenario, note="full fine-tuning does not fit")
+                         scenario=c.scenario, note=T_("full fine-tuning does not fit"))
     return TableCell(model=m, hardware=h, status="nothing-fits", label=rec.explanation,
-                     usable_bytes=rec.usable_bytes, note="not even QLoRA")
+                     usable_bytes=rec.usable_bytes, note=T_("not even QLoRA"))
 
 
-def table_assumptions(seq_len: int, global_batch_tokens: int, safety_margin: float = DEFAULT_SAFETY_MARGIN) -> str:
+def table_assumptions(seq_len: int, global_batch_tokens: int, safety_margin: float = DEFAULT_SAFETY_MARGIN) -> Phrase:
     """What every cell of the table assumes, in words."""
-    return (f"Each cell: the fastest configuration found by calc.recommend for full fine-tuning with AdamW, "
-            f"{seq_len}-token sequences and a {global_batch_tokens:,}-token global batch, fitting in "
-            f"(1 - {safety_margin:g}) x GPU memory; where none fits, LoRA/QLoRA/8-bit AdamW are tried. "
-            "Speeds come from calc.speed (MFU 0.40 assumed).")
+    return T_("Each cell: the fastest configuration found by calc.recommend for full fine-tuning with AdamW, "
+              "{seq_len}-token sequences and a {batch}-token global batch, fitting in (1 - {margin}) x GPU memory; "
+              "where none fits, LoRA/QLoRA/8-bit AdamW are tried. Speeds come from calc.speed (MFU 0.40 assumed).",
+              seq_len=seq_len, batch=f"{global_batch_tokens:,}", margin=f"{safety_margin:g}")
 
 
-def _cell_label(c: Candidate) -> str:
+def _cell_label(c: Candidate) -> Phrase:
     t = c.scenario.training
-    return f"{short_label(combo_of(t))}, {t.precision.value}, mb {t.micro_batch_size} x {t.gradient_accumulation_steps}"
+    return T_("{config}, {precision}, mb {mb} x {ga}", config=short_label(combo_of(t)), precision=t.precision.value,
+              mb=t.micro_batch_size, ga=t.gradient_accumulation_steps)
 

@@ -8,15 +8,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from calc.engine import estimate
+from calc.i18n import N_
 from calc.presets import gpu_presets
 from calc.recommend.models import DEFAULT_LORA, DEFAULT_QLORA, DEFAULT_SAFETY_MARGIN
+from calc.recommend.phrase import T_, Phrase, joined
 from calc.result import CATEGORIES, Estimate
 from calc.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions, hardware_of, step_time, to_estimate
 from calc.verdict import Verdict, gib_short
 
-CATEGORY_SHORT = {"parameters": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
-                  "activations": "activations", "other": "transients"}
+CATEGORY_SHORT = {"parameters": N_("weights"), "gradients": N_("gradients"), "optimizer_states": N_("optimizer states"),
+                  "activations": N_("activations"), "other": N_("transients")}
 
 class WaterfallStep(BaseModel):
     """The scenario after turning on one more optimization, cumulatively."""
@@ -24,8 +26,8 @@ class WaterfallStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     step: int
-    name: str
-    change: str = Field(description="what this step turns on")
+    name: Phrase
+    change: Phrase = Field(description="what this step turns on")
     scenario: Scenario
     method_change: bool
     peak_allocated_bytes: int
@@ -36,7 +38,7 @@ class WaterfallStep(BaseModel):
     tight: bool = Field(False, description="fits, but the expected device total is above (1 - margin) x GPU memory")
     tokens_per_s_per_gpu: float | None
     step_s: float | None
-    why_more: str | None = Field(None, description="when this step needs more GPU memory than the one before: why")
+    why_more: Phrase | None = Field(None, description="when this step needs more GPU memory than the one before: why")
 
     @computed_field(description="verdict.fits, derived so the two cannot disagree")
     @property
@@ -73,20 +75,21 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
                checkpoint_every=1, zero_stage=0, offload_optimizer=Offload.none, offload_params=Offload.none,
                optimizer=opt, lora=None)
     no_offload_zero = (3 if pp1 else 1) if dp > 1 else 0
-    plan: list[tuple[str, str, dict[str, Any], bool]] = [
-        ("baseline", "fp32 weights, eager attention, no checkpointing, plain data parallel", {}, False),
-        ("mixed precision", f"{mixed.value}: 16-bit weights, grads and activations; fp32 master + states",
-         {"precision": mixed}, False),
-        ("FlashAttention / SDPA", "the B x heads x S x S scores are never stored",
+    plan: list[tuple[Phrase, Phrase, dict[str, Any], bool]] = [
+        (T_("baseline"), T_("fp32 weights, eager attention, no checkpointing, plain data parallel"), {}, False),
+        (T_("mixed precision"), T_("{precision}: 16-bit weights, grads and activations; fp32 master + states",
+                                   precision=mixed.value), {"precision": mixed}, False),
+        (T_("FlashAttention / SDPA"), T_("the B x heads x S x S scores are never stored"),
          {"attention": Attention.sdpa if sc.spec.sdpa_supported else Attention.eager}, False),
-        ("activation checkpointing", "full: keep each layer's input, recompute its forward in backward",
+        (T_("activation checkpointing"), T_("full: keep each layer's input, recompute its forward in backward"),
          {"activation_checkpointing": Checkpointing.full}, False),
     ]
     if dp > 1 and not fsdp:
-        plan.append(("ZeRO-1", f"optimizer states + master weights sharded over {dp} ranks", {"zero_stage": 1}, False))
+        plan.append((T_("ZeRO-1"), T_("optimizer states + master weights sharded over {dp} ranks", dp=dp),
+                     {"zero_stage": 1}, False))
     if dp > 1 and pp1:
-        plan.append(("ZeRO-2", "+ gradients sharded", {"zero_stage": 2}, False))
-        plan.append(("ZeRO-3", "+ 16-bit weights sharded", {"zero_stage": 3}, False))
+        plan.append((T_("ZeRO-2"), T_("+ gradients sharded"), {"zero_stage": 2}, False))
+        plan.append((T_("ZeRO-3"), T_("+ 16-bit weights sharded"), {"zero_stage": 3}, False))
     if not fsdp:
         plan += _offload_steps(no_offload_zero, pp1)
     plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl)
@@ -113,26 +116,27 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     return out
 
 
-def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[str, str, dict[str, Any], bool]]:
+def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
     steps = []
-    steps.append(("optimizer offload", "optimizer states + fp32 master weights in CPU RAM, CPU Adam (ZeRO-Offload)",
-                 {"zero_stage": max(no_offload_zero, 2 if pp1 else 1), "offload_optimizer": Offload.cpu}, False))
+    steps.append((T_("optimizer offload"),
+                  T_("optimizer states + fp32 master weights in CPU RAM, CPU Adam (ZeRO-Offload)"),
+                  {"zero_stage": max(no_offload_zero, 2 if pp1 else 1), "offload_optimizer": Offload.cpu}, False))
     if pp1:
-        steps.append(("parameter offload", "16-bit weights in CPU RAM (ZeRO-3 offload_param)",
+        steps.append((T_("parameter offload"), T_("16-bit weights in CPU RAM (ZeRO-3 offload_param)"),
                       {"zero_stage": 3, "offload_params": Offload.cpu}, False))
     return steps
 
 
 def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision, impl: OptimizerImpl
-                  ) -> list[tuple[str, str, dict[str, Any], bool]]:
+                  ) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
     back = {"offload_optimizer": Offload.none, "offload_params": Offload.none, "zero_stage": no_offload_zero}
     bnb_impl = OptimizerImpl.foreach if impl == OptimizerImpl.for_loop else impl  # bitsandbytes has no for-loop
     return [
-        ("8-bit optimizer", "bitsandbytes AdamW8bit: 2 x 1-byte states on the GPU instead of offload",
+        (T_("8-bit optimizer"), T_("bitsandbytes AdamW8bit: 2 x 1-byte states on the GPU instead of offload"),
          {**back, "optimizer": Optimizer.adamw_8bit, "optimizer_impl": bnb_impl}, True),
-        ("LoRA", "frozen bf16 base weights, rank-16 adapters on all linear layers",
+        (T_("LoRA"), T_("frozen bf16 base weights, rank-16 adapters on all linear layers"),
          {**back, "optimizer": opt, "optimizer_impl": impl, "lora": DEFAULT_LORA, "precision": amp if no_offload_zero == 0 else mixed}, True),
-        ("QLoRA", "frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)",
+        (T_("QLoRA"), T_("frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)"),
          {**back, "optimizer": opt, "lora": DEFAULT_QLORA, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
          True),
     ]
@@ -140,28 +144,32 @@ def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: P
 
 # Why a step can need more GPU memory than the one before it (modelled mechanisms, not measured).
 _MORE_BECAUSE = {
-    "mixed precision": "*-mixed keeps fp32 master weights (4 B per parameter) beside the 16-bit weights; the "
-                       "16-bit activations do not make up for it at this batch",
-    "activation checkpointing": "recomputing a layer in backward re-creates its activations at the backward peak",
-    "ZeRO-1": "ZeRO adds communication buckets",
-    "ZeRO-2": "ZeRO-2 adds gradient reduce buckets",
-    "ZeRO-3": "ZeRO-3 gathers each layer's full weights (and prefetches the next) while it runs",
-    "optimizer offload": "the offloaded step needs a stage that shards less than the one before",
-    "parameter offload": "ZeRO-3 offload gathers each layer's weights from host RAM into GPU buffers",
-    "8-bit optimizer": "the method steps turn offload off again: the 8-bit states live on the GPU",
-    "LoRA": "offload is off again: the frozen base weights live on the GPU",
-    "QLoRA": "NF4 base weights are not sharded by ZeRO-3, so each GPU holds a whole 4-bit copy",
+    "mixed precision": N_("*-mixed keeps fp32 master weights (4 B per parameter) beside the 16-bit weights; the "
+                          "16-bit activations do not make up for it at this batch"),
+    "activation checkpointing": N_("recomputing a layer in backward re-creates its activations at the backward "
+                                   "peak"),
+    "ZeRO-1": N_("ZeRO adds communication buckets"),
+    "ZeRO-2": N_("ZeRO-2 adds gradient reduce buckets"),
+    "ZeRO-3": N_("ZeRO-3 gathers each layer's full weights (and prefetches the next) while it runs"),
+    "optimizer offload": N_("the offloaded step needs a stage that shards less than the one before"),
+    "parameter offload": N_("ZeRO-3 offload gathers each layer's weights from host RAM into GPU buffers"),
+    "8-bit optimizer": N_("the method steps turn offload off again: the 8-bit states live on the GPU"),
+    "LoRA": N_("offload is off again: the frozen base weights live on the GPU"),
+    "QLoRA": N_("NF4 base weights are not sharded by ZeRO-3, so each GPU holds a whole 4-bit copy"),
 }
 
 
-def why_more(name: str, before: Estimate, after: Estimate) -> str | None:
+def why_more(name: str, before: Estimate, after: Estimate) -> Phrase | None:
     """None when the step does not raise the expected device total; otherwise the categories that grew
     and the mechanism behind them."""
     rise = after.device_total_bytes.expected - before.device_total_bytes.expected
     if rise <= 0:
         return None
     grew = [(CATEGORY_SHORT[c], getattr(after.breakdown, c) - getattr(before.breakdown, c)) for c in CATEGORIES]
-    parts = ", ".join(f"{label} +{gib_short(d)}" for label, d in grew if d > 0)
-    because = _MORE_BECAUSE.get(name, "")
-    return (f"needs {gib_short(rise)} more per GPU than the step before ({parts})"
-            + (f": {because}" if because else "") + ".")
+    parts = joined(", ", [T_("{category} +{size}", category=Phrase(label), size=gib_short(d))
+                          for label, d in grew if d > 0])
+    because = _MORE_BECAUSE.get(name)
+    if because:
+        return T_("needs {rise} more per GPU than the step before ({parts}): {because}.", rise=gib_short(rise),
+                  parts=parts, because=Phrase(because))
+    return T_("needs {rise} more per GPU than the step before ({parts}).", rise=gib_short(rise), parts=parts)

@@ -8,28 +8,38 @@ from typing import TYPE_CHECKING
 from calc.engine import estimate
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
+from calc.recommend.phrase import T_, Phrase, joined, lower_first
 from calc.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
 from calc.speed import _Raw, estimate_speed
-from calc.verdict import gib_short
+from calc.verdict import Verdict, gib_short
 
 if TYPE_CHECKING:
     from calc.recommend.search import _Fit, _Found, _Search
 
-def _ckpt_words(c: Combo) -> str:
+def verdict_reasons(v: Verdict) -> list[object]:
+    """The verdict's sentences (calc.verdict's), for use inside the recommender's own."""
+    return list(v.reasons)
+
+
+def _ckpt_words(c: Combo) -> Phrase:
     if c.ckpt == Checkpointing.none:
-        return "no checkpointing"
+        return T_("no checkpointing")
     if c.ckpt == Checkpointing.selective:
-        return "selective checkpointing"
-    return "full checkpointing" + (f" (1 in {c.every} layers)" if c.every > 1 else "")
+        return T_("selective checkpointing")
+    return T_("full checkpointing (1 in {every} layers)", every=c.every) if c.every > 1 else T_("full checkpointing")
 
 
-def _off_words(c: Combo) -> str:
+def _device(o: Offload) -> str:
+    return o.value.upper() if o == Offload.cpu else "NVMe"
+
+
+def _off_words(c: Combo) -> Phrase:
     parts = []
     if c.off_opt != Offload.none:
-        parts.append(f"optimizer offload to {c.off_opt.value.upper() if c.off_opt == Offload.cpu else 'NVMe'}")
+        parts.append(T_("optimizer offload to {device}", device=_device(c.off_opt)))
     if c.off_par != Offload.none:
-        parts.append(f"parameter offload to {c.off_par.value.upper() if c.off_par == Offload.cpu else 'NVMe'}")
-    return " + ".join(parts)
+        parts.append(T_("parameter offload to {device}", device=_device(c.off_par)))
+    return joined(" + ", parts)
 
 
 def _method_words(c: Combo) -> str:
@@ -41,9 +51,9 @@ def _method_words(c: Combo) -> str:
     return ""
 
 
-def short_label(c: Combo) -> str:
+def short_label(c: Combo) -> Phrase:
     """'ZeRO-2 + full checkpointing' style name of a combination."""
-    parts = [f"ZeRO-{c.zero}" if c.zero else "no ZeRO (DDP)", _ckpt_words(c)]
+    parts: list[object] = [f"ZeRO-{c.zero}" if c.zero else T_("no ZeRO (DDP)"), _ckpt_words(c)]
     if c.off_opt != Offload.none or c.off_par != Offload.none:
         parts.append(_off_words(c))
     if c.tp > 1 or c.pp > 1:
@@ -51,81 +61,94 @@ def short_label(c: Combo) -> str:
     m = _method_words(c)
     if m:
         parts.insert(0, m)
-    return " + ".join(parts)
+    return joined(" + ", parts)
 
 
-def label(c: Combo, mb: int, ga: int, mode: Mode = Mode.train) -> str:
-    att = "" if c.attention == Attention.sdpa else ", eager attention"
-    batch = f"micro-batch {mb} x {ga} accumulation" if mode == Mode.train else f"batch {mb}"
-    return f"{c.precision.value}, {short_label(c)}{att}, {batch}"
+def label(c: Combo, mb: int, ga: int, mode: Mode = Mode.train) -> Phrase:
+    batch = T_("micro-batch {mb} x {ga} accumulation", mb=mb, ga=ga) if mode == Mode.train else T_("batch {mb}", mb=mb)
+    if c.attention == Attention.sdpa:
+        return T_("{precision}, {config}, {batch}", precision=c.precision.value, config=short_label(c), batch=batch)
+    return T_("{precision}, {config}, eager attention, {batch}", precision=c.precision.value, config=short_label(c),
+              batch=batch)
 
 
-def _diff(a: Combo, b: Combo) -> str:
+def _diff(a: Combo, b: Combo) -> Phrase:
     """How b differs from a, in words ('ZeRO-3', 'without checkpointing', ...)."""
-    out = []
+    out: list[object] = []
     if a.zero != b.zero:
-        out.append(f"ZeRO-{b.zero}" if b.zero else "without ZeRO")
+        out.append(f"ZeRO-{b.zero}" if b.zero else T_("without ZeRO"))
     if (a.ckpt, a.every) != (b.ckpt, b.every):
-        out.append("without checkpointing" if b.ckpt == Checkpointing.none else _ckpt_words(b))
+        out.append(T_("without checkpointing") if b.ckpt == Checkpointing.none else _ckpt_words(b))
     if (a.off_opt, a.off_par) != (b.off_opt, b.off_par):
-        out.append("with " + _off_words(b) if _off_words(b) else "without offload")
+        out.append(T_("with {offload}", offload=_off_words(b)) if _off_words(b) else T_("without offload"))
     if (a.tp, a.pp) != (b.tp, b.pp):
         out.append(f"TP {b.tp} x PP {b.pp}")
     if a.precision != b.precision:
         out.append(b.precision.value)
     if (a.optimizer, a.lora_key) != (b.optimizer, b.lora_key):
-        out.append(_method_words(b) or "full fine-tuning")
-    return " + ".join(out) or "the same"
+        out.append(_method_words(b) or T_("full fine-tuning"))
+    return joined(" + ", out) if out else T_("the same")
 
 
-def _why_slower(w: _Raw, o: _Raw, interconnect: str) -> str:
+def link_words(interconnect: str) -> Phrase:
+    """calc.speed's name of a link ('NVLink', 'inter-node network'), translatable; 'none' is 'the links'."""
+    return T_("the links") if interconnect == "none" else Phrase(interconnect)  # marked in calc.speed
+
+
+def _why_slower(w: _Raw, o: _Raw, interconnect: Phrase) -> Phrase:
     d_comp, d_comm, d_off = o.compute_s - w.compute_s, o.comm_s - w.comm_s, o.offload_s - w.offload_s
     biggest = max((d_comp, "compute"), (d_comm, "comm"), (d_off, "offload"))[1]
     if biggest == "comm":
-        return f"more exposed communication over {interconnect}"
+        return T_("more exposed communication over {link}", link=interconnect)
     if biggest == "offload":
-        return "offload traffic and CPU Adam"
-    return "recomputation" if o.exec_fpt > w.exec_fpt else "pipeline bubbles and smaller micro-batches"
+        return T_("offload traffic and CPU Adam")
+    return T_("recomputation") if o.exec_fpt > w.exec_fpt else T_("pipeline bubbles and smaller micro-batches")
 
 
-def speed_ratio_words(ratio: float) -> str:
+def speed_ratio_words(ratio: float) -> Phrase:
     """A speed comparison a person can use: '12 % faster', 'about 2.5x faster', 'about 36x slower'."""
     if ratio <= 0:
-        return "not comparable"
+        return T_("not comparable")
     faster = ratio >= 1
     r = ratio if faster else 1 / ratio
-    word = "faster" if faster else "slower"
     if r < 1.005:
-        return "about as fast"
+        return T_("about as fast")
     if r < 1.5:
-        return f"{(r - 1) * 100:.0f} % {word}"
-    return f"about {r:.1f}x {word}" if r < 10 else f"about {r:.0f}x {word}"
+        pct = f"{(r - 1) * 100:.0f}"
+        return T_("{percent} % faster", percent=pct) if faster else T_("{percent} % slower", percent=pct)
+    times = f"{r:.1f}" if r < 10 else f"{r:.0f}"
+    return T_("about {times}x faster", times=times) if faster else T_("about {times}x slower", times=times)
 
 
-def _explain(s: _Search, found: list[_Found]) -> str:
+def _explain(s: _Search, found: list[_Found]) -> Phrase:
     w = found[0]
     tps = w.raw.tokens_per_s / s.hw.num_gpus
     need = w.fit.est.device_total_bytes.expected if w.fit.est else 0
-    head = (f"{short_label(w.combo)}: the fastest configuration that fits ({tps:,.0f} tokens/s per GPU, "
-            f"{gib_short(need)} of {gib_short(s.usable)} usable per GPU)")
+    head = T_("{config}: the fastest configuration that fits ({tps} tokens/s per GPU, {need} of {usable} usable "
+              "per GPU)", config=short_label(w.combo), tps=f"{tps:,.0f}", need=gib_short(need),
+              usable=gib_short(s.usable))
     clauses = []
     faster = [(ub, c, f) for ub, c, f in s.infeasible if ub > w.raw.tokens_per_s and f.est is not None]
     if faster:
         def closeness(e):
             return (_ndiff(w.combo, e[1]), -e[0])
         ub, c, f = min(faster, key=closeness)
-        clauses.append(f"{_diff(w.combo, c)}: up to {speed_ratio_words(ub / w.raw.tokens_per_s)}, but {f.reason}")
+        clauses.append(T_("{change}: up to {ratio}, but {reason}", change=_diff(w.combo, c),
+                          ratio=speed_ratio_words(ub / w.raw.tokens_per_s), reason=f.reason))
     alt = _slower_alternative(s, w)
     if alt is not None:
         o, oraw = alt
         ratio = oraw.tokens_per_s / w.raw.tokens_per_s
         if ratio > 0.999:
-            clauses.append(f"{_diff(w.combo, o)} would fit too and is as fast; the simpler setup is listed first")
+            clauses.append(T_("{change} would fit too and is as fast; the simpler setup is listed first",
+                              change=_diff(w.combo, o)))
         else:
-            link = oraw.interconnect if oraw.interconnect != "none" else "the links"
-            clauses.append(f"{_diff(w.combo, o)} would fit too but is {speed_ratio_words(ratio)} "
-                           f"({_why_slower(w.raw, oraw, link)})")
-    return head + ("; " + "; ".join(clauses) if clauses else "") + "."
+            clauses.append(T_("{change} would fit too but is {ratio} ({why})", change=_diff(w.combo, o),
+                              ratio=speed_ratio_words(ratio),
+                              why=_why_slower(w.raw, oraw, link_words(oraw.interconnect))))
+    if clauses:
+        return T_("{head}; {clauses}.", head=head, clauses=joined("; ", clauses))
+    return T_("{head}.", head=head)
 
 
 def _ndiff(a: Combo, b: Combo) -> int:
@@ -154,14 +177,15 @@ def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
     return best
 
 
-def _explain_none(s: _Search) -> str:
+def _explain_none(s: _Search) -> Phrase:
     tried = [(c, f) for _, c, f in s.infeasible] + s.frugal_failures
     tried = [(c, f) for c, f in tried if f.est is not None]
-    also = " (8-bit AdamW, pure bf16 and QLoRA included)" if s.tried_method_change else ""
+    also = T_(" (8-bit AdamW, pure bf16 and QLoRA included)") if s.tried_method_change else ""
     if not tried:
-        return f"nothing fits{also}: no valid configuration for this model and hardware."
+        return T_("nothing fits{also}: no valid configuration for this model and hardware.", also=also)
     c, f = min(tried, key=lambda e: f_need(e[1]))
-    return f"nothing fits{also}: the smallest configuration tried ({short_label(c)}, micro-batch 1) {f.reason}."
+    return T_("nothing fits{also}: the smallest configuration tried ({config}, micro-batch 1) {reason}.", also=also,
+              config=short_label(c), reason=f.reason)
 
 
 # ---- far below the hardware's rate, and what would help ------------------------------------------
@@ -171,14 +195,16 @@ def compute_bound_per_gpu(raw: _Raw, num_gpus: int) -> float:
     return raw.tokens_per_step / raw.compute_s / num_gpus if raw.compute_s > 0 else 0.0
 
 
-def slow_words(raw: _Raw, tokens_per_s_per_gpu: float, bound: float) -> str | None:
+def slow_words(raw: _Raw, tokens_per_s_per_gpu: float, bound: float) -> Phrase | None:
     """None, or why the configuration runs under SLOW_FRACTION of its compute-bound rate."""
     if bound <= 0 or tokens_per_s_per_gpu >= SLOW_FRACTION * bound:
         return None
-    waits = ("offload traffic (PCIe / NVMe transfers and the CPU optimizer step)" if raw.offload_s >= raw.comm_s
-             else f"communication over {raw.interconnect}")
-    return (f"{tokens_per_s_per_gpu:,.0f} tokens/s per GPU is {tokens_per_s_per_gpu / bound:.0%} of the "
-            f"{bound:,.0f} tokens/s the GPUs' compute allows: most of each {raw.step_s:,.0f} s step waits on {waits}")
+    waits = (T_("offload traffic (PCIe / NVMe transfers and the CPU optimizer step)") if raw.offload_s >= raw.comm_s
+             else T_("communication over {link}", link=Phrase(raw.interconnect)))
+    return T_("{tps} tokens/s per GPU is {share} of the {bound} tokens/s the GPUs' compute allows: most of each "
+              "{step} s step waits on {waits}", tps=f"{tokens_per_s_per_gpu:,.0f}",
+              share=f"{tokens_per_s_per_gpu / bound:.0%}", bound=f"{bound:,.0f}", step=f"{raw.step_s:,.0f}",
+              waits=waits)
 
 
 def _gpus_without_offload(s: _Search, w: _Found) -> tuple[int, float | None] | None:
@@ -209,7 +235,7 @@ def _gpus_without_offload(s: _Search, w: _Found) -> tuple[int, float | None] | N
     return None
 
 
-def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) -> list[str]:
+def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) -> list[Phrase]:
     """For a winner far below its compute-bound rate: what would make it practical, with numbers."""
     w = found[0]
     tps = w.raw.tokens_per_s / s.hw.num_gpus
@@ -217,25 +243,27 @@ def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) 
     why = slow_words(w.raw, tps, bound)
     if why is None:
         return []
-    out = [f"Far slower than this hardware allows: {why}."]
+    out = [T_("Far slower than this hardware allows: {why}.", why=why)]
     more = _gpus_without_offload(s, w) if (w.combo.off_opt != Offload.none or w.combo.off_par != Offload.none) \
         else None
     gpu_name = s.hw.gpu.name.removeprefix("NVIDIA ")
     if more is not None:
         n, speed = more
-        at = f", at about {speed:,.0f} tokens/s per GPU" if speed else ""
-        out.append(f"More GPUs: {n} x {gpu_name} ({n // s.hw.num_gpus}x this hardware) hold everything on the GPUs "
-                   f"with ZeRO-3 and no offload{at}.")
+        fields = dict(n=n, gpu=gpu_name, times=n // s.hw.num_gpus)
+        out.append(T_("More GPUs: {n} x {gpu} ({times}x this hardware) hold everything on the GPUs with ZeRO-3 and "
+                      "no offload, at about {tps} tokens/s per GPU.", tps=f"{speed:,.0f}", **fields) if speed else
+                   T_("More GPUs: {n} x {gpu} ({times}x this hardware) hold everything on the GPUs with ZeRO-3 and "
+                      "no offload.", **fields))
     ram = [(ub, c, f) for ub, c, f in s.infeasible if f.reason.startswith("offload") and f.est is not None
            and ub > w.raw.tokens_per_s]
     if ram:
         ub, c, f = max(ram, key=lambda e: e[0])
-        out.append(f"More host RAM: {short_label(c)} could run at up to {ub / s.hw.num_gpus:,.0f} tokens/s per GPU "
-                   f"but {f.reason}.")
-    for group, best in others:
-        if best > tps * 1.5:
-            out.append(f"Adapters: LoRA / QLoRA train {speed_ratio_words(best / tps)} here "
-                       f"({best:,.0f} tokens/s per GPU; see the {group} group).")
+        out.append(T_("More host RAM: {config} could run at up to {tps} tokens/s per GPU but {reason}.",
+                      config=short_label(c), tps=f"{ub / s.hw.num_gpus:,.0f}", reason=f.reason))
+    for group, best in others:  # only the full fine-tuning group gets advice; its other group is adapters
+        if best > tps * 1.5 and group == "adapters":
+            out.append(T_("Adapters: LoRA / QLoRA train {ratio} here ({tps} tokens/s per GPU; see the adapters "
+                          "group).", ratio=speed_ratio_words(best / tps), tps=f"{best:,.0f}"))
     return out
 
 
@@ -243,29 +271,30 @@ def group_result(group: Group, s: _Search, found: list[_Found],
                  searched: list[tuple[Group, _Search, list[_Found]]]) -> GroupResult:
     """The group's explanation, best speed and (when it is far below the hardware's rate) advice."""
     if not found:
-        return GroupResult(group=group, label=GROUP_LABELS[group], explanation=_explain_none(s))
+        return GroupResult(group=group, label=Phrase(GROUP_LABELS[group]), explanation=_explain_none(s))
     others = [(g, f[0].raw.tokens_per_s / o.hw.num_gpus) for g, o, f in searched if g != group and f]
-    return GroupResult(group=group, label=GROUP_LABELS[group], explanation=_explain(s, found),
+    return GroupResult(group=group, label=Phrase(GROUP_LABELS[group]), explanation=_explain(s, found),
                        best_tokens_per_s_per_gpu=found[0].raw.tokens_per_s / s.hw.num_gpus,
                        advice=_advice(s, found, others if group == "full" else []))
 
 
-def overall_explanation(groups: list[GroupResult], cands: list[Candidate]) -> str:
+def overall_explanation(groups: list[GroupResult], cands: list[Candidate]) -> Phrase:
     """The overall winner in a sentence, and how the groups compare."""
     fitting = [g for g in groups if g.best_tokens_per_s_per_gpu]
     if not fitting:
-        return " ".join(g.explanation for g in groups)
+        return joined(" ", [g.explanation for g in groups])
     best = max(fitting, key=lambda g: g.best_tokens_per_s_per_gpu or 0)
     text = best.explanation
     if len(groups) == 2:
         full, adapters = groups
         if full.best_tokens_per_s_per_gpu and adapters.best_tokens_per_s_per_gpu:
             ratio = adapters.best_tokens_per_s_per_gpu / full.best_tokens_per_s_per_gpu
-            text += (f" Adapters (LoRA / QLoRA) train {speed_ratio_words(ratio)} than full fine-tuning here "
-                     f"({adapters.best_tokens_per_s_per_gpu:,.0f} vs {full.best_tokens_per_s_per_gpu:,.0f} "
-                     "tokens/s per GPU).")
+            text = T_("{explanation} Adapters (LoRA / QLoRA) train {ratio} than full fine-tuning here ({adapters} vs "
+                      "{full} tokens/s per GPU).", explanation=text, ratio=speed_ratio_words(ratio),
+                      adapters=f"{adapters.best_tokens_per_s_per_gpu:,.0f}",
+                      full=f"{full.best_tokens_per_s_per_gpu:,.0f}")
         elif adapters.best_tokens_per_s_per_gpu:
-            text = "Full fine-tuning does not fit this hardware; " + text[0].lower() + text[1:]
+            text = T_("Full fine-tuning does not fit this hardware; {explanation}", explanation=lower_first(text))
     return text
 
 
