@@ -1,6 +1,7 @@
 """Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,validate,calibrate} ...
 
-Bad input gives a one-line error on stderr and exit code 2, never a traceback.
+Bad input gives a one-line error on stderr and exit code 2, never a traceback. The table formats
+speak English unless `--lang zh` is given (JSON is English keys and values in every language).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from calc.errors import UserError
+from calc.i18n import DEFAULT_LANG, LANGS, N_, Lang, translate
 from calc.units import fmt_gib
 
 __all__ = ["UserError", "load_scenario", "main", "one_line", "read_json"]
@@ -58,9 +60,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             data["calibrated"] = calibrated.model_dump(mode="json")
         print(json.dumps(data, indent=2))
     else:
-        print(format_table(est))
+        print(format_table(est, args.lang))
         if calibrated is not None:
-            print(format_calibrated(calibrated))
+            print(format_calibrated(calibrated, args.lang))
     return 0
 
 
@@ -76,46 +78,78 @@ def _calibrated(path: str, est: Any, sc: Any) -> Any:
         raise UserError(f"--calibration {exc}") from None
 
 
-def format_calibrated(ce: Any) -> str:
+def _rows_text(rows: list[tuple[str, str]], lang: Lang) -> str:
+    """`key  value` lines, keys (message ids, an indent kept in front) translated and aligned."""
+    if lang == DEFAULT_LANG:
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    from calc.recommend.phrase import pad
+    from calc.recommend.phrase import width as columns
+
+    keys = [k[: len(k) - len(k.lstrip())] + translate(k.lstrip(), lang) for k, _ in rows]
+    cols = max(map(columns, keys))
+    return "\n".join(f"{pad(k, cols)}  {v}" for k, (_, v) in zip(keys, rows, strict=True))
+
+
+def format_calibrated(ce: Any, lang: Lang = DEFAULT_LANG) -> str:
     """The calibrated prediction under the table, beside the uncalibrated range."""
     dt, udt = ce.device_total_bytes, ce.uncalibrated_device_total_bytes
     rows = [
-        ("calibrated on", ce.machine),
-        ("peak allocated, calibrated", f"{fmt_gib(ce.peak_allocated_bytes)} (± {fmt_gib(ce.peak_allocated_sigma_bytes)})"),
-        ("device total, calibrated", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
-        ("device total, uncalibrated", f"{fmt_gib(udt.low)} / {fmt_gib(udt.expected)} / {fmt_gib(udt.high)}"),
+        (N_("calibrated on"), ce.machine),
+        (N_("peak allocated, calibrated"), f"{fmt_gib(ce.peak_allocated_bytes)} (± {fmt_gib(ce.peak_allocated_sigma_bytes)})"),
+        (N_("device total, calibrated"), f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
+        (N_("device total, uncalibrated"), f"{fmt_gib(udt.low)} / {fmt_gib(udt.expected)} / {fmt_gib(udt.high)}"),
     ]
     if ce.headroom_bytes is not None:
-        rows.append(("headroom, calibrated", fmt_gib(ce.headroom_bytes)))
-    rows += [("applied", a) for a in ce.applied] + [("not applied", a) for a in ce.not_applied]
-    rows += [("WARNING", w) for w in ce.warnings]
-    width = max(len(k) for k, _ in rows)
-    return "\n" + "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n(low / expected / high; 1 GiB = 2^30 bytes)"
+        rows.append((N_("headroom, calibrated"), fmt_gib(ce.headroom_bytes)))
+    rows += [(N_("applied"), a) for a in ce.applied] + [(N_("not applied"), a) for a in ce.not_applied]
+    rows += [(N_("WARNING"), w) for w in ce.warnings]
+    return "\n" + _rows_text(rows, lang) + "\n" + translate(N_("(low / expected / high; 1 GiB = 2^30 bytes)"), lang)
 
 
-def format_table(est: Any) -> str:
+def _peak_at(est: Any, lang: Lang) -> str:
+    """'backward layer 3 (backward, step 1)' in `lang` (calc.result's event and phase words where it has them)."""
+    if lang == DEFAULT_LANG:
+        return f"{est.peak_event} ({est.peak_phase}, step {est.peak_step})"
+    from calc import result
+
+    event_text = getattr(result, "event_text", None)
+    event = event_text(est.peak_event).render(lang) if event_text else translate(est.peak_event, lang)
+    return translate(N_("{event} ({phase}, step {step})"), lang, event=event, phase=translate(est.peak_phase, lang),
+                     step=est.peak_step)
+
+
+def format_table(est: Any, lang: Lang = DEFAULT_LANG) -> str:
     from calc.verdict import headline
 
     b = est.breakdown
     dt = est.device_total_bytes
     rows = [
-        ("model", f"{est.model.name} ({est.model.total_params:,} params)"),
-        ("peak allocated", fmt_gib(est.peak_allocated_bytes)),
-        ("  peak at", f"{est.peak_event} ({est.peak_phase}, step {est.peak_step})"),
-        ("  parameters", fmt_gib(b.parameters)),
-        ("  gradients", fmt_gib(b.gradients)),
-        ("  optimizer states", fmt_gib(b.optimizer_states)),
-        ("  activations", fmt_gib(b.activations)),
-        ("  other (transients)", fmt_gib(b.other)),
-        ("device total (low/exp/high)", f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
+        (N_("model"), translate(N_("{name} ({params} params)"), lang, name=est.model.name,
+                                params=f"{est.model.total_params:,}")),
+        (N_("peak allocated"), fmt_gib(est.peak_allocated_bytes)),
+        ("  " + N_("peak at"), _peak_at(est, lang)),
+        ("  " + N_("parameters"), fmt_gib(b.parameters)),
+        ("  " + N_("gradients"), fmt_gib(b.gradients)),
+        ("  " + N_("optimizer states"), fmt_gib(b.optimizer_states)),
+        ("  " + N_("activations"), fmt_gib(b.activations)),
+        ("  " + N_("other (transients)"), fmt_gib(b.other)),
+        (N_("device total (low/exp/high)"), f"{fmt_gib(dt.low)} / {fmt_gib(dt.expected)} / {fmt_gib(dt.high)}"),
     ]
     if est.gpu_memory_bytes:
-        rows.append(("GPU memory", f"{fmt_gib(est.gpu_memory_bytes)}, headroom {fmt_gib(est.headroom_bytes)}"))
+        rows.append((N_("GPU memory"), translate(N_("{memory}, headroom {headroom}"), lang,
+                                                 memory=fmt_gib(est.gpu_memory_bytes),
+                                                 headroom=fmt_gib(est.headroom_bytes))))
     if est.cpu_ram_bytes or est.nvme_bytes:
-        rows.append(("offload (per node)", f"CPU RAM {fmt_gib(est.cpu_ram_bytes)}, NVMe {fmt_gib(est.nvme_bytes)}"))
-    rows.append(("verdict", headline(est.verdict)))
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n(1 GiB = 2^30 bytes)"
+        rows.append((N_("offload (per node)"), translate(N_("CPU RAM {ram}, NVMe {nvme}"), lang,
+                                                         ram=fmt_gib(est.cpu_ram_bytes), nvme=fmt_gib(est.nvme_bytes))))
+    if lang == DEFAULT_LANG:
+        rows.append((N_("verdict"), headline(est.verdict)))
+    else:
+        from calc.recommend.words import verdict_words
+
+        rows.append((N_("verdict"), verdict_words(est.verdict, lang, whole=True)))
+    return _rows_text(rows, lang) + "\n" + translate(N_("(1 GiB = 2^30 bytes)"), lang)
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -167,6 +201,11 @@ def _percent(text: str) -> float:
     return x
 
 
+def _lang_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lang", choices=LANGS, default=DEFAULT_LANG,
+                   help="language of the table format (default en; JSON is always English)")
+
+
 def _export_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-rate", type=float, help="peak learning rate (default 5e-5)")
     p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default 0)")
@@ -181,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["json", "table"], default="json")
     p.add_argument("--timeline", action="store_true", help="include the step timeline in the JSON")
     p.add_argument("--calibration", help="calibration JSON from `calibrate`: adds the calibrated prediction")
+    _lang_option(p)
     p.set_defaults(func=cmd_estimate)
     p = sub.add_parser("calibrate", help="fit corrections for this machine from measured cuda records")
     p.add_argument("records", nargs="+", help="records from `python -m measure ... --device cuda` (JSON or JSON lines)")
@@ -196,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario")
     p.add_argument("--top", type=_count, default=10, help="how many configurations to list (1-1000)")
     p.add_argument("--format", choices=["json", "table"], default="table")
+    _lang_option(p)
     p.set_defaults(func=_lazy("calc.recommend"))
     p = sub.add_parser("export", help="ds_config.json, train.py, accelerate.yaml and launch.sh in a folder")
     p.add_argument("scenario")

@@ -109,3 +109,16 @@ def render(value: object, lang: Lang) -> str:
 
 
 SEPARATORS = (N_("; "), N_(", "))  # " + " needs no translation
+
+
+def width(text: str) -> int:
+    """Terminal columns of `text`: CJK characters take two (for aligned CLI tables in Chinese)."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, cols: int, align: str = "<") -> str:
+    """`f"{text:<cols}"` (or ">") counting terminal columns; the same as the f-string for ASCII."""
+    fill = " " * max(0, cols - width(text))
+    return text + fill if align == "<" else fill + text

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from calc import verdict as _verdict
 from calc.engine import estimate
+from calc.i18n import DEFAULT_LANG, Lang
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
 from calc.recommend.phrase import T_, Phrase, joined, lower_first
@@ -17,8 +19,22 @@ if TYPE_CHECKING:
     from calc.recommend.search import _Fit, _Found, _Search
 
 def verdict_reasons(v: Verdict) -> list[object]:
-    """The verdict's sentences (calc.verdict's), for use inside the recommender's own."""
-    return list(v.reasons)
+    """The verdict's sentences (calc.verdict's), translatable where calc.verdict makes them so
+    (`reason_texts`), for use inside the recommender's own."""
+    texts = getattr(_verdict, "reason_texts", None)
+    return list(texts(v)) if texts is not None else list(v.reasons)
+
+
+def verdict_words(v: Verdict, lang: Lang = DEFAULT_LANG, *, whole: bool = False) -> str:
+    """calc.verdict.short (a table cell) or, with whole=True, calc.verdict.headline, in `lang` where
+    calc.verdict takes a language (English otherwise)."""
+    fn = _verdict.headline if whole else _verdict.short
+    if lang == DEFAULT_LANG:
+        return fn(v)
+    try:
+        return fn(v, lang)  # type: ignore[call-arg]
+    except TypeError:
+        return fn(v)
 
 
 def _ckpt_words(c: Combo) -> Phrase:
