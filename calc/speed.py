@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from calc import precision as prec
 from calc.architectures import ModelSpec
+from calc.i18n import N_
 from calc.parallel import REDUCE_BUCKET_ELEMENTS, layers_on_stage
 from calc.presets import ClusterPreset, GpuPreset, cluster_presets, gpu_presets
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Precision, Scenario
@@ -265,7 +266,7 @@ def _fmt_s(x: float) -> str:
 
 
 def _bw_name(bw_kind: str) -> str:
-    return {"nvlink": "NVLink", "pcie": "PCIe", "network": "inter-node network", "none": "none"}[bw_kind]
+    return {"nvlink": "NVLink", "pcie": "PCIe", "network": N_("inter-node network"), "none": "none"}[bw_kind]
 
 
 def _link(hw: _Hw, group: int, stride: int, a: SpeedAssumptions) -> tuple[float, str]:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.i18n import N_
 from ui import charts, compute, fmt, state
 from ui import verdict as verdict_ui
+from ui.i18n import _, say, tr
 from ui.widgets import column_name, compare_columns_editor, page_setup, scenario_or_stop
 
 page_setup("Compare", ":material/compare_arrows:")
-st.title("Compare scenarios")
-st.caption("The sidebar's model on different hardware: each column either takes the fastest configuration that "
-           "fits its hardware (the recommender's), or the sidebar's training setup with its own ZeRO stage and "
-           "offload. Per-GPU memory in GiB (2^30 bytes); hover for exact bytes.")
+st.title(_("Compare scenarios"))
+st.caption(_("The sidebar's model on different hardware: each column either takes the fastest configuration that "
+             "fits its hardware (the recommender's), or the sidebar's training setup with its own ZeRO stage and "
+             "offload. Per-GPU memory in GiB (2^30 bytes); hover for exact bytes."))
+MODES = {"train": N_("train"), "inference": N_("inference")}
 
 base = scenario_or_stop(include_compare=True)
 if base is None:
     st.stop()
-st.markdown(f"**{base.spec.name or base.spec.family}**, {base.mode.value}: what each machine can do with it.")
+st.markdown(_("**{model}**, {mode}: what each machine can do with it.", model=base.spec.name or base.spec.family,
+               mode=tr(MODES.get(base.mode.value, base.mode.value))))
 cols = compare_columns_editor()
 state.sync_url(include_compare=True)
 
@@ -30,7 +34,7 @@ for i, col in enumerate(cols):
         sc, cand = compute.column_scenario(base, col)
         est = compute.run(sc)
     except ValueError as exc:
-        st.error(f"{name}: {fmt.literal(state.error_text(exc))}", icon=":material/error:")
+        st.error(_("{column}: {error}", column=name, error=fmt.literal(state.error_text(exc))), icon=":material/error:")
         continue
     items.append((name, est))
     letters.append(chr(65 + i))
@@ -40,32 +44,33 @@ if not items:
     st.stop()
 
 for box, (name, est), (col, cand) in zip(st.columns(len(items)), items, chosen, strict=True):
-    verdict_ui.box(box, est.verdict, f"**{name}**", f"device total {fmt.gib(est.device_total_bytes.expected)} per GPU")
+    verdict_ui.box(box, est.verdict, f"**{name}**",
+                   _("device total {size} per GPU", size=fmt.gib(est.device_total_bytes.expected)))
     if col.fastest and cand is not None:
-        box.caption(f"Configuration: {cand.label}; {cand.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
-                    + (" (adapters: full fine-tuning does not fit this hardware at a practical speed)"
-                       if cand.method_change else "")
-                    + ".")
+        fields = dict(config=say(cand.label), tps=f"{cand.tokens_per_s_per_gpu:,.0f}")
+        box.caption(_("Configuration: {config}; {tps} tokens/s per GPU (adapters: full fine-tuning does not fit this "
+                      "hardware at a practical speed).", **fields) if cand.method_change else
+                    _("Configuration: {config}; {tps} tokens/s per GPU.", **fields))
     elif col.fastest:
-        box.caption("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it.")
+        box.caption(_("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it."))
 
 st.plotly_chart(charts.compare_bars(items), key="cmp_chart")
 
-st.subheader("Differences (GiB per GPU)")
+st.subheader(_("Differences (GiB per GPU)"))
 first = items[0][1]
-labels = [(k, charts.SHORT_LABELS[k]) for k, _ in charts.segments(first)]
+labels = [(k, tr(charts.SHORT_LABELS[k])) for k, _ in charts.segments(first)]
 
 
 def _rows(est):
     seg = dict(charts.segments(est))
     out = {label: seg[k] for k, label in labels}
     out.update({
-        "Peak allocated": est.peak_allocated_bytes,
-        "Device total (expected)": est.device_total_bytes.expected,
-        "GPU memory": est.gpu_memory_bytes,
-        "Headroom": est.headroom_bytes,
-        "CPU RAM for offload (per node)": est.cpu_ram_bytes,
-        "NVMe for offload (per node)": est.nvme_bytes,
+        _("Peak allocated"): est.peak_allocated_bytes,
+        _("Device total (expected)"): est.device_total_bytes.expected,
+        _("GPU memory"): est.gpu_memory_bytes,
+        _("Headroom"): est.headroom_bytes,
+        _("CPU RAM for offload (per node)"): est.cpu_ram_bytes,
+        _("NVMe for offload (per node)"): est.nvme_bytes,
     })
     return out
 
@@ -74,8 +79,9 @@ table = {name: _rows(est) for name, est in items}
 names = list(table)
 rows = []
 ref_letter = letters[0]
+METRIC = _("GiB per GPU")
 for metric in table[names[0]]:
-    row = {"GiB per GPU": metric}
+    row = {METRIC: metric}
     for j, name in enumerate(names):
         v = table[name][metric]
         row[letters[j]] = None if v is None else v / fmt.GiB
@@ -84,6 +90,18 @@ for metric in table[names[0]]:
             row[f"{letters[j]} − {ref_letter}"] = None if v is None or ref is None else (v - ref) / fmt.GiB
     rows.append(row)
 st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1) + 3,
-             column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in rows[0] if c != "GiB per GPU"})
-st.caption("Columns: " + "; ".join(names) + ". Peak at: " +
-           "; ".join(f"{letters[j]} {est.peak_event} ({est.peak_phase})" for j, (_, est) in enumerate(items)) + ".")
+             column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in rows[0] if c != METRIC})
+
+
+def _peak_at(est) -> str:
+    """'backward layer 3 (backward)' in the session's language (calc.result's words where it has them)."""
+    from calc import result
+
+    event_text = getattr(result, "event_text", None)
+    event = say(event_text(est.peak_event)) if event_text else tr(est.peak_event)
+    return _("{event} ({phase})", event=event, phase=tr(est.peak_phase))
+
+
+sep = tr("; ")
+st.caption(_("Columns: {columns}. Peak at: {peaks}.", columns=sep.join(names),
+             peaks=sep.join(f"{letters[j]} {_peak_at(est)}" for j, (_n, est) in enumerate(items))))

@@ -8,15 +8,16 @@ import streamlit as st
 
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, speed_ratio_words, table_assumptions
-from calc.verdict import headline, short
+from calc.recommend.words import verdict_words
 from ui import charts, compute, fmt, state
+from ui.i18n import _, current, say
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
-st.title("What fits, and what to turn on next")
-st.caption("Memory is the engine's expected device total per GPU (GiB = 2^30 bytes); speed is calc.speed's "
-           "estimate in tokens/s per GPU. The verdict is the engine's, as on every page: GPU memory per GPU, and "
-           "host RAM / NVMe per node when something is offloaded.")
+st.title(_("What fits, and what to turn on next"))
+st.caption(_("Memory is the engine's expected device total per GPU (GiB = 2^30 bytes); speed is calc.speed's "
+             "estimate in tokens/s per GPU. The verdict is the engine's, as on every page: GPU memory per GPU, and "
+             "host RAM / NVMe per node when something is offloaded."))
 
 sc = scenario_or_stop()
 if sc is None:
@@ -28,16 +29,26 @@ def _use(scenario) -> None:
     state.set_scenario(scenario)
 
 
+def short(verdict) -> str:
+    """calc.verdict.short in the session's language (a table cell)."""
+    return verdict_words(verdict, current())
+
+
+def headline(verdict) -> str:
+    """calc.verdict.headline in the session's language."""
+    return verdict_words(verdict, current(), whole=True)
+
+
 # ---- what to turn on next ----------------------------------------------------------------
-st.header("What to turn on next")
-st.markdown(f"For **{sc.spec.name or sc.spec.family}** on **{hardware_name(sc)}**, starting from an fp32 baseline, "
-            "each step turns one more optimization on top of the previous ones, cheapest first. The last steps "
-            "change the training method (8-bit optimizer, LoRA, QLoRA).")
+st.header(_("What to turn on next"))
+st.markdown(_("For **{model}** on **{hardware}**, starting from an fp32 baseline, each step turns one more "
+              "optimization on top of the previous ones, cheapest first. The last steps change the training method "
+              "(8-bit optimizer, LoRA, QLoRA).", model=sc.spec.name or sc.spec.family, hardware=hardware_name(sc)))
 try:
     steps = compute.waterfall(key)
 except ValueError as exc:
-    st.error(f"calc.recommend cannot build the waterfall for this scenario: {fmt.literal(state.error_text(exc))}",
-             icon=":material/error:")
+    st.error(_("calc.recommend cannot build the waterfall for this scenario: {error}",
+               error=fmt.literal(state.error_text(exc))), icon=":material/error:")
     steps = []
 if steps:
     est = compute.run(sc)
@@ -48,80 +59,85 @@ if steps:
         prev = steps[i - 1].tokens_per_s_per_gpu if i else None
         cost = None if prev in (None, 0) or s.tokens_per_s_per_gpu is None else \
             speed_ratio_words(s.tokens_per_s_per_gpu / prev)
-        rows.append({"step": fmt.plain(f"{s.step}. {s.name}"), "turns on": fmt.plain(s.change),
-                     "device total": fmt.gib(s.device_total_expected_bytes),
-                     "verdict": short(s.verdict) + (" (under 10 % free)" if s.tight else ""),
-                     "tokens/s per GPU": "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
-                     "speed vs previous step": cost or "—",
-                     "method change": "yes" if s.method_change else ""})
+        verdict = short(s.verdict)
+        rows.append({_("step"): fmt.plain(f"{s.step}. {say(s.name)}"), _("turns on"): fmt.plain(say(s.change)),
+                     _("device total"): fmt.gib(s.device_total_expected_bytes),
+                     _("verdict"): _("{verdict} (under 10 % free)", verdict=verdict) if s.tight else verdict,
+                     _("tokens/s per GPU"): "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
+                     _("speed vs previous step"): say(cost) if cost else "—",
+                     _("method change"): _("yes") if s.method_change else ""})
     st.table(rows, hide_index=True)
     for s in steps:
         if s.why_more:
-            st.caption(f"Step {s.step} ({s.name}) {s.why_more}")
+            st.caption(_("Step {step} ({name}) {why}", step=s.step, name=say(s.name), why=say(s.why_more)))
     first = next((s for s in steps if s.fits), None)
     if first is None:
         last = steps[-1]
-        st.warning(f"Even the last step does not fit this hardware: {headline(last.verdict)}. Try more GPUs, a "
-                   "shorter sequence or a smaller micro-batch.", icon=":material/warning:")
+        st.warning(_("Even the last step does not fit this hardware: {verdict}. Try more GPUs, a shorter sequence or "
+                     "a smaller micro-batch.", verdict=headline(last.verdict)), icon=":material/warning:")
     else:
-        st.success(f"The first step that fits is **{first.step}. {first.name}** "
-                   f"({fmt.gib(first.device_total_expected_bytes)} per GPU"
-                   + (f", {first.tokens_per_s_per_gpu:,.0f} tokens/s per GPU" if first.tokens_per_s_per_gpu else "")
-                   + ").", icon=":material/check_circle:")
-        st.button(f"Use step {first.step} ({first.name}) as the scenario", key="rec_apply_waterfall",
-                  on_click=_use, args=(first.scenario,))
+        fields = dict(step=first.step, name=say(first.name), size=fmt.gib(first.device_total_expected_bytes))
+        st.success(_("The first step that fits is **{step}. {name}** ({size} per GPU, {tps} tokens/s per GPU).",
+                     tps=f"{first.tokens_per_s_per_gpu:,.0f}", **fields) if first.tokens_per_s_per_gpu else
+                   _("The first step that fits is **{step}. {name}** ({size} per GPU).", **fields),
+                   icon=":material/check_circle:")
+        st.button(_("Use step {step} ({name}) as the scenario", step=first.step, name=say(first.name)),
+                  key="rec_apply_waterfall", on_click=_use, args=(first.scenario,))
 
 # ---- ranked configurations ---------------------------------------------------------------
-st.header("Fastest configurations that fit")
-st.caption("Ranked by tokens/s among configurations that fit every limit: GPU memory with 10 % kept free, and "
-           "the node's host RAM and NVMe for offload. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
-           "separately, so both questions get an answer: can I train every weight, and what trains fast?")
-allow = st.toggle("Allow 8-bit AdamW or pure bf16 states (or QLoRA for a LoRA scenario) when nothing else fits",
+st.header(_("Fastest configurations that fit"))
+st.caption(_("Ranked by tokens/s among configurations that fit every limit: GPU memory with 10 % kept free, and "
+             "the node's host RAM and NVMe for offload. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
+             "separately, so both questions get an answer: can I train every weight, and what trains fast?"))
+allow = st.toggle(_("Allow 8-bit AdamW or pure bf16 states (or QLoRA for a LoRA scenario) when nothing else fits"),
                   key="rec_allow")
 try:
     rec = compute.recommendations(key, allow, None)
 except ValueError as exc:
-    st.info(f"The ranked search needs a GPU preset: {fmt.literal(state.error_text(exc))}", icon=":material/info:")
+    st.info(_("The ranked search needs a GPU preset: {error}", error=fmt.literal(state.error_text(exc))),
+            icon=":material/info:")
     rec = None
 if rec is not None:
     if len(rec.groups) > 1:
-        st.markdown(rec.explanation)
+        st.markdown(say(rec.explanation))
     for note in rec.notes:
-        st.caption(note)
+        st.caption(say(note))
     for g in rec.groups:
-        st.subheader(g.label)
+        st.subheader(say(g.label))
         cands = [c for c in rec.candidates if c.group == g.group]
-        st.markdown(g.explanation)
+        st.markdown(say(g.explanation))
         for line in g.advice:
-            st.warning(line, icon=":material/speed:")
+            st.warning(say(line), icon=":material/speed:")
         if not cands:
             continue
-        st.table([{"#": c.rank, "configuration": fmt.plain(c.label), "tokens/s per GPU": f"{c.tokens_per_s_per_gpu:,.0f}",
-                   "step": f"{c.step_s:,.3g} s", "device total": fmt.gib(c.device_total_expected_bytes),
-                   "CPU RAM per node": fmt.gib(c.cpu_ram_bytes), "verdict": short(c.verdict),
-                   "method change": "yes" if c.method_change else ""} for c in cands], hide_index=True)
+        st.table([{"#": c.rank, _("configuration"): fmt.plain(say(c.label)),
+                   _("tokens/s per GPU"): f"{c.tokens_per_s_per_gpu:,.0f}", _("step"): f"{c.step_s:,.3g} s",
+                   _("device total"): fmt.gib(c.device_total_expected_bytes),
+                   _("CPU RAM per node"): fmt.gib(c.cpu_ram_bytes), _("verdict"): short(c.verdict),
+                   _("method change"): _("yes") if c.method_change else ""} for c in cands], hide_index=True)
         unknown = [c for c in cands if c.verdict.fits is None]
         if unknown:
             st.caption(f"#{unknown[0].rank}: {headline(unknown[0].verdict)}.")
-        pick = st.selectbox("Configuration", [c.rank for c in cands], key=f"rec_pick_{g.group}",
-                            format_func=lambda r, cs=cands: f"#{r}: {cs[r - 1].label}")
-        st.button(f"Use configuration #{pick} as the scenario", key=f"rec_apply_{g.group}", on_click=_use,
+        pick = st.selectbox(_("Configuration"), [c.rank for c in cands], key=f"rec_pick_{g.group}",
+                            format_func=lambda r, cs=cands: f"#{r}: {say(cs[r - 1].label)}")
+        st.button(_("Use configuration #{rank} as the scenario", rank=pick), key=f"rec_apply_{g.group}", on_click=_use,
                   args=(cands[pick - 1].scenario,))
-    st.caption(f"Usable {fmt.gib(rec.usable_bytes)} of {fmt.gib(rec.gpu_memory_bytes)} per GPU; global batch "
-               f"{rec.target_global_batch_sequences:,} sequences; {rec.stats.combinations:,} combinations, "
-               f"{rec.stats.memory_estimates:,} memory estimates in {rec.stats.elapsed_s:.2f} s.")
+    st.caption(_("Usable {usable} of {memory} per GPU; global batch {sequences} sequences; {combinations} "
+                 "combinations, {estimates} memory estimates in {seconds} s.", usable=fmt.gib(rec.usable_bytes),
+                 memory=fmt.gib(rec.gpu_memory_bytes), sequences=f"{rec.target_global_batch_sequences:,}",
+                 combinations=f"{rec.stats.combinations:,}", estimates=f"{rec.stats.memory_estimates:,}",
+                 seconds=f"{rec.stats.elapsed_s:.2f}"))
 
 # ---- model x hardware --------------------------------------------------------------------
-st.header("Model size x hardware")
+st.header(_("Model size x hardware"))
 c1, c2 = st.columns(2)
 st.session_state.setdefault("rec_seq", 2048)
 st.session_state.setdefault("rec_batch", 2**20)
-seq = c1.selectbox("Sequence length (tokens)", [512, 1024, 2048, 4096, 8192], key="rec_seq")
-batch = c2.selectbox("Global batch (tokens per optimizer step)", [2**17, 2**18, 2**19, 2**20, 2**21, 2**22],
+seq = c1.selectbox(_("Sequence length (tokens)"), [512, 1024, 2048, 4096, 8192], key="rec_seq")
+batch = c2.selectbox(_("Global batch (tokens per optimizer step)"), [2**17, 2**18, 2**19, 2**20, 2**21, 2**22],
                      key="rec_batch", format_func=lambda n: f"{n:,}")
 seq_len, batch_tokens = int(seq or 2048), int(batch or 2**20)
 models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
-SEARCHING = "searching…"
 
 
 def _hw_label(h: str) -> str:
@@ -130,26 +146,28 @@ def _hw_label(h: str) -> str:
 
 def _cell(c) -> str:
     if c is None:
-        return SEARCHING
+        return _("searching…")
     if c.status == "nothing-fits":
-        return f"does not fit ({c.note})" if c.note else "does not fit"
-    text = f"{c.label} — {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {fmt.gib(c.device_total_expected_bytes)}"
-    return ("method change: " + text) if c.status == "method-change" else text
+        return _("does not fit ({note})", note=say(c.note)) if c.note else _("does not fit")
+    fields = dict(config=say(c.label), tps=f"{c.tokens_per_s_per_gpu:,.0f}", size=fmt.gib(c.device_total_expected_bytes))
+    if c.status == "method-change":
+        return _("method change: {config} — {tps} tok/s/GPU, {size}", **fields)
+    return _("{config} — {tps} tok/s/GPU, {size}", **fields)
 
 
 def _draw_table(budget_s: float) -> int:
     """The table as far as it is found (each cell is a search of its own; this run adds cells for at most
     budget_s); returns the cells still missing."""
     cells = compute.table_cells(seq_len, batch_tokens, budget_s)
-    grid = [{"model": f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
+    grid = [{_("model"): f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
              **{_hw_label(h): _cell(c) for h, c in zip(TABLE_HARDWARE, row, strict=True)}}
             for m, row in zip(TABLE_MODELS, cells, strict=True)]
     st.table(grid, hide_index=True)
     missing = sum(c is None for row in cells for c in row)
     if missing:
-        st.caption(f"{missing} of {len(TABLE_MODELS) * len(TABLE_HARDWARE)} cells are still being searched; they "
-                   "appear here as they are found.")
-    st.caption(table_assumptions(seq_len, batch_tokens) + " Device totals are per GPU.")
+        st.caption(_("{missing} of {cells} cells are still being searched; they appear here as they are found.",
+                     missing=missing, cells=len(TABLE_MODELS) * len(TABLE_HARDWARE)))
+    st.caption(_("{assumptions} Device totals are per GPU.", assumptions=say(table_assumptions(seq_len, batch_tokens))))
     return missing
 
 

@@ -108,7 +108,7 @@ def render(value: object, lang: Lang) -> str:
     return _render(value, lang)
 
 
-SEPARATORS = (N_("; "), N_(", "))  # " + " needs no translation
+SEPARATORS = (N_("; "),)  # ", " is calc.verdict's; " + " needs no translation
 
 
 def width(text: str) -> int:
