@@ -123,7 +123,7 @@ def test_recommend_page_in_chinese():
 def test_compare_page_in_chinese():
     at = open_app("compare", {"lang": "zh"})
     shown = "\n".join(texts(at))
-    assert "对比场景" in shown and "差异（每 GPU，GiB）" in shown and "峰值出现在" in shown
+    assert "对比场景" in shown and "差异（每张 GPU，GiB）" in shown and "峰值出现在" in shown
     rows = at.dataframe[0].value
-    assert "每 GPU（GiB）" in rows.columns
-    assert {"峰值显存", "设备总占用（期望）", "显存", "余量"} <= set(rows["每 GPU（GiB）"])
+    assert "每张 GPU（GiB）" in rows.columns
+    assert {"峰值显存", "设备总占用（预期）", "显存", "余量"} <= set(rows["每张 GPU（GiB）"])
