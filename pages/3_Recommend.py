@@ -8,6 +8,7 @@ import streamlit as st
 
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, speed_ratio_words, table_assumptions
+from calc.recommend.phrase import Phrase
 from calc.recommend.words import verdict_words
 from ui import charts, compute, fmt, state
 from ui.i18n import _, current, say
@@ -27,6 +28,14 @@ key = sc.model_dump_json()
 
 def _use(scenario) -> None:
     state.set_scenario(scenario)
+
+
+def _named(steps: list) -> list:
+    """The steps with their names already in the session's language, for ui.charts (which writes s.name
+    as text); English needs nothing."""
+    if current() == "en":
+        return steps
+    return [s.model_copy(update={"name": Phrase(say(s.name))}) for s in steps]
 
 
 def short(verdict) -> str:
@@ -53,7 +62,7 @@ except ValueError as exc:
 if steps:
     est = compute.run(sc)
     usable = None if est.gpu_memory_bytes is None else round(est.gpu_memory_bytes * (1 - compute.SAFETY_MARGIN))
-    st.plotly_chart(charts.waterfall_chart(steps, est.gpu_memory_bytes, usable), key="rec_waterfall")
+    st.plotly_chart(charts.waterfall_chart(_named(steps), est.gpu_memory_bytes, usable), key="rec_waterfall")
     rows = []
     for i, s in enumerate(steps):
         prev = steps[i - 1].tokens_per_s_per_gpu if i else None

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_app_helpers import open_app, texts
+from test_app_helpers import chart, open_app, texts
 
 from calc.__main__ import main
 from calc.recommend import RecommendRequest, optimization_waterfall, recommend, speed_ratio_words
@@ -127,3 +127,9 @@ def test_compare_page_in_chinese():
     rows = at.dataframe[0].value
     assert "每张 GPU（GiB）" in rows.columns
     assert {"峰值显存", "设备总占用（预期）", "显存", "余量"} <= set(rows["每张 GPU（GiB）"])
+
+
+def test_recommend_waterfall_chart_names_its_steps_in_chinese():
+    at = open_app("recommend", {"lang": "zh"})
+    xs = [x for t in chart(at, "rec_waterfall")["data"] for x in (t.get("x") or []) if isinstance(x, str)]
+    assert "0. 基线" in xs and "1. 混合精度" in xs, xs[:5]
