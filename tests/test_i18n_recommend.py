@@ -133,3 +133,12 @@ def test_recommend_waterfall_chart_names_its_steps_in_chinese():
     at = open_app("recommend", {"lang": "zh"})
     xs = [x for t in chart(at, "rec_waterfall")["data"] for x in (t.get("x") or []) if isinstance(x, str)]
     assert "0. 基线" in xs and "1. 混合精度" in xs, xs[:5]
+
+
+def test_table_markdown_in_chinese():
+    from calc.recommend import recommendation_table
+
+    table = recommendation_table(["llama-3.1-405b"], ["1x-rtx-4090"])
+    zh, en = table.to_markdown("zh"), table.to_markdown()
+    assert zh.startswith("| 模型 | 1x-rtx-4090 |") and "放不下（连 QLoRA 也不行）" in zh and "每一格：" in zh
+    assert en.startswith("| model | 1x-rtx-4090 |") and "does not fit (not even QLoRA)" in en
