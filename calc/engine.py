@@ -26,16 +26,22 @@ from typing import Literal, TypeVar
 from calc import parallel, precision
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import BlockProfile
+from calc.i18n import N_
 from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import cluster_presets, gpu_presets
 from calc.result import (
+    BACKWARD_LAYER,
+    FORWARD_LAYER,
+    INFERENCE_LAYER,
+    RECOMPUTED_LAYER,
     Breakdown,
     Component,
     DeviceTotal,
     Estimate,
     ModelSummary,
     Timeline,
+    words,
 )
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
 from calc.verdict import make_verdict
@@ -117,15 +123,17 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         weights = round(n_local * base_b * shard.weights) + ad * trainable
         grad_b = ad
         state_p = p if ad == 2 else Precision.fp32
-        w_formula = (f"{n_local:,} frozen base params x {base_b:g} B ({t.lora.base_weights})"
-                     f" + {trainable:,} LoRA params x {ad} B")
+        w_formula = words("formula", N_("{base} frozen base params x {base_bytes} B ({quant}) + {lora} LoRA params "
+                                        "x {lora_bytes} B"), base=f"{n_local:,}", base_bytes=f"{base_b:g}",
+                          quant=t.lora.base_weights, lora=f"{trainable:,}", lora_bytes=ad)
     else:
         shapes = [(s, c) for s, c in _local_shapes(spec, tp, layers, first, last)]
         trainable = n_local
         wb = precision.weight_bytes_per_param(p)
         weights = round(n_local * wb * shard.weights)
         grad_b, state_p = precision.grad_bytes_per_param(p), p
-        w_formula = f"{n_local:,} params x {wb} B" + (f" / {dp} (ZeRO-3)" if shard.weights < 1 else "")
+        w_formula = words("formula", N_("{params} params x {bytes} B{zero}"), params=f"{n_local:,}", bytes=wb,
+                          zero=f" / {dp} (ZeRO-3)" if shard.weights < 1 else "")
     grads = round(trainable * grad_b * shard.gradients)
     states = round(precision.optimizer_state_bytes(t.optimizer, state_p, shapes) * shard.optimizer)
     master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
@@ -173,8 +181,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         # DeepSpeed's CPU accelerator: the "device" is the host, so what is offloaded to CPU RAM is in
         # the same memory as everything else (and pin_memory is a no-op: pinned_bytes is exact)
         zero_buf += cpu
-    comps.append(Component(key="weights", category="parameters", label="Model weights", bytes=weights,
-                           formula=w_formula, source="parameter count x bytes per weight (calc.precision)"))
+    comps.append(Component(key="weights", category="parameters", label=N_("Model weights"), bytes=weights,
+                           **w_formula, source=N_("parameter count x bytes per weight (calc.precision)")))
     largest_all = max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0)
     load = parallel.model_load_host_bytes(n_local, largest_all, precision.weight_bytes_per_param(p), t.zero_stage)
     # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
@@ -520,8 +528,8 @@ def step_gradient_bytes(sc: Scenario, st: States) -> int:
 
 @lru_cache(maxsize=64)
 def _layer_names(layers: int) -> tuple[list[str], list[str], list[str]]:
-    return ([f"forward layer {i}" for i in range(layers)], [f"backward layer {i}" for i in range(layers)],
-            [f"backward layer {i} (recomputed)" for i in range(layers)])
+    return ([FORWARD_LAYER.format(layer=i) for i in range(layers)], [BACKWARD_LAYER.format(layer=i) for i in range(layers)],
+            [RECOMPUTED_LAYER.format(layer=i) for i in range(layers)])
 
 
 def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:
@@ -546,7 +554,7 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     # until the autocast region ends (aten/src/ATen/autocast_mode.cpp, cached_cast)
     cache = _amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
     for i in range(layers):
-        tl.add(f"layer {i}", "inference", st.weights, 0, 0, i * kv_layer,
+        tl.add(INFERENCE_LAYER.format(layer=i), "inference", st.weights, 0, 0, i * kv_layer,
                base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i))
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
            base - mask + layers * cache + _inference_head_peak(ctx))
@@ -642,9 +650,10 @@ def fsdp2_states(sc: Scenario) -> States:
     states = precision.optimizer_state_bytes(t.optimizer, state_p, shapes)
     temp = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes)
     root = spec.embedding_params() + spec.norm_params() + spec.lm_head_params()
-    comps = [Component(key="weights", category="parameters", label="Model weights (FSDP2 shards)",
-                       bytes=sharded * store, formula=f"{spec.total_params():,} params / {n} ranks x {store} B",
-                       source="FSDP2 dim-0 sharding, padded to a multiple of the world size")]
+    comps = [Component(key="weights", category="parameters", label=N_("Model weights (FSDP2 shards)"),
+                       bytes=sharded * store, **words("formula", N_("{params} params / {ranks} ranks x {bytes} B"),
+                                                      params=f"{spec.total_params():,}", ranks=n, bytes=store),
+                       source=N_("FSDP2 dim-0 sharding, padded to a multiple of the world size"))]
     return States(weights=sharded * store, grads=sharded * store, optimizer=states, master=0, opt_temp=temp,
                   grad_fp32_step=0, zero_buffers=0, trainable=spec.total_params(), params_local=spec.total_params(),
                   offloaded_cpu=0, offloaded_nvme=0, components=comps, gathered_root=root * compute,
@@ -699,53 +708,59 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
     out = list(st.components)  # weights
     gathered = tl.parameters[i] - sum(c.bytes for c in out if c.category == "parameters")
     if gathered > 0:  # FSDP2: the root module's and the running layers' all-gathered full 16-bit weights
-        out.append(Component(key="gathered_weights", category="parameters", label="Gathered full weights (FSDP2)",
-                             bytes=gathered, formula="root weights (embedding, final norm, lm_head) gathered through "
-                             "forward and backward + the running (and prefetched) decoder layers' full weights",
-                             source="torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather and "
-                                    "reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)"))
+        out.append(Component(key="gathered_weights", category="parameters", label=N_("Gathered full weights (FSDP2)"),
+                             bytes=gathered, formula=N_("root weights (embedding, final norm, lm_head) gathered "
+                             "through forward and backward + the running (and prefetched) decoder layers' full weights"),
+                             source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
+                                       "and reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)")))
     grads = tl.gradients[i]
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
     fp32_copies = tl.phases[i] == "optimizer" and st.grad_fp32_step > 0
     if fp32_copies:
         gb = precision.FP32  # *-mixed: the step works on fp32 copies of the gradients
     full = st.grad_fp32_step if fp32_copies else st.grads
-    share = f" ({grads / full:.0%} created so far)" if full and grads < full else ""
+    grad_fields = dict(params=f"{st.trainable:,}", bytes=gb, zero=_zero_note(t.zero_stage, 1 if fp32_copies else 2, sc))
     out.append(Component(
         key="gradients", category="gradients",
-        label="fp32 gradient copies for the optimizer step" if fp32_copies else "Parameter gradients (.grad)",
+        label=N_("fp32 gradient copies for the optimizer step") if fp32_copies else N_("Parameter gradients (.grad)"),
         bytes=grads,
-        formula=f"{st.trainable:,} trainable params x {gb} B{_zero_note(t.zero_stage, 1 if fp32_copies else 2, sc)}"
-                f"{share}",
+        **(words("formula", N_("{params} trainable params x {bytes} B{zero} ({share} created so far)"),
+                 share=f"{grads / full:.0%}", **grad_fields) if full and grads < full else
+           words("formula", N_("{params} trainable params x {bytes} B{zero}"), **grad_fields)),
         source=precision.MIXED_STEP_GRADIENTS_WHY if fp32_copies else
-        "AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the step"))
+        N_("AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the "
+           "step")))
     master = st.master if tl.optimizer_states[i] else 0
     states = tl.optimizer_states[i] - master
-    out.append(Component(key="optimizer_states", category="optimizer_states", label="Optimizer states",
-                         bytes=states, formula=f"{t.optimizer.value} states for {st.trainable:,} params"
-                         f"{_zero_note(t.zero_stage, 1, sc)}; created lazily in step 1",
-                         source="torch.optim state dicts (calc.precision.optimizer_state_bytes)"))
+    out.append(Component(key="optimizer_states", category="optimizer_states", label=N_("Optimizer states"),
+                         bytes=states, **words("formula", N_("{optimizer} states for {params} params{zero}; created "
+                                                            "lazily in step 1"), optimizer=t.optimizer.value,
+                                               params=f"{st.trainable:,}", zero=_zero_note(t.zero_stage, 1, sc)),
+                         source=N_("torch.optim state dicts (calc.precision.optimizer_state_bytes)")))
     if master:
-        out.append(Component(key="master_weights", category="optimizer_states", label="fp32 master weights",
-                             bytes=master, formula=f"{st.trainable:,} params x 4 B{_zero_note(t.zero_stage, 1, sc)}",
-                             source="ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)"))
-    out.append(Component(key="activations", category="activations", label="Activations saved for backward",
+        out.append(Component(key="master_weights", category="optimizer_states", label=N_("fp32 master weights"),
+                             bytes=master, **words("formula", N_("{params} params x {bytes} B{zero}"),
+                                                   params=f"{st.trainable:,}", bytes=4,
+                                                   zero=_zero_note(t.zero_stage, 1, sc)),
+                             source=N_("ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)")))
+    out.append(Component(key="activations", category="activations", label=N_("Activations saved for backward"),
                          bytes=tl.activations[i],
-                         formula=f"tensors autograd keeps at '{tl.events[i]}' (per-layer ops in calc.layers)",
-                         source="replay of the transformers ops in the autograd simulator (calc.graph)"))
+                         **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in calc.layers)"),
+                                 event=tl.events[i]),
+                         source=N_("replay of the transformers ops in the autograd simulator (calc.graph)")))
     other = tl.other[i]
     inputs = 8 * t.micro_batch_size * t.seq_len
-    named = [("inputs", "input_ids (int64)", inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
-              "the token batch on the device"),
-             ("cublas_workspace", "cuBLAS workspaces", ws, "one per matmul thread (forward + autograd)",
-              "CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)"),
-             ("zero_buffers", "ZeRO buckets / gathered weights",
+    named = [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
+              N_("the token batch on the device")),
+             ("cublas_workspace", N_("cuBLAS workspaces"), ws, N_("one per matmul thread (forward + autograd)"),
+              N_("CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)")),
+             ("zero_buffers", N_("ZeRO buckets / gathered weights"),
               st.zero_buffers + (st.zero3_gathered if tl.phases[i] != "optimizer" else 0),
-              "reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
-              "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)",
-              "DeepSpeed defaults in calc.parallel; partition_parameters._no_gather_coalesced for one rank")]
+              N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
+                 "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
+              N_("DeepSpeed defaults in calc.parallel; partition_parameters._no_gather_coalesced for one rank"))]
     if tl.phases[i] == "optimizer":
-        named += [("optimizer_temporaries", "optimizer.step() temporaries", st.opt_temp,
+        named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), st.opt_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),
                   ]
     for key, label, n, formula, source in named:
@@ -754,10 +769,11 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
             out.append(Component(key=key, category="other", label=label, bytes=n, formula=formula, source=source))
             other -= n
     if other:
-        out.append(Component(key="transients", category="other", label=f"Transients at '{tl.events[i]}'",
-                             bytes=other, formula="block-local temporaries alive at this moment (logits and loss "
-                             "gradients, activation gradients, autocast copies, attention scores)",
-                             source="autograd simulator (calc.graph) over calc.layers"))
+        out.append(Component(key="transients", category="other", **words("label", N_("Transients at '{event}'"),
+                                                                          event=tl.events[i]),
+                             bytes=other, formula=N_("block-local temporaries alive at this moment (logits and loss "
+                             "gradients, activation gradients, autocast copies, attention scores)"),
+                             source=N_("autograd simulator (calc.graph) over calc.layers")))
     return out
 
 

@@ -2,18 +2,66 @@
 
 from __future__ import annotations
 
+import re
+from functools import cache
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.i18n import DEFAULT_LANG, N_, Lang, Text, translate
 from calc.verdict import Verdict
 
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations", "other")
 CATEGORY_LABELS: dict[str, str] = {
-    "parameters": "Parameters (weights on this GPU)",
-    "gradients": "Gradients",
-    "optimizer_states": "Optimizer states (and fp32 master weights)",
-    "activations": "Activations saved for backward",
-    "other": "Transients (logits/loss, optimizer temporaries, autocast copies, buffers, workspaces)",
+    "parameters": N_("Parameters (weights on this GPU)"),
+    "gradients": N_("Gradients"),
+    "optimizer_states": N_("Optimizer states (and fp32 master weights)"),
+    "activations": N_("Activations saved for backward"),
+    "other": N_("Transients (logits/loss, optimizer temporaries, autocast copies, buffers, workspaces)"),
 }
+PHASES: dict[str, str] = {"forward": N_("forward"), "loss": N_("loss"), "backward": N_("backward"),
+                          "optimizer": N_("optimizer"), "inference": N_("inference")}
+
+# The names of a timeline's events (Timeline.events): the engine writes them from these, and
+# event_text reads them back into translatable words (layer numbers are fields).
+EVENTS: tuple[str, ...] = (
+    N_("embedding"), N_("lm_head + loss"), N_("loss backward"), N_("receive output grad"), N_("embedding backward"),
+    N_("optimizer step"), N_("final norm + lm_head"))
+FORWARD_LAYER = N_("forward layer {layer}")
+BACKWARD_LAYER = N_("backward layer {layer}")
+RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")
+INFERENCE_LAYER = N_("layer {layer}")
+
+
+@cache
+def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
+                 for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER))
+
+
+def event_text(event: str) -> Text:
+    """A timeline event's name as translatable words ('backward layer 3' -> id 'backward layer {layer}').
+    A name the engine did not write from EVENTS / the layer templates stays as it is (its own id)."""
+    for pattern, msgid in _event_patterns():
+        m = pattern.match(event)
+        if m:
+            return Text.model_construct(msgid=msgid, fields={"layer": m["layer"]})
+    return Text.model_construct(msgid=event, fields={})
+
+
+def phase_name(phase: str, lang: Lang = DEFAULT_LANG) -> str:
+    """'backward' in `lang`."""
+    return translate(PHASES.get(phase, phase), lang)
+
+
+Words = tuple[str, dict[str, str]]  # a message id and its formatted fields (calc.i18n), English until rendered
+
+
+def words(key: str, msgid: str, **fields: object) -> dict[str, Any]:
+    """Component(**words("formula", N_("{n} params x {b} B"), n=..., b=...)): the English text in `key`
+    and the id with its fields beside it, kept for a translation without building a Text per estimate."""
+    strs = {k: str(v) for k, v in fields.items()}
+    return {key: msgid.format(**strs), f"{key}_words": (msgid, strs)}
 
 
 class Component(BaseModel):
@@ -27,6 +75,29 @@ class Component(BaseModel):
     bytes: int
     formula: str = Field(description="the formula with this scenario's numbers")
     source: str = Field(description="paper, PyTorch/DeepSpeed behaviour or measurement it rests on")
+    # message id + fields of a label / formula that has numbers in it (calc.result.words); without
+    # them the English text is its own id. Not part of the JSON (the English fields are).
+    label_words: Any = Field(None, exclude=True, repr=False)
+    formula_words: Any = Field(None, exclude=True, repr=False)
+
+    def _render(self, text: str, held: Words | None, lang: Lang) -> str:
+        if lang == DEFAULT_LANG:
+            return text
+        msgid, fields = held if held else (text, {})
+        if "event" in fields:  # a timeline event's name is words too
+            fields = {**fields, "event": event_text(fields["event"]).render(lang)}
+        return translate(msgid, lang, **fields)
+
+    def label_in(self, lang: Lang) -> str:
+        """The label in `lang` (calc.i18n)."""
+        return self._render(self.label, self.label_words, lang)
+
+    def formula_in(self, lang: Lang) -> str:
+        """The formula in `lang`: its words translated, its numbers as they are."""
+        return self._render(self.formula, self.formula_words, lang)
+
+    def source_in(self, lang: Lang) -> str:
+        return self._render(self.source, None, lang)
 
 
 class Breakdown(BaseModel):

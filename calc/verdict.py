@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.i18n import DEFAULT_LANG, N_, Lang, Text, translate
 from calc.units import GiB
 
 Resource = Literal["gpu", "host_ram", "nvme"]
@@ -55,17 +56,40 @@ def gib_short(n_bytes: int) -> str:
     return (text[:-3] if text.endswith(".00") else text) + " GiB"
 
 
-def _reason(lim: Limit) -> str:
+_RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
+
+
+def _reason_words(lim: Limit) -> tuple[str, dict[str, str]]:
+    """The reason a limit is not met, as a message id and its fields (calc.i18n): one sentence per
+    resource and state, so that each translates whole."""
     need = gib_short(lim.needed_bytes)
+    have = None if lim.available_bytes is None else gib_short(lim.available_bytes)
     if lim.resource == "gpu":
-        if lim.available_bytes is None:
-            return f"needs {need} per GPU; no GPU memory size is chosen"
-        return (f"needs {need} per GPU; the GPU has {gib_short(lim.available_bytes)} "
-                f"(short by {gib_short(lim.needed_bytes - lim.available_bytes)})")
-    what = "host RAM" if lim.resource == "host_ram" else "NVMe space"
-    if lim.available_bytes is None:
-        return f"offload needs {need} of {what} per node; this node's {what} is unknown (set it under Hardware)"
-    return f"offload needs {need} of {what} per node; this node has {gib_short(lim.available_bytes)}"
+        if have is None:
+            return N_("needs {need} per GPU; no GPU memory size is chosen"), {"need": need}
+        short_by = gib_short(lim.needed_bytes - lim.available_bytes)
+        return N_("needs {need} per GPU; the GPU has {have} (short by {short})"), {"need": need, "have": have,
+                                                                                   "short": short_by}
+    if lim.resource == "host_ram":
+        if have is None:
+            return (N_("offload needs {need} of host RAM per node; this node's host RAM is unknown (set it under "
+                       "Hardware)"), {"need": need})
+        return N_("offload needs {need} of host RAM per node; this node has {have}"), {"need": need, "have": have}
+    if have is None:
+        return (N_("offload needs {need} of NVMe space per node; this node's NVMe space is unknown (set it under "
+                   "Hardware)"), {"need": need})
+    return N_("offload needs {need} of NVMe space per node; this node has {have}"), {"need": need, "have": have}
+
+
+def _reason(lim: Limit) -> str:
+    msgid, fields = _reason_words(lim)
+    return msgid.format(**fields)
+
+
+def reason_texts(v: Verdict) -> list[Text]:
+    """`v.reasons` as translatable sentences (built on demand: the engine stores only the English)."""
+    return [Text.model_construct(msgid=msgid, fields=fields)
+            for msgid, fields in map(_reason_words, (lim for lim in v.limits if lim.fits is not True))]
 
 
 def make_verdict(gpu_needed: int, gpu_available: int | None, host_ram_needed: int, host_ram_available: int | None,
@@ -84,29 +108,37 @@ def make_verdict(gpu_needed: int, gpu_available: int | None, host_ram_needed: in
     return Verdict(fits=fits, limits=limits, reasons=[_reason(lim) for lim in limits if lim.fits is not True])
 
 
-def headline(v: Verdict) -> str:
+def _reasons(v: Verdict, lang: Lang) -> str:
+    if lang == DEFAULT_LANG:
+        return "; and ".join(v.reasons)  # the stored English, as the CLI prints it
+    return translate(N_("; and "), lang).join(t.render(lang) for t in reason_texts(v))
+
+
+def headline(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
     """The verdict in one sentence: 'fits with 6.93 GiB headroom per GPU', 'does not fit: offload
     needs 100.4 GiB of host RAM per node; this node has 64 GiB', 'fits on the GPU with 6.93 GiB
-    headroom; not known for the rest: ...'."""
+    headroom; not known for the rest: ...' (in `lang`; English by default)."""
     head = v.gpu_headroom_bytes
     if v.fits:
-        return f"fits with {gib_short(head)} headroom per GPU" if head is not None else "fits"
+        return (translate(N_("fits with {headroom} headroom per GPU"), lang, headroom=gib_short(head))
+                if head is not None else translate(N_("fits"), lang))
     if v.fits is False:
-        return "does not fit: " + "; and ".join(v.reasons)
+        return translate(N_("does not fit: {reasons}"), lang, reasons=_reasons(v, lang))
     gpu = v.limit("gpu")
     if gpu is not None and gpu.fits and head is not None:
-        return f"fits on the GPU with {gib_short(head)} headroom, but " + "; and ".join(v.reasons)
-    return "not known: " + "; and ".join(v.reasons)
+        return translate(N_("fits on the GPU with {headroom} headroom, but {reasons}"), lang,
+                         headroom=gib_short(head), reasons=_reasons(v, lang))
+    return translate(N_("not known: {reasons}"), lang, reasons=_reasons(v, lang))
 
 
-def short(v: Verdict) -> str:
-    """A table cell: 'fits', 'does not fit (host RAM)', 'unknown (host RAM)'."""
+def short(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
+    """A table cell: 'fits', 'does not fit (host RAM)', 'unknown (host RAM)' (in `lang`)."""
     if v.fits:
-        return "fits"
+        return translate(N_("fits"), lang)
     bad = [lim for lim in v.limits if lim.fits is (False if v.fits is False else None)]
-    names = {"gpu": "GPU memory", "host_ram": "host RAM", "nvme": "NVMe"}
-    what = ", ".join(names[lim.resource] for lim in bad)
-    return f"does not fit ({what})" if v.fits is False else f"unknown ({what})"
+    what = translate(N_(", "), lang).join(translate(_RESOURCE_NAMES[lim.resource], lang) for lim in bad)
+    return (translate(N_("does not fit ({what})"), lang, what=what) if v.fits is False
+            else translate(N_("unknown ({what})"), lang, what=what))
 
 
-__all__ = ["Limit", "Resource", "Verdict", "gib_short", "headline", "make_verdict", "short"]
+__all__ = ["Limit", "Resource", "Verdict", "gib_short", "headline", "make_verdict", "reason_texts", "short"]
