@@ -43,6 +43,7 @@ from pydantic import (
 
 from calc.boundary import JsonSyntaxError, parse_json, read_text, validate
 from calc.errors import UserError
+from calc.i18n import T_, Text
 from calc.overhead import NCCL_BYTES
 from calc.result import Estimate
 from calc.scenario import Scenario
@@ -205,23 +206,38 @@ class Calibration(BaseModel):
 
     def findings(self) -> list[str]:
         """What the records determined and what they could not, in plain words."""
+        return [str(t) for t in self.finding_texts()]
+
+    def finding_texts(self) -> list[Text]:
+        """`findings` as translatable sentences (calc.i18n)."""
         n = self.records
-        out = [f"{n} record{'s' if n > 1 else ''} from {self.machine()}."]
+        machine = self.machine()
+        out = [T_("{n} records from {machine}.", n=n, machine=machine) if n > 1 else
+               T_("{n} record from {machine}.", n=n, machine=machine)]
         if n == 1:
-            out.append("One record fixes the reserve ratio and the bytes outside the allocator, but not their "
-                       "spread between jobs: their uncertainties are assumptions "
-                       f"(±{SINGLE_RECORD_RATIO_SIGMA:.0%} of the peak, ±{SINGLE_RECORD_OUTSIDE_SIGMA_BYTES // MiB} MiB).")
-        if self.residual is None:
-            why = ("one record cannot tell whether it scales with tokens or with parameters" if n == 1 else
-                   "these records change tokens and parameters in the same proportion, so they cannot tell "
-                   "which it scales with (vary micro-batch or sequence length between records)")
-            out.append(f"Peak allocated is not corrected: {why}. The engine's largest miss on these records "
-                       f"({self.residual_spread_pct:.2f} %) is kept as an uncertainty instead.")
+            out.append(T_("One record fixes the reserve ratio and the bytes outside the allocator, but not their "
+                          "spread between jobs: their uncertainties are assumptions (±{ratio} of the peak, "
+                          "±{outside} MiB).", ratio=f"{SINGLE_RECORD_RATIO_SIGMA:.0%}",
+                          outside=SINGLE_RECORD_OUTSIDE_SIGMA_BYTES // MiB))
+        spread = f"{self.residual_spread_pct:.2f}"
+        if self.residual is None and n == 1:
+            out.append(T_("Peak allocated is not corrected: one record cannot tell whether it scales with tokens or "
+                          "with parameters. The engine's largest miss on these records ({spread} %) is kept as an "
+                          "uncertainty instead.", spread=spread))
+        elif self.residual is None:
+            out.append(T_("Peak allocated is not corrected: these records change tokens and parameters in the same "
+                          "proportion, so they cannot tell which it scales with (vary micro-batch or sequence length "
+                          "between records). The engine's largest miss on these records ({spread} %) is kept as an "
+                          "uncertainty instead.", spread=spread))
         else:
             r = self.residual
-            out.append(f"Peak allocated residual: {r.bytes_per_unit:+,.4g} B per {r.scales_with[:-1]} "
-                       f"(±{r.sigma:,.2g}); per token leaves {r.rms_tokens_bytes / MiB:,.2f} MiB rms unexplained, "
-                       f"per parameter {r.rms_parameters_bytes / MiB:,.2f} MiB.")
+            fields = dict(value=f"{r.bytes_per_unit:+,.4g}", sigma=f"{r.sigma:,.2g}",
+                          rms_tokens=f"{r.rms_tokens_bytes / MiB:,.2f}", rms_params=f"{r.rms_parameters_bytes / MiB:,.2f}")
+            out.append(T_("Peak allocated residual: {value} B per token (±{sigma}); per token leaves {rms_tokens} MiB "
+                          "rms unexplained, per parameter {rms_params} MiB.", **fields)
+                       if r.scales_with == "tokens" else
+                       T_("Peak allocated residual: {value} B per parameter (±{sigma}); per token leaves {rms_tokens} "
+                          "MiB rms unexplained, per parameter {rms_params} MiB.", **fields))
         return out
 
 
@@ -434,24 +450,33 @@ class CalibratedEstimate(BaseModel):
     applied: list[str] = Field(description="each correction applied, with its value and uncertainty")
     not_applied: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list, description="modelling errors the records revealed")
+    # the three lists above as translatable sentences (calc.i18n); the JSON keeps the English
+    applied_texts: list[Text] = Field(default_factory=list, exclude=True, repr=False)
+    not_applied_texts: list[Text] = Field(default_factory=list, exclude=True, repr=False)
+    warning_texts: list[Text] = Field(default_factory=list, exclude=True, repr=False)
 
 
-def check_machine(cal: Calibration, sc: Scenario) -> str | None:
+def check_machine(cal: Calibration, sc: Scenario) -> Text | None:
     """CalibrationError when `sc` runs on a different GPU; a caveat when either names none."""
     gpu = sc.resolved_hardware().gpu
     if cal.gpu and gpu and gpu != cal.gpu:
         raise CalibrationError(f"this calibration was measured on {cal.machine()}, but the scenario runs on {gpu}: "
                                "a calibration applies only to the machine it was measured on")
     if not (cal.gpu and gpu):
-        return (f"Applied on trust: the calibration ({cal.machine()}) or the scenario names no GPU preset, "
-                "so it cannot be checked that both are the same machine.")
+        return T_("Applied on trust: the calibration ({machine}) or the scenario names no GPU preset, so it cannot "
+                  "be checked that both are the same machine.", machine=cal.machine())
     return None
 
 
 def disagreement_warnings(cal: Calibration) -> list[str]:
-    return [f"{d.name}: the engine's peak allocated is off by {d.error_pct:+.2f} % (its stated accuracy is "
-            f"±{ENGINE_ACCURACY_PCT:g} %). That is a modelling error or a workload unlike the reference loop, not "
-            "an overhead: compare the record on the Validation page (`python -m calc validate RECORD`)."
+    return [str(t) for t in disagreement_texts(cal)]
+
+
+def disagreement_texts(cal: Calibration) -> list[Text]:
+    return [T_("{name}: the engine's peak allocated is off by {error} % (its stated accuracy is ±{accuracy} %). That "
+               "is a modelling error or a workload unlike the reference loop, not an overhead: compare the record on "
+               "the Validation page (`python -m calc validate RECORD`).", name=d.name, error=f"{d.error_pct:+.2f}",
+               accuracy=f"{ENGINE_ACCURACY_PCT:g}")
             for d in cal.disagreements]
 
 
@@ -463,32 +488,44 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
     applied, not_applied = [], []
     if cal.residual is not None:
         corr, sigma_peak = cal.residual.bytes_for(tokens_of(sc), max(est.model.params_on_this_gpu, 1))
-        applied.append(f"peak allocated residual {corr / MiB:+,.1f} MiB ({cal.residual.bytes_per_unit:+,.4g} B per "
-                       f"{cal.residual.scales_with[:-1]} ± {cal.residual.sigma:,.2g})")
+        fields = dict(corr=f"{corr / MiB:+,.1f}", value=f"{cal.residual.bytes_per_unit:+,.4g}",
+                      sigma=f"{cal.residual.sigma:,.2g}")
+        applied.append(T_("peak allocated residual {corr} MiB ({value} B per token ± {sigma})", **fields)
+                       if cal.residual.scales_with == "tokens" else
+                       T_("peak allocated residual {corr} MiB ({value} B per parameter ± {sigma})", **fields))
     else:
         corr, sigma_peak = 0.0, pred * cal.residual_spread_pct / 100
-        not_applied.append(f"peak allocated residual: not determined by {cal.records} record"
-                           f"{'s' if cal.records > 1 else ''}; kept as ±{cal.residual_spread_pct:.2f} %")
+        fields = dict(n=cal.records, spread=f"{cal.residual_spread_pct:.2f}")
+        not_applied.append(T_("peak allocated residual: not determined by {n} records; kept as ±{spread} %", **fields)
+                           if cal.records > 1 else
+                           T_("peak allocated residual: not determined by {n} record; kept as ±{spread} %", **fields))
     peak = max(round(pred + corr), 0)
     reserved = peak * ratio.value
-    applied.append(f"allocator reserve ratio ×{ratio.value:.4f} (±{ratio.sigma:.4f}"
-                   f"{'' if ratio.measured_spread else ', assumed'})")
-    applied.append(f"outside the allocator {out.value / MiB:,.0f} MiB (±{out.sigma / MiB:,.0f} MiB"
-                   f"{'' if out.measured_spread else ', assumed'}): CUDA context, NCCL, other processes")
+    fields = dict(value=f"{ratio.value:.4f}", sigma=f"{ratio.sigma:.4f}")
+    applied.append(T_("allocator reserve ratio ×{value} (±{sigma})", **fields) if ratio.measured_spread else
+                   T_("allocator reserve ratio ×{value} (±{sigma}, assumed)", **fields))
+    fields = dict(value=f"{out.value / MiB:,.0f}", sigma=f"{out.sigma / MiB:,.0f}")
+    applied.append(T_("outside the allocator {value} MiB (±{sigma} MiB): CUDA context, NCCL, other processes", **fields)
+                   if out.measured_spread else
+                   T_("outside the allocator {value} MiB (±{sigma} MiB, assumed): CUDA context, NCCL, other processes",
+                      **fields))
     nccl = {"low": 0, "expected": 0, "high": 0}
     if sc.resolved_hardware().num_gpus > 1 and not cal.outside_includes_nccl:
         nccl = dict(NCCL_BYTES)
-        not_applied.append("NCCL buffers: the records are single-GPU, so the engine's uncalibrated NCCL range "
-                           f"({NCCL_BYTES['low'] // MiB}-{NCCL_BYTES['high'] // MiB} MiB) is added")
+        not_applied.append(T_("NCCL buffers: the records are single-GPU, so the engine's uncalibrated NCCL range "
+                              "({low}-{high} MiB) is added", low=NCCL_BYTES["low"] // MiB,
+                              high=NCCL_BYTES["high"] // MiB))
     elif sc.resolved_hardware().num_gpus == 1 and cal.outside_includes_nccl:
-        not_applied.append("NCCL buffers: the records are multi-GPU, so their outside bytes include NCCL buffers "
-                           "this single-GPU scenario does not have (kept: an overestimate)")
+        not_applied.append(T_("NCCL buffers: the records are multi-GPU, so their outside bytes include NCCL buffers "
+                              "this single-GPU scenario does not have (kept: an overestimate)"))
     sigma = math.sqrt((peak * ratio.sigma) ** 2 + out.sigma ** 2 + (ratio.value * sigma_peak) ** 2)
     expected = round(reserved + out.value + nccl["expected"])
     spread = COVERAGE_K * sigma
     # never below what the allocator must hold (peak allocated at its own low end)
     low = max(round(expected - spread - (nccl["expected"] - nccl["low"])), round(peak - COVERAGE_K * sigma_peak))
     high = round(expected + spread + (nccl["high"] - nccl["expected"]))
+    not_applied += [caveat] if caveat else []
+    warnings = disagreement_texts(cal)
     udt = est.device_total_bytes
     mem = est.gpu_memory_bytes
     ram, nvme = est.verdict.limit("host_ram"), est.verdict.limit("nvme")
@@ -500,8 +537,8 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
         device_total_bytes=DeviceRange(low=low, expected=expected, high=high),
         uncalibrated_device_total_bytes=DeviceRange(low=udt.low, expected=udt.expected, high=udt.high),
         gpu_memory_bytes=mem, fits=verdict.fits, headroom_bytes=verdict.gpu_headroom_bytes, verdict=verdict,
-        applied=applied, not_applied=not_applied + ([caveat] if caveat else []),
-        warnings=disagreement_warnings(cal),
+        applied=[str(t) for t in applied], not_applied=[str(t) for t in not_applied], applied_texts=applied,
+        not_applied_texts=not_applied, warnings=[str(t) for t in warnings], warning_texts=warnings,
     )
 
 

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from calc.result import CATEGORIES, Estimate
+from calc.i18n import N_
+from calc.result import CATEGORIES, Estimate, event_text, phase_name
 from calc.units import GiB
 from calc.verdict import headline, short
+from ui.i18n import _, current, tr
 
 COLORS: dict[str, str] = {
     "parameters": "#4C78A8",
@@ -25,21 +27,41 @@ COLORS: dict[str, str] = {
     "workspaces": "#B0B0B0",
     "reserve": "#D4D4D4",
 }
-SHORT_LABELS: dict[str, str] = {
-    "parameters": "Parameters",
-    "gradients": "Gradients",
-    "optimizer_states": "Optimizer states",
-    "activations": "Activations",
-    "other": "Transients",
-    "cuda_context": "CUDA context",
-    "workspaces": "NCCL buffers",
-    "reserve": "Allocator reserve",
+SHORT_LABELS: dict[str, str] = {  # English; in the session's language through short_label
+    "parameters": N_("Parameters"),
+    "gradients": N_("Gradients"),
+    "optimizer_states": N_("Optimizer states"),
+    "activations": N_("Activations"),
+    "other": N_("Transients"),
+    "cuda_context": N_("CUDA context"),
+    "workspaces": N_("NCCL buffers"),
+    "reserve": N_("Allocator reserve"),
 }
 PHASE_COLORS = {"forward": "rgba(76,120,168,0.06)", "loss": "rgba(228,87,86,0.08)",
                 "backward": "rgba(245,133,24,0.06)", "optimizer": "rgba(84,162,75,0.08)",
                 "inference": "rgba(76,120,168,0.04)"}
-HOVER = "<b>%{fullData.name}</b><br>%{x:,.2f} GiB<br>%{customdata} bytes<extra></extra>"
-HOVER_V = "<b>%{fullData.name}</b><br>%{y:,.2f} GiB<br>%{customdata} bytes<extra></extra>"
+# Plotly's hover placeholders, filled into the translated templates' {named} fields (a message id
+# carries no %{...} of its own, so that the translator sees plain fields)
+NAME, X_GIB, Y_GIB = "%{fullData.name}", "%{x:,.2f}", "%{y:,.2f}"
+
+
+def _cd(i: int | None = None, fmt: str = "") -> str:
+    return "%{customdata" + ("" if i is None else f"[{i}]") + fmt + "}"
+
+
+def _hover(gib: str) -> str:
+    return _("<b>{name}</b><br>{gib} GiB<br>{bytes} bytes", name=NAME, gib=gib, bytes=_cd()) + "<extra></extra>"
+
+
+def short_label(key: str) -> str:
+    """A breakdown segment's short name ('Optimizer states') in the session's language."""
+    return tr(SHORT_LABELS[key])
+
+
+def event_name(event: str) -> str:
+    """A timeline event ('backward layer 3') in the session's language."""
+    lang = current()
+    return event if lang == "en" else event_text(event).render(lang)
 
 
 def _gib(n: int | float) -> float:
@@ -63,27 +85,28 @@ def _layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:
     return fig
 
 
-def breakdown_bar(est: Estimate, label: str = "per GPU") -> go.Figure:
+def breakdown_bar(est: Estimate, label: str | None = None) -> go.Figure:
     """One horizontal stacked bar of the device total with the GPU's capacity line and the
     low-high range of the device total."""
+    label = _("per GPU") if label is None else label
     fig = go.Figure()
     for key, n in segments(est):
-        fig.add_bar(x=[_gib(n)], y=[label], orientation="h", name=SHORT_LABELS[key], marker_color=COLORS[key],
-                    customdata=[f"{n:,}"], hovertemplate=HOVER)
+        fig.add_bar(x=[_gib(n)], y=[label], orientation="h", name=short_label(key), marker_color=COLORS[key],
+                    customdata=[f"{n:,}"], hovertemplate=_hover(X_GIB))
     dt = est.device_total_bytes
-    fig.add_scatter(x=[_gib(dt.expected)], y=[label], mode="markers", name="Device total (low-high)",
+    fig.add_scatter(x=[_gib(dt.expected)], y=[label], mode="markers", name=_("Device total (low-high)"),
                     marker=dict(color="black", symbol="line-ns-open", size=18),
                     error_x=dict(type="data", symmetric=False, array=[_gib(dt.high - dt.expected)],
                                  arrayminus=[_gib(dt.expected - dt.low)], color="black", thickness=1.5),
                     customdata=[[f"{dt.low:,}", f"{dt.expected:,}", f"{dt.high:,}"]],
-                    hovertemplate="<b>Device total</b> (what nvidia-smi would show)<br>"
-                                  "low %{customdata[0]} bytes<br>expected %{customdata[1]} bytes<br>"
-                                  "high %{customdata[2]} bytes<extra></extra>")
+                    hovertemplate=_("<b>Device total</b> (what nvidia-smi would show)<br>low {low} bytes<br>"
+                                    "expected {expected} bytes<br>high {high} bytes", low=_cd(0), expected=_cd(1),
+                                    high=_cd(2)) + "<extra></extra>")
     if est.gpu_memory_bytes:
         fig.add_vline(x=_gib(est.gpu_memory_bytes), line=dict(color="black", dash="dash", width=2),
-                      annotation_text=f"GPU memory {_gib(est.gpu_memory_bytes):,.2f} GiB",
+                      annotation_text=_("GPU memory {gib} GiB", gib=f"{_gib(est.gpu_memory_bytes):,.2f}"),
                       annotation_position="bottom right", annotation_bgcolor="rgba(255,255,255,0.8)")
-    _layout(fig, 260, xaxis_title="GiB per GPU (2^30 bytes)", yaxis=dict(showticklabels=False))
+    _layout(fig, 260, xaxis_title=_("GiB per GPU (2^30 bytes)"), yaxis=dict(showticklabels=False))
     return fig
 
 
@@ -91,14 +114,15 @@ def timeline_area(est: Estimate) -> go.Figure:
     """Live bytes per category across the step (stacked areas), the peak marked, phases shaded."""
     tl = est.timeline
     x = list(range(len(tl.events)))
+    events = [event_name(e) for e in tl.events]
+    hover = _("<b>{name}</b> at {event}<br>{gib} GiB<br>{bytes} bytes", name=NAME, event=_cd(0), gib=Y_GIB,
+              bytes=_cd(1)) + "<extra></extra>"
     fig = go.Figure()
     for c in CATEGORIES:
         ys = getattr(tl, c)
-        fig.add_scatter(x=x, y=[_gib(v) for v in ys], mode="lines", stackgroup="mem", name=SHORT_LABELS[c],
+        fig.add_scatter(x=x, y=[_gib(v) for v in ys], mode="lines", stackgroup="mem", name=short_label(c),
                         line=dict(width=0.5, color=COLORS[c]), fillcolor=COLORS[c],
-                        customdata=[[e, f"{v:,}"] for e, v in zip(tl.events, ys, strict=True)],
-                        hovertemplate="<b>%{fullData.name}</b> at %{customdata[0]}<br>%{y:,.2f} GiB<br>"
-                                      "%{customdata[1]} bytes<extra></extra>")
+                        customdata=[[e, f"{v:,}"] for e, v in zip(events, ys, strict=True)], hovertemplate=hover)
     start = 0
     for i in range(1, len(x) + 1):
         if i == len(x) or tl.phases[i] != tl.phases[start]:
@@ -108,23 +132,23 @@ def timeline_area(est: Estimate) -> go.Figure:
     p = tl.peak_index
     peak = tl.total(p)
     fig.add_vline(x=p, line=dict(color="black", width=1.5))
-    fig.add_scatter(x=[p], y=[_gib(peak)], mode="markers", name="Peak", marker=dict(color="black", size=9),
-                    customdata=[[tl.events[p], f"{peak:,}"]],
-                    hovertemplate="<b>Peak</b> at %{customdata[0]}<br>%{y:,.2f} GiB<br>%{customdata[1]} bytes"
-                                  "<extra></extra>")
-    fig.add_annotation(x=p, y=_gib(peak), text=f"<b>peak {_gib(peak):,.2f} GiB</b><br>{tl.events[p]}",
+    fig.add_scatter(x=[p], y=[_gib(peak)], mode="markers", name=_("Peak"), marker=dict(color="black", size=9),
+                    customdata=[[events[p], f"{peak:,}"]], hovertemplate=hover.replace(NAME, _("Peak")))
+    fig.add_annotation(x=p, y=_gib(peak), text=_("<b>peak {gib} GiB</b><br>{event}", gib=f"{_gib(peak):,.2f}",
+                                                 event=events[p]),
                        showarrow=True, arrowhead=0, ax=-70 if p > len(x) / 2 else 70, ay=-10,
                        xanchor="right" if p > len(x) / 2 else "left", bgcolor="rgba(255,255,255,0.85)")
     if est.gpu_memory_bytes:
         fig.add_hline(y=_gib(est.gpu_memory_bytes), line=dict(color="black", dash="dash", width=1),
-                      annotation_text="GPU memory", annotation_position="bottom left")
-    _layout(fig, 400, yaxis_title="allocated GiB (2^30 bytes)", xaxis_title="events of the step (shaded by phase)",
+                      annotation_text=_("GPU memory"), annotation_position="bottom left")
+    _layout(fig, 400, yaxis_title=_("allocated GiB (2^30 bytes)"), xaxis_title=_("events of the step (shaded by phase)"),
             hovermode="closest")
     starts = [i for i in x if i == 0 or tl.phases[i] != tl.phases[i - 1]]
     ends = starts[1:] + [len(x)]
     # one tick where each phase starts; phases too short to label (loss, optimizer) keep only the shading
     ticks = [a for a, b in zip(starts, ends, strict=True) if b - a >= max(2, len(x) // 12) or len(starts) == 1]
-    fig.update_xaxes(tickvals=ticks, ticktext=[tl.phases[i] for i in ticks], tickangle=0, ticklabelposition="outside right")
+    fig.update_xaxes(tickvals=ticks, ticktext=[phase_name(tl.phases[i], current()) for i in ticks], tickangle=0,
+                     ticklabelposition="outside right")
     return fig
 
 
@@ -135,14 +159,14 @@ def compare_bars(items: Sequence[tuple[str, Estimate]]) -> go.Figure:
     keys = [k for k, _ in segments(items[0][1])]
     for k in keys:
         vals = [dict(segments(e))[k] for _, e in items]
-        fig.add_bar(x=names, y=[_gib(v) for v in vals], name=SHORT_LABELS[k], marker_color=COLORS[k],
-                    customdata=[f"{v:,}" for v in vals], hovertemplate=HOVER_V)
+        fig.add_bar(x=names, y=[_gib(v) for v in vals], name=short_label(k), marker_color=COLORS[k],
+                    customdata=[f"{v:,}" for v in vals], hovertemplate=_hover(Y_GIB))
     caps = [(n, e.gpu_memory_bytes) for n, e in items if e.gpu_memory_bytes]
     if caps:
-        fig.add_scatter(x=[n for n, _ in caps], y=[_gib(c) for _, c in caps], mode="markers", name="GPU memory",
+        fig.add_scatter(x=[n for n, _c in caps], y=[_gib(c) for _n, c in caps], mode="markers", name=_("GPU memory"),
                         marker=dict(symbol="line-ew-open", size=24, color="black", line=dict(width=3)),
-                        customdata=[f"{c:,}" for _, c in caps], hovertemplate=HOVER_V)
-        for i, (_, e) in enumerate(items):  # the capacity line across the whole bar
+                        customdata=[f"{c:,}" for _n, c in caps], hovertemplate=_hover(Y_GIB))
+        for i, (_n, e) in enumerate(items):  # the capacity line across the whole bar
             if e.gpu_memory_bytes:
                 fig.add_shape(type="line", xref="x", yref="y", x0=i - 0.42, x1=i + 0.42,
                               y0=_gib(e.gpu_memory_bytes), y1=_gib(e.gpu_memory_bytes),
@@ -150,11 +174,11 @@ def compare_bars(items: Sequence[tuple[str, Estimate]]) -> go.Figure:
     for n, e in items:
         if e.gpu_memory_bytes is None:
             continue
-        text = short(e.verdict)
+        text = short(e.verdict, current())
         top = max(e.device_total_bytes.expected, e.gpu_memory_bytes or 0)
         fig.add_annotation(x=n, y=_gib(top), text=f"<b>{text}</b>", showarrow=False, yshift=14,
                            font=dict(color="#2E7D32" if e.fits else "#C62828" if e.fits is False else "#B26A00"))
-    _layout(fig, 460, yaxis_title="GiB per GPU (2^30 bytes)")
+    _layout(fig, 460, yaxis_title=_("GiB per GPU (2^30 bytes)"))
     return fig
 
 
@@ -186,6 +210,8 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log:
     """Predicted vs measured peak (GiB) per case, coloured by model family, with y = x.
     `cases` are calc.validate.Case; `highlight` are drawn as large stars (a user's upload)."""
     fig = go.Figure()
+    errors = _("measured {measured} bytes<br>predicted {predicted} bytes<br>error {error} %", measured=_cd(1),
+               predicted=_cd(2), error=_cd(3, ":+.2f")) + "<extra></extra>"
     families = sorted({c.family for c in cases})
     for fam in families:
         sel = [c for c in cases if c.family == fam]
@@ -194,24 +220,22 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log:
             name=fam, marker=dict(size=9, opacity=0.8),
             customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct, c.device]
                         for c in sel],
-            hovertemplate="<b>%{customdata[0]}</b> (%{customdata[4]})<br>measured %{customdata[1]} bytes<br>"
-                          "predicted %{customdata[2]} bytes<br>error %{customdata[3]:+.2f} %<extra></extra>")
+            hovertemplate=f"<b>{_cd(0)}</b> ({_cd(4)})<br>{errors}")
     for c in highlight:
-        fig.add_scatter(x=[_gib(c.measured_bytes)], y=[_gib(c.predicted_bytes)], mode="markers", name="your record",
+        fig.add_scatter(x=[_gib(c.measured_bytes)], y=[_gib(c.predicted_bytes)], mode="markers", name=_("your record"),
                         marker=dict(size=18, symbol="star", color="#E45756", line=dict(color="black", width=1)),
                         customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct]],
-                        hovertemplate="<b>%{customdata[0]}</b><br>measured %{customdata[1]} bytes<br>predicted "
-                                      "%{customdata[2]} bytes<br>error %{customdata[3]:+.2f} %<extra></extra>")
+                        hovertemplate=f"<b>{_cd(0)}</b><br>{errors}")
     allc = list(cases) + list(highlight)
     if allc:
         vals = [_gib(v) for c in allc for v in (c.measured_bytes, c.predicted_bytes) if v > 0]
         lo, hi = (min(vals) / 1.2, max(vals) * 1.2) if log else (0.0, max(vals) * 1.05)
-        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x (perfect)",
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name=_("y = x (perfect)"),
                         line=dict(color="black", dash="dash", width=1), hoverinfo="skip")
     axis = dict(type="log") if log else {}
     fig.update_layout(height=480, margin=dict(l=10, r=10, t=30, b=10),
-                      xaxis=dict(title="measured peak allocated, GiB (2^30 bytes)", **axis),
-                      yaxis=dict(title="predicted peak allocated, GiB (2^30 bytes)", **axis),
+                      xaxis=dict(title=_("measured peak allocated, GiB (2^30 bytes)"), **axis),
+                      yaxis=dict(title=_("predicted peak allocated, GiB (2^30 bytes)"), **axis),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
 
@@ -219,10 +243,11 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log:
 def error_histogram(cases: Sequence[Any]) -> go.Figure:
     """Distribution of (predicted - measured) / measured in percent."""
     fig = go.Figure(go.Histogram(x=[c.error_pct for c in cases], nbinsx=30, marker_color=COLORS["parameters"],
-                                 hovertemplate="error %{x} %<br>%{y} cases<extra></extra>", name="cases"))
+                                 hovertemplate=_("error {error} %<br>{cases} cases", error="%{x}", cases="%{y}")
+                                 + "<extra></extra>", name=_("cases")))
     fig.add_vline(x=0, line=dict(color="black", dash="dash", width=1))
     fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), showlegend=False,
-                      xaxis_title="error of the prediction, % of measured", yaxis_title="cases")
+                      xaxis_title=_("error of the prediction, % of measured"), yaxis_title=_("cases"))
     return fig
 
 
@@ -237,32 +262,36 @@ def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_b
     fig = go.Figure()
     fig.add_trace(go.Waterfall(
         x=names, y=[_gib(d) for d in deltas], measure=["absolute"] + ["relative"] * (len(vals) - 1),
-        name="device total per GPU", connector=dict(line=dict(color="#999", width=1)),
+        name=_("device total per GPU"), connector=dict(line=dict(color="#999", width=1)),
         increasing=dict(marker=dict(color=COLORS["activations"])),
         decreasing=dict(marker=dict(color=COLORS["optimizer_states"])),
         totals=dict(marker=dict(color=COLORS["parameters"])),
-        customdata=[[f"{v:,}", _gib(v), s.change, headline(s.verdict)] for v, s in zip(vals, steps, strict=True)],
-        hovertemplate="<b>%{x}</b><br>%{customdata[2]}<br>device total %{customdata[1]:,.2f} GiB "
-                      "(%{customdata[0]} bytes)<br>change %{y:+,.2f} GiB<br>%{customdata[3]}<extra></extra>"))
+        customdata=[[f"{v:,}", _gib(v), s.change, headline(s.verdict, current())]
+                    for v, s in zip(vals, steps, strict=True)],
+        hovertemplate=f"<b>%{{x}}</b><br>{_cd(2)}<br>"
+                      + _("device total {gib} GiB ({bytes} bytes)<br>change {change} GiB", gib=_cd(1, ":,.2f"),
+                          bytes=_cd(0), change="%{y:+,.2f}") + f"<br>{_cd(3)}<extra></extra>"))
     speeds = [s.tokens_per_s_per_gpu for s in steps]
     if any(v is not None for v in speeds):
-        fig.add_scatter(x=names, y=speeds, mode="lines+markers", name="tokens/s per GPU (right axis)", yaxis="y2",
+        fig.add_scatter(x=names, y=speeds, mode="lines+markers", name=_("tokens/s per GPU (right axis)"), yaxis="y2",
                         line=dict(color="black", width=1.5), marker=dict(size=7),
-                        hovertemplate="<b>%{x}</b><br>%{y:,.0f} tokens/s per GPU<extra></extra>")
+                        hovertemplate="<b>%{x}</b><br>" + _("{speed} tokens/s per GPU", speed="%{y:,.0f}")
+                        + "<extra></extra>")
     if gpu_memory_bytes:
         fig.add_hline(y=_gib(gpu_memory_bytes), line=dict(color="black", width=2),
-                      annotation_text=f"GPU memory {_gib(gpu_memory_bytes):,.2f} GiB", annotation_position="top right",
+                      annotation_text=_("GPU memory {gib} GiB", gib=f"{_gib(gpu_memory_bytes):,.2f}"),
+                      annotation_position="top right",
                       annotation_bgcolor="rgba(255,255,255,0.85)")
     if usable_bytes:
         fig.add_hline(y=_gib(usable_bytes), line=dict(color="black", dash="dash", width=1.5),
-                      annotation_text=f"recommended limit {_gib(usable_bytes):,.2f} GiB (10 % kept free)",
+                      annotation_text=_("recommended limit {gib} GiB (10 % kept free)", gib=f"{_gib(usable_bytes):,.2f}"),
                       annotation_position="bottom left", annotation_bgcolor="rgba(255,255,255,0.85)")
     # an explicit range: the tallest bar and the GPU line stay inside the plot with room for their labels
     top = max(vals + [gpu_memory_bytes or 0])
     fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10), showlegend=True,
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-                      yaxis=dict(title="device total per GPU, GiB (2^30 bytes)", range=[0, _gib(top) * 1.12]),
-                      yaxis2=dict(title="tokens/s per GPU", overlaying="y", side="right", showgrid=False,
+                      yaxis=dict(title=_("device total per GPU, GiB (2^30 bytes)"), range=[0, _gib(top) * 1.12]),
+                      yaxis2=dict(title=_("tokens/s per GPU"), overlaying="y", side="right", showgrid=False,
                                   rangemode="tozero"),
                       xaxis=dict(tickangle=-30))
     return fig
