@@ -35,6 +35,7 @@ from calc.result import (
     FORWARD_LAYER,
     INFERENCE_LAYER,
     RECOMPUTED_LAYER,
+    REDUCE_SCATTER_LAYER,
     Breakdown,
     Component,
     DeviceTotal,
@@ -501,7 +502,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                      g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
         if gl:  # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
             left = gl * (i if keep_gathered else (1 if i else 0))
-            rows.append((f"reduce-scatter layer {i}", "backward", w + left, grads + lay[i].param_grad_bytes, opt,
+            rows.append((REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
                          cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input))
         grads += round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
     if first:
