@@ -107,11 +107,13 @@ class Observation(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> Observation:
         if self.peak_reserved_bytes < self.peak_allocated_bytes:
-            raise ValueError(f"reserved ({self.peak_reserved_bytes:,} B) is below allocated "
-                             f"({self.peak_allocated_bytes:,} B): the allocator reserves at least what it hands out")
+            raise CalibrationError(T_("reserved ({reserved} B) is below allocated ({allocated} B): the allocator "
+                                      "reserves at least what it hands out", reserved=f"{self.peak_reserved_bytes:,}",
+                                      allocated=f"{self.peak_allocated_bytes:,}"))
         if self.device_used_bytes < self.peak_reserved_bytes:
-            raise ValueError(f"device used ({self.device_used_bytes:,} B) is below reserved "
-                             f"({self.peak_reserved_bytes:,} B): take nvidia-smi's reading while the job runs")
+            raise CalibrationError(T_("device used ({used} B) is below reserved ({reserved} B): take nvidia-smi's "
+                                      "reading while the job runs", used=f"{self.device_used_bytes:,}",
+                                      reserved=f"{self.peak_reserved_bytes:,}"))
         return self
 
     @property
@@ -271,8 +273,9 @@ def _read_record(data: Any, where: str) -> Observation:
     except UserError as exc:
         raise CalibrationError(str(exc)) from None
     if rec.peak_reserved_bytes is None or rec.device_used_bytes is None:
-        raise CalibrationError(f"{where}: no peak_reserved_bytes / device_used_bytes (a {rec.device} record): "
-                               "calibration needs a record from `python -m measure SCENARIO --device cuda`")
+        raise CalibrationError(T_("{where}: no peak_reserved_bytes / device_used_bytes (a {device} record): "
+                                  "calibration needs a record from `python -m measure SCENARIO --device cuda`",
+                                  where=where, device=rec.device))
     # the three numbers as written (strict: the record schema would turn true into 1 and "7" into 7)
     raw = {k: data[k] for k in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes")}
     try:
@@ -285,16 +288,17 @@ def _read_record(data: Any, where: str) -> Observation:
 def observations_from_text(text: str, where: str) -> list[Observation]:
     """One JSON record, or JSON lines (one record per line), as observations."""
     if len(text.encode("utf-8", errors="replace")) > MAX_RECORD_FILE_BYTES:
-        raise CalibrationError(f"{where}: larger than {MAX_RECORD_FILE_BYTES // MiB} MiB (a record is a few KiB)")
+        raise CalibrationError(T_("{where}: larger than {n} MiB (a record is a few KiB)", where=where,
+                                  n=MAX_RECORD_FILE_BYTES // MiB))
     if not text.strip():
-        raise CalibrationError(f"{where}: empty")
+        raise CalibrationError(T_("{where}: empty", where=where))
     try:
         docs = [(where, _loads(text, where))]
     except _CalibrationSyntaxError:  # JSON lines, or broken: each line says which
         docs = [(f"{where}:{i}", _loads(line, f"{where}:{i}"))
                 for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if len(docs) > MAX_RECORDS:
-        raise CalibrationError(f"{where}: {len(docs)} records; at most {MAX_RECORDS}")
+        raise CalibrationError(T_("{where}: {n} records; at most {most}", where=where, n=len(docs), most=MAX_RECORDS))
     return [_read_record(data, w) for w, data in docs]
 
 
@@ -393,17 +397,17 @@ def _same_machine(observations: list[Observation]) -> tuple[str | None, str | No
     gpus = sorted({o.gpu for o in observations if o.gpu})
     names = sorted({o.device_name for o in observations if o.device_name})
     if len(gpus) > 1 or len(names) > 1:
-        raise CalibrationError(f"the records come from different GPUs ({', '.join(gpus + names)}): "
-                               "calibrate one machine at a time")
+        raise CalibrationError(T_("the records come from different GPUs ({gpus}): calibrate one machine at a time",
+                                  gpus=", ".join(gpus + names)))
     return (gpus[0] if gpus else None), (names[0] if names else None)
 
 
 def fit(observations: list[Observation]) -> Calibration:
     """The corrections these observations determine (see the module docstring)."""
     if not observations:
-        raise CalibrationError("no records to calibrate from")
+        raise CalibrationError(T_("no records to calibrate from"))
     if len(observations) > MAX_RECORDS:
-        raise CalibrationError(f"{len(observations)} records; at most {MAX_RECORDS}")
+        raise CalibrationError(T_("{n} records; at most {most}", n=len(observations), most=MAX_RECORDS))
     gpu, device_name = _same_machine(observations)
     points = [point(o) for o in observations]
     residual = fit_residual(points)
@@ -460,8 +464,9 @@ def check_machine(cal: Calibration, sc: Scenario) -> Text | None:
     """CalibrationError when `sc` runs on a different GPU; a caveat when either names none."""
     gpu = sc.resolved_hardware().gpu
     if cal.gpu and gpu and gpu != cal.gpu:
-        raise CalibrationError(f"this calibration was measured on {cal.machine()}, but the scenario runs on {gpu}: "
-                               "a calibration applies only to the machine it was measured on")
+        raise CalibrationError(T_("this calibration was measured on {machine}, but the scenario runs on {gpu}: a "
+                                  "calibration applies only to the machine it was measured on", machine=cal.machine(),
+                                  gpu=gpu))
     if not (cal.gpu and gpu):
         return T_("Applied on trust: the calibration ({machine}) or the scenario names no GPU preset, so it cannot "
                   "be checked that both are the same machine.", machine=cal.machine())

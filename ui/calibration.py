@@ -21,7 +21,7 @@ from calc.calibrate import (
     observations_from_text,
 )
 from calc.errors import UserError
-from calc.i18n import N_
+from calc.i18n import N_, T_
 from calc.result import Estimate
 from calc.scenario import Scenario
 from ui import fmt, state
@@ -99,8 +99,8 @@ def _records_form() -> None:
         obs = []
         for name, raw, _id in texts:
             if len(raw) > MAX_RECORD_FILE_BYTES:
-                raise CalibrationError(f"{name}: larger than {MAX_RECORD_FILE_BYTES // fmt.MiB} MiB "
-                                       "(a record is a few KiB)")
+                raise CalibrationError(T_("{where}: larger than {n} MiB (a record is a few KiB)", where=name,
+                                          n=MAX_RECORD_FILE_BYTES // fmt.MiB))
             obs += observations_from_text(_text(raw, name), name)
         state.set_calibration(fit(obs))
         st.session_state[state.CALIBRATION_UPLOAD] = ids
@@ -122,8 +122,9 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
     try:
         ce = apply(cal, est, sc)
     except CalibrationError as exc:
+        reason = state.error_text(exc)
         st.warning(_("Not applied: {reason}. Choose that GPU in the sidebar, or clear the calibration.",
-                     reason=fmt.literal(str(exc).capitalize())), icon=":material/block:")
+                     reason=fmt.literal(reason[:1].upper() + reason[1:])), icon=":material/block:")
         _clear_button()
         return
     _verdict(ce)
