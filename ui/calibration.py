@@ -128,8 +128,8 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
         _clear_button()
         return
     _verdict(ce)
-    st.caption(" ".join([_("Applied: {corrections}.", corrections=_("; ").join(map(say, ce.applied_texts)))]
-                        + [_("Not applied: {what}.", what=say(n)) for n in ce.not_applied_texts]))
+    st.caption(_("Applied: {corrections}.", corrections=_("; ").join(map(say, ce.applied_texts)))
+               + "".join(_(" Not applied: {what}.", what=say(n)) for n in ce.not_applied_texts))
     _metrics(ce)
     st.dataframe(comparison_rows(est, ce), hide_index=True, key="cal_table",
                  column_config={tr(UNCALIBRATED): st.column_config.NumberColumn(format="%.2f"),
