@@ -33,7 +33,8 @@ CATALOGUE_LANG = "zh"  # the one language with catalogues (English is the ids)
 # A file belongs to the first domain that matches it; the last two are catch-alls.
 DOMAINS: dict[str, tuple[str, ...]] = {
     "breakdown": ("ui/charts.py", "ui/verdict.py", "ui/calibration.py", "calc/verdict.py", "calc/result.py",
-                  "calc/engine.py", "calc/per_param.py", "calc/calibrate.py", "calc/layers.py", "calc/graph.py"),
+                  "calc/engine.py", "calc/per_param.py", "calc/calibrate.py", "calc/layers.py", "calc/graph.py",
+                  "calc/precision.py"),
     "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/__main__.py",
                   "calc/fit.py", "calc/speed.py", "calc/variant.py"),
     "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/claims.py"),

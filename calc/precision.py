@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from math import prod
 
+from calc.i18n import N_
 from calc.scenario import Optimizer, OptimizerImpl, Precision
 
 FP32, BF16 = 4, 2
 
 # Why *-mixed gradients are 2 B/param through backward but 4 B/param during the step. One text,
 # shown by the Calculator's breakdown and by Explain.
-MIXED_STEP_GRADIENTS_WHY = (
+MIXED_STEP_GRADIENTS_WHY = N_(
     "DeepSpeed's mixed-precision optimizer casts each 16-bit gradient partition to an fp32 .grad of its "
     "fp32 master partition, frees the 16-bit gradients, runs the step and then frees the fp32 copy "
     "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "

@@ -58,7 +58,7 @@ st.plotly_chart(charts.compare_bars(items), key="cmp_chart")
 
 st.subheader(_("Differences (GiB per GPU)"))
 first = items[0][1]
-labels = [(k, tr(charts.SHORT_LABELS[k])) for k, _ in charts.segments(first)]
+labels = [(k, charts.short_label(k)) for k, _ in charts.segments(first)]
 
 
 def _rows(est):
@@ -95,11 +95,7 @@ st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1)
 
 def _peak_at(est) -> str:
     """'backward layer 3 (backward)' in the session's language (calc.result's words where it has them)."""
-    from calc import result
-
-    event_text = getattr(result, "event_text", None)
-    event = say(event_text(est.peak_event)) if event_text else tr(est.peak_event)
-    return _("{event} ({phase})", event=event, phase=tr(est.peak_phase))
+    return _("{event} ({phase})", event=charts.event_name(est.peak_event), phase=tr(est.peak_phase))
 
 
 sep = tr("; ")

@@ -10,7 +10,7 @@ from calc.claims import article_batch_formula
 from calc.i18n import N_
 from calc.precision import MIXED_STEP_GRADIENTS_WHY
 from calc.result import CATEGORY_LABELS
-from calc.verdict import short
+from calc.verdict import Verdict, short
 from ui import charts, compute, fmt, state
 from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
@@ -66,12 +66,12 @@ def secs(x) -> str:
 
 
 def peak_at(v) -> str:
-    return "—" if not v else f"{tr(v['event'])} ({tr(v['phase'])})"
+    return "—" if not v else f"{charts.event_name(v['event'])} ({tr(v['phase'])})"
 
 
 def verdict(v) -> str:
-    """A table cell's verdict (calc.verdict.short's words, translated where they are marked)."""
-    return "—" if not v or v == "—" else tr(v)
+    """A table cell's verdict (calc.verdict.short in the session's language); '—' without a GPU size."""
+    return "—" if not isinstance(v, Verdict) else short(v, current())
 
 
 def header(i: int) -> None:
@@ -84,7 +84,7 @@ header(0)
 CONSUMERS = ("parameters", "gradients", "optimizer_states", "activations", "other")
 st.markdown("\n" + _("Four consumers share the GPU during training, plus transients and the runtime around them. For this "
                      "scenario the peak ({peak} allocated) falls at **{event}** ({phase}), where the GPU holds:",
-                     peak=g(b["peak"]), event=tr(b["event"]), phase=tr(b["phase"]))
+                     peak=g(b["peak"]), event=charts.event_name(b["event"]), phase=tr(b["phase"]))
             + "\n\n| " + _("consumer") + " | " + _("at the peak") + " | " + _("largest during the step") + " |\n|---|---:|---:|\n"
             + "\n".join(f"| {tr(CATEGORY_LABELS[c])} | {g(b[c])} | {g(b['max_' + c])} |" for c in CONSUMERS) + "\n\n"
             + _("Outside PyTorch's allocator, nvidia-smi also counts the CUDA context ({context} expected), NCCL buffers "
@@ -100,12 +100,13 @@ st.markdown("\n" + _("Four consumers share the GPU during training, plus transie
                 sum=g(f["category_max_sum"]), more=g(f["category_max_sum"] - b["peak"])))
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
 st.markdown(_("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):"))
-st.table([{_("term"): fmt.plain(tr(c.label)), _("at the peak"): g(c.bytes), _("formula"): fmt.plain(tr(c.formula))}
+st.table([{_("term"): fmt.plain(c.label_in(current())), _("at the peak"): g(c.bytes),
+           _("formula"): fmt.plain(c.formula_in(current()))}
           for c in f["estimate"].components if c.bytes], hide_index=True)
 grad_comp = next((c for c in f["estimate"].components if c.key == "gradients"), None)
 if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
     st.caption(_("Gradients at the peak are the **{label}**: see [Bytes per parameter](#bytes-per-parameter) for why.",
-                 label=tr(grad_comp.label)))
+                 label=grad_comp.label_in(current())))
 
 # ---- bytes per parameter -------------------------------------------------------------------
 header(1)
@@ -372,13 +373,13 @@ except ValueError as exc:
     st.warning(_("calc.recommend cannot build the waterfall for this scenario: {error}", error=state.error_text(exc)))
     steps = []
 if steps:
-    st.table([{_("step"): fmt.plain(f"{s.step}. {tr(s.name)}"), _("turns on"): fmt.plain(tr(s.change)),
+    st.table([{_("step"): fmt.plain(f"{s.step}. {say(s.name)}"), _("turns on"): fmt.plain(say(s.change)),
                _("device total"): g(s.device_total_expected_bytes), _("host RAM per node"): g(s.cpu_ram_bytes),
-               _("verdict"): verdict(short(s.verdict)),
+               _("verdict"): verdict(s.verdict),
                _("tokens/s per GPU"): "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
               for s in steps], hide_index=True)
     first = next((s for s in steps if s.fits), None)
-    st.markdown(_("The first step that fits: **{step}. {name}**.", step=first.step, name=tr(first.name)) if first else
+    st.markdown(_("The first step that fits: **{step}. {name}**.", step=first.step, name=say(first.name)) if first else
                 _("No step fits this hardware: more GPUs, a shorter sequence or a smaller model."))
 else:
     st.markdown(_("Switch the sidebar to training to see the waterfall."))

@@ -15,7 +15,7 @@ from calc.i18n import N_
 from calc.result import CATEGORIES, Estimate, event_text, phase_name
 from calc.units import GiB
 from calc.verdict import headline, short
-from ui.i18n import _, current, tr
+from ui.i18n import _, current, say, tr
 
 COLORS: dict[str, str] = {
     "parameters": "#4C78A8",
@@ -256,7 +256,7 @@ def error_histogram(cases: Sequence[Any]) -> go.Figure:
 def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_bytes: int | None) -> go.Figure:
     """Device total (expected, GiB per GPU) as each optimization is turned on, as a waterfall, with
     tokens/s per GPU on a second axis. `steps` are calc.recommend.WaterfallStep."""
-    names = [f"{s.step}. {s.name}" for s in steps]
+    names = [f"{s.step}. {say(s.name)}" for s in steps]
     vals = [s.device_total_expected_bytes for s in steps]
     deltas = [vals[0]] + [b - a for a, b in zip(vals, vals[1:], strict=False)]
     fig = go.Figure()

@@ -47,9 +47,11 @@ def tr(msgid: str, **fields: object) -> str:
     return translate(msgid, current(), **fields)
 
 
-def say(text: Text) -> str:
-    """An engine sentence (calc.i18n.Text) in the session's language."""
-    return text.render(current())
+def say(text: Text | str) -> str:
+    """An engine sentence in the session's language: a calc.i18n.Text, or anything else that renders
+    itself (calc.recommend.phrase.Phrase); a plain string is shown as it is."""
+    render = getattr(text, "render", None)
+    return render(current()) if callable(render) else str(text)
 
 
 def _switched() -> None:

@@ -19,22 +19,13 @@ if TYPE_CHECKING:
     from calc.recommend.search import _Fit, _Found, _Search
 
 def verdict_reasons(v: Verdict) -> list[object]:
-    """The verdict's sentences (calc.verdict's), translatable where calc.verdict makes them so
-    (`reason_texts`), for use inside the recommender's own."""
-    texts = getattr(_verdict, "reason_texts", None)
-    return list(texts(v)) if texts is not None else list(v.reasons)
+    """The verdict's sentences (calc.verdict.reason_texts, translatable), for use inside the recommender's own."""
+    return list(_verdict.reason_texts(v))
 
 
 def verdict_words(v: Verdict, lang: Lang = DEFAULT_LANG, *, whole: bool = False) -> str:
-    """calc.verdict.short (a table cell) or, with whole=True, calc.verdict.headline, in `lang` where
-    calc.verdict takes a language (English otherwise)."""
-    fn = _verdict.headline if whole else _verdict.short
-    if lang == DEFAULT_LANG:
-        return fn(v)
-    try:
-        return fn(v, lang)  # type: ignore[call-arg]
-    except TypeError:
-        return fn(v)
+    """calc.verdict.short (a table cell) or, with whole=True, calc.verdict.headline, in `lang`."""
+    return (_verdict.headline if whole else _verdict.short)(v, lang)
 
 
 def _ckpt_words(c: Combo) -> Phrase:

@@ -19,7 +19,7 @@ from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Op
 from calc.speed import estimate_speed, hardware_of
 from calc.units import GiB
 from calc.variant import variant
-from calc.verdict import short
+from calc.verdict import Verdict
 
 ZERO_SWEEP_GPUS = (1, 2, 4, 8, 16, 32, 64)
 SEQ_SWEEP = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -42,10 +42,10 @@ def hardware_label(sc: Scenario) -> Text:
     return T_("no GPU")
 
 
-def verdict_text(sc: Scenario, est: Estimate) -> str:
-    """The one verdict in a table cell (calc.verdict.short): 'fits', 'does not fit (host RAM)', ...; '—'
+def table_verdict(est: Estimate) -> Verdict | None:
+    """The one verdict for a table cell (the page words it with calc.verdict.short in its language); None
     without a GPU size."""
-    return "—" if est.gpu_memory_bytes is None else short(est.verdict)
+    return None if est.gpu_memory_bytes is None else est.verdict
 
 
 def summary(sc: Scenario, est: Estimate) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def summary(sc: Scenario, est: Estimate) -> dict[str, Any]:
     return {
         "peak": est.peak_allocated_bytes, "device": est.device_total_bytes.expected,
         "device_low": est.device_total_bytes.low, "device_high": est.device_total_bytes.high,
-        "fits": est.verdict.fits, "verdict": verdict_text(sc, est), "headroom": est.headroom_bytes,
+        "fits": est.verdict.fits, "verdict": table_verdict(est), "headroom": est.headroom_bytes,
         "gpu": est.gpu_memory_bytes, "event": est.peak_event, "phase": est.peak_phase, "cpu_ram": est.cpu_ram_bytes,
         "nvme": est.nvme_bytes, "trainable": est.model.trainable_params, **{c: getattr(b, c) for c in CATEGORIES},
         **{f"max_{c}": max(getattr(est.timeline, c)) for c in CATEGORIES},
