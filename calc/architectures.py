@@ -10,7 +10,9 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from calc.boundary import excerpt, require
+from calc.boundary import excerpt, problem, require
+from calc.errors import UserError
+from calc.i18n import T_
 from calc.limits import (
     MAX_EXPERTS,
     MAX_HEAD_DIM,
@@ -211,11 +213,10 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _heads(self) -> ModelSpec:
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_attention_heads={self.num_heads} is not divisible by num_key_value_heads={self.num_kv_heads}"
-            )
+            raise UserError(T_("num_attention_heads={heads} is not divisible by num_key_value_heads={kv_heads}",
+                               heads=self.num_heads, kv_heads=self.num_kv_heads))
         if self.experts_per_token > self.num_experts:
-            raise ValueError("num_experts_per_tok exceeds num_local_experts")
+            raise UserError(T_("num_experts_per_tok exceeds num_local_experts"))
         return self
 
     def is_sliding(self, layer: int) -> bool:
@@ -445,12 +446,11 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
 def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json dict, filling transformers' defaults."""
     if not isinstance(config, dict):
-        raise ValueError("model config must be a JSON object (a config.json dict)")
+        raise UserError(T_("model config must be a JSON object (a config.json dict)"))
     family = config.get("model_type")
     if not isinstance(family, str) or family not in _HF_DEFAULTS:
-        raise ValueError(
-            f"unsupported model_type {excerpt(family)}; supported: {', '.join(SUPPORTED_FAMILIES)}"
-        )
+        raise UserError(T_("unsupported model_type {family}; supported: {supported}", family=excerpt(family),
+                           supported=", ".join(SUPPORTED_FAMILIES)))
     explicit_none = ("n_inner", "q_lora_rank")  # None means something for these (4 x hidden; no q bottleneck)
     cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k in explicit_none}}
     if family == "gpt2":
@@ -460,9 +460,9 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
     except ValidationError as exc:  # a bound of ModelSpec: name the config.json key, not ours
         err = exc.errors(include_url=False, include_input=False)[0]
         key = _CONFIG_KEYS.get(str(err["loc"][0]), str(err["loc"][0])) if err["loc"] else "config"
-        raise ValueError(f"{key}: {str(err['msg']).removeprefix('Value error, ')}") from None
+        raise UserError(lambda lang: f"{key}: {problem(err, lang)}") from None
     except (TypeError, KeyError, ZeroDivisionError) as exc:
-        raise ValueError(f"bad {family} config: {excerpt(str(exc))}") from None
+        raise UserError(T_("bad {family} config: {reason}", family=family, reason=excerpt(str(exc)))) from None
 
 
 # Strict readers of config.json values: JSON integers for sizes (no true, no 4096.7), booleans for
@@ -470,7 +470,7 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
 def _int(cfg: dict[str, Any], *keys: str, default: Any = None) -> int:
     value = require(_first(cfg, *keys, default=default), int, keys[0])
     if value < 1:
-        raise ValueError(f"{keys[0]} must be >= 1, got {value}")
+        raise UserError(T_("{key} must be >= 1, got {value}", key=keys[0], value=value))
     return value
 
 
@@ -533,7 +533,7 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
                       attention_sinks=True, expert_bias=True, router_renorm=False)
     elif family == "deepseek_v2":
         if require(cfg.get("topk_method", "greedy"), str, "topk_method") != "greedy":
-            raise ValueError("deepseek_v2 with topk_method group_limited_greedy is not supported; use greedy")
+            raise UserError(T_("deepseek_v2 with topk_method group_limited_greedy is not supported; use greedy"))
         fields.update(_mla_fields(cfg, heads), rope_complex=True, router_fp32_softmax=True,
                       **_routed_moe_fields({**cfg, "n_group": 0, "norm_topk_prob": False}))
     elif family == "deepseek_v3":
@@ -556,8 +556,8 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
         fields.update(num_experts=_int(cfg, "num_local_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"))
     elif family == "qwen3_moe":
         if _int(cfg, "decoder_sparse_step") != 1 or require(cfg.get("mlp_only_layers", []), list, "mlp_only_layers"):
-            raise ValueError("qwen3_moe with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
-                             "supported; every layer must be a MoE layer")
+            raise UserError(T_("qwen3_moe with dense layers (decoder_sparse_step != 1 or mlp_only_layers) is not "
+                               "supported; every layer must be a MoE layer"))
         fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
                       num_experts=_int(cfg, "num_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
                       intermediate_size=_int(cfg, "moe_intermediate_size"),
@@ -579,7 +579,7 @@ def _gemma3_layer_types(cfg: dict[str, Any]) -> tuple[str, ...]:
         return _layer_types(cfg, default=())
     pattern = _int(cfg, "sliding_window_pattern", default=6)
     if pattern > MAX_LAYERS:
-        raise ValueError(f"sliding_window_pattern must be <= {MAX_LAYERS}, got {pattern}")
+        raise UserError(T_("sliding_window_pattern must be <= {limit}, got {value}", limit=MAX_LAYERS, value=pattern))
     return tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(pattern))
 
 
@@ -597,7 +597,7 @@ def _count(cfg: dict[str, Any], key: str) -> int:
     value = cfg.get(key)
     value = 0 if value is None else require(value, int, key)
     if value < 0:
-        raise ValueError(f"{key} must be >= 0, got {value}")
+        raise UserError(T_("{key} must be >= 0, got {value}", key=key, value=value))
     return value
 
 

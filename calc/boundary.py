@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from calc.errors import UserError
+from calc.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
 from calc.limits import (
     MAX_EXCERPT_CHARS,
     MAX_JSON_BYTES,
@@ -60,21 +61,34 @@ def short(message: str) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def one_line(exc: ValidationError, whole: str = "scenario") -> str:
+def problem(err: Any, lang: Lang = DEFAULT_LANG) -> str:
+    """The message of one pydantic error (an item of `errors()`) in `lang`: a validator's own UserError
+    (kept in the error's ctx) has its words in both languages; pydantic's own messages are English."""
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, UserError):
+        return cause.render(lang)
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def one_line(exc: ValidationError, whole: str = "scenario", lang: Lang = DEFAULT_LANG) -> str:
     """The first validation problem as 'field.path: message (+N more)' (`whole` when it is the
-    input itself that is wrong, e.g. a list where a record belongs)."""
+    input itself that is wrong, e.g. a list where a record belongs), in `lang`."""
     err = exc.errors(include_url=False, include_input=False)[0]
     where = ".".join(excerpt(p, 40) if not isinstance(p, (str, int)) or len(str(p)) > 40 else str(p)
                      for p in err["loc"]) or whole
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return short(f"{where}: {msg}{more}")
+    msg = problem(err, lang)
+    if exc.error_count() > 1:
+        return short(translate(N_("{where}: {message} (+{n} more)"), lang, where=where, message=msg,
+                               n=exc.error_count() - 1))
+    return short(f"{where}: {msg}")
 
 
-def error_message(exc: BaseException) -> str:
-    """One readable line for any rejected input."""
+def error_message(exc: BaseException, lang: Lang = DEFAULT_LANG) -> str:
+    """One readable line for any rejected input, in `lang` (English by default)."""
     if isinstance(exc, ValidationError):
-        return one_line(exc)
+        return one_line(exc, lang=lang)
+    if isinstance(exc, UserError):
+        return short(exc.render(lang)) or exc.__class__.__name__
     return short(str(exc)) or exc.__class__.__name__
 
 
@@ -85,8 +99,8 @@ def decode(data: bytes, where: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise UserError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start:,}); "
-                        "save it as UTF-8") from None
+        raise UserError(T_("{where}: not UTF-8 text (byte {byte} at offset {offset}); save it as UTF-8",
+                           where=where, byte=f"0x{data[exc.start]:02x}", offset=f"{exc.start:,}")) from None
 
 
 def read_text(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> str:
@@ -100,9 +114,10 @@ def read_text(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> str:
             with open(path, "rb") as fh:
                 data = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise UserError(f"cannot read {where}: {exc.strerror or exc.__class__.__name__}") from None
+        raise UserError(T_("cannot read {where}: {reason}", where=where,
+                           reason=exc.strerror or exc.__class__.__name__)) from None
     if len(data) > max_bytes:
-        raise UserError(f"{where}: larger than {_size(max_bytes)}")
+        raise UserError(T_("{where}: larger than {size}", where=where, size=_size(max_bytes)))
     return decode(data, where)
 
 
@@ -112,11 +127,11 @@ def decompress(data: bytes, where: str, max_bytes: int = MAX_JSON_BYTES) -> byte
     try:
         out = inflater.decompress(data, max_bytes + 1)
     except zlib.error:
-        raise UserError(f"{where}: not zlib-compressed data") from None
+        raise UserError(T_("{where}: not zlib-compressed data", where=where)) from None
     if len(out) > max_bytes or inflater.unconsumed_tail:
-        raise UserError(f"{where}: decompresses to more than {_size(max_bytes)}")
+        raise UserError(T_("{where}: decompresses to more than {size}", where=where, size=_size(max_bytes)))
     if not inflater.eof:
-        raise UserError(f"{where}: the compressed data is cut short")
+        raise UserError(T_("{where}: the compressed data is cut short", where=where))
     return out
 
 
@@ -141,7 +156,8 @@ def check_depth(text: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> None:
         if ch in "[{":
             depth += 1
             if depth > max_depth:
-                raise UserError(f"{where}: nested too deeply (more than {max_depth} levels)")
+                raise UserError(T_("{where}: nested too deeply (more than {depth} levels)", where=where,
+                                   depth=max_depth))
         else:
             depth -= 1
 
@@ -152,27 +168,28 @@ class _Unfit:
 
     __slots__ = ("why",)
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: Text) -> None:
         self.why = why
 
 
 def _hooks(found: list[_Unfit]) -> dict[str, Any]:
     """json.loads hooks that turn unfit numbers into _Unfit markers (recorded in `found`)."""
-    def unfit(why: str) -> _Unfit:
+    def unfit(why: Text) -> _Unfit:
         found.append(_Unfit(why))
         return found[-1]
 
     def parse_int(literal: str) -> int | _Unfit:
         if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS or abs(value := int(literal)) > MAX_JSON_INT:
-            return unfit(f"the integer {excerpt(literal, 30)} is too large (the limit is 2^63 - 1)")
+            return unfit(T_("the integer {value} is too large (the limit is 2^63 - 1)", value=excerpt(literal, 30)))
         return value
 
     def parse_float(literal: str) -> float | _Unfit:
         value = float(literal)
-        return value if math.isfinite(value) else unfit(f"the number {excerpt(literal, 30)} is out of range")
+        return value if math.isfinite(value) else unfit(T_("the number {value} is out of range",
+                                                              value=excerpt(literal, 30)))
 
     def parse_constant(name: str) -> _Unfit:
-        return unfit(f"{name} is not a number (JSON has no NaN or Infinity)")
+        return unfit(T_("{name} is not a number (JSON has no NaN or Infinity)", name=name))
 
     return dict(parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
 
@@ -196,24 +213,24 @@ def parse_json(text: str | bytes, where: str, max_bytes: int = MAX_JSON_BYTES,
     """Bounded, finite JSON -> Python values; UserError (JsonSyntaxError for bad syntax) otherwise."""
     if isinstance(text, bytes):
         if len(text) > max_bytes:
-            raise UserError(f"{where}: larger than {_size(max_bytes)}")
+            raise UserError(T_("{where}: larger than {size}", where=where, size=_size(max_bytes)))
         text = decode(text, where)
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise UserError(f"{where}: larger than {_size(max_bytes)}")
+        raise UserError(T_("{where}: larger than {size}", where=where, size=_size(max_bytes)))
     if not text.strip():
-        raise JsonSyntaxError(f"{where}: empty (expected a JSON object)")
+        raise JsonSyntaxError(T_("{where}: empty (expected a JSON object)", where=where))
     check_depth(text, where, max_depth)
     found: list[_Unfit] = []
     try:
         value = json.loads(text, **_hooks(found))
     except json.JSONDecodeError as exc:
-        raise JsonSyntaxError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, "
-                              f"column {exc.colno})") from None
+        raise JsonSyntaxError(T_("{where}: not valid JSON ({reason} at line {line}, column {column})",
+                                 where=where, reason=exc.msg, line=exc.lineno, column=exc.colno)) from None
     except RecursionError:  # unreachable after check_depth; kept so no input can give a traceback
-        raise UserError(f"{where}: nested too deeply") from None
+        raise UserError(T_("{where}: nested too deeply", where=where)) from None
     if found:
-        path = _path_of(value, found[0])
-        raise UserError(f"{where}: {path + ': ' if path else ''}{found[0].why}")
+        path, why = _path_of(value, found[0]), found[0].why
+        raise UserError(lambda lang: f"{where}: {path + ': ' if path else ''}{why.render(lang)}")
     return value
 
 
@@ -230,9 +247,10 @@ def validate(model: type[M], data: Any, where: str) -> M:
     try:
         return model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
-        raise UserError(f"{where}: {one_line(exc, _WHOLE.get(model.__name__, model.__name__))}") from None
+        whole = _WHOLE.get(model.__name__, model.__name__)
+        raise UserError(lambda lang, e=exc: f"{where}: {one_line(e, whole, lang)}") from None
     except (ValueError, TypeError, ArithmeticError) as exc:  # a validator's own check
-        raise UserError(f"{where}: {error_message(exc)}") from None
+        raise UserError(lambda lang, e=exc: f"{where}: {error_message(e, lang)}") from None
 
 
 _WHOLE = {"Scenario": "scenario", "MeasurementRecord": "record", "RecommendRequest": "request"}
@@ -245,10 +263,17 @@ def require(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         ok = False
     if not ok:
-        want = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
-        raise ValueError(f"{name} must be {want}, got {excerpt(value)}")
+        got = excerpt(value)
+
+        def words(lang: Lang) -> str:
+            want = [translate(_KIND_NAMES[k], lang) if k in _KIND_NAMES else k.__name__ for k in kinds]
+            while len(want) > 1:  # "an integer or a finite number"
+                want[-2:] = [translate(N_("{first} or {second}"), lang, first=want[-2], second=want[-1])]
+            return translate(N_("{name} must be {want}, got {value}"), lang, name=name, want=want[0], value=got)
+
+        raise UserError(words)
     return value
 
 
-_KIND_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
-               dict: "a JSON object", list: "a JSON list", type(None): "null"}
+_KIND_NAMES = {int: N_("an integer"), float: N_("a finite number"), bool: N_("true or false"), str: N_("a string"),
+               dict: N_("a JSON object"), list: N_("a JSON list"), type(None): "null"}

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from calc.architectures import ModelSpec, spec_from_hf_config
 from calc.boundary import excerpt
+from calc.errors import UserError
+from calc.i18n import T_
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -144,7 +146,8 @@ def cluster_presets() -> dict[str, ClusterPreset]:
 def _spec_for_preset(preset_id: str) -> ModelSpec:
     presets = model_presets()
     if preset_id not in presets:
-        raise ValueError(f"unknown model preset {excerpt(preset_id)}; run `python -m calc presets` to list them")
+        raise UserError(T_("unknown model preset {preset}; run `python -m calc presets` to list them",
+                           preset=excerpt(preset_id)))
     return presets[preset_id].spec
 
 
@@ -163,15 +166,17 @@ def resolve_hardware(hw: Any) -> Any:
     if hw.cluster is not None:
         clusters = cluster_presets()
         if hw.cluster not in clusters:
-            raise ValueError(f"unknown cluster preset {excerpt(hw.cluster)}; known: {', '.join(sorted(clusters))}")
+            raise UserError(T_("unknown cluster preset {preset}; known: {known}", preset=excerpt(hw.cluster),
+                               known=", ".join(sorted(clusters))))
         c = clusters[hw.cluster]
         if "num_gpus" in hw.model_fields_set and hw.num_gpus != c.num_gpus:  # e.g. gpu="8x-..." + num_gpus=3
-            raise ValueError(f"num_gpus={hw.num_gpus} contradicts cluster {excerpt(hw.cluster)}, which has "
-                             f"{c.num_gpus} GPUs; give one of them")
+            raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
+                               "of them", num_gpus=hw.num_gpus, cluster=excerpt(hw.cluster), count=c.num_gpus))
         update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                   "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
                   "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}
     gpu = update.get("gpu", hw.gpu)
     if gpu is not None and gpu not in gpu_presets():
-        raise ValueError(f"unknown GPU preset {excerpt(gpu)}; run `python -m calc presets` to list them")
+        raise UserError(T_("unknown GPU preset {preset}; run `python -m calc presets` to list them",
+                           preset=excerpt(gpu)))
     return hw.model_copy(update=update) if update else hw

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from calc.architectures import ModelSpec
+from calc.errors import UserError
+from calc.i18n import T_
 from calc.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
 
 
@@ -136,26 +138,26 @@ class TrainingConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
         if self.offload_params != Offload.none and self.zero_stage != 3:
-            raise ValueError("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)")
+            raise UserError(T_("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)"))
         if self.offload_optimizer != Offload.none and self.zero_stage == 0:
-            raise ValueError("offload_optimizer needs zero_stage 1, 2 or 3 (DeepSpeed ZeRO-Offload)")
+            raise UserError(T_("offload_optimizer needs zero_stage 1, 2 or 3 (DeepSpeed ZeRO-Offload)"))
         if self.offload_optimizer == Offload.nvme and self.zero_stage != 3:
-            raise ValueError("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2")
+            raise UserError(T_("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2"))
         if self.pipeline_parallel > 1 and self.zero_stage > 1:
-            raise ValueError("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)")
+            raise UserError(T_("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)"))
         if self.sharding == "fsdp2":
             if self.zero_stage == 1:
-                raise ValueError("sharding fsdp2 shards gradients and weights: use zero_stage 2 or 3 (or 0)")
+                raise UserError(T_("sharding fsdp2 shards gradients and weights: use zero_stage 2 or 3 (or 0)"))
             if self.offload_optimizer != Offload.none or self.offload_params != Offload.none:
-                raise ValueError("offload is modelled for DeepSpeed ZeRO; use sharding deepspeed")
+                raise UserError(T_("offload is modelled for DeepSpeed ZeRO; use sharding deepspeed"))
             if self.pipeline_parallel > 1 or self.tensor_parallel > 1:
-                raise ValueError("sharding fsdp2 is modelled for data parallelism only (tensor/pipeline = 1)")
+                raise UserError(T_("sharding fsdp2 is modelled for data parallelism only (tensor/pipeline = 1)"))
         if self.sequence_parallel and self.tensor_parallel == 1:
-            raise ValueError("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)")
+            raise UserError(T_("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)"))
         if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
-            raise ValueError("adamw-8bit (bitsandbytes) has no for-loop implementation; use foreach or fused")
+            raise UserError(T_("adamw-8bit (bitsandbytes) has no for-loop implementation; use foreach or fused"))
         if self.lora is not None and self.lora.base_weights != "bf16" and self.precision.is_mixed:
-            raise ValueError("quantized LoRA base weights (int8/nf4) are used with amp or bf16, not *-mixed")
+            raise UserError(T_("quantized LoRA base weights (int8/nf4) are used with amp or bf16, not *-mixed"))
         return self
 
 
@@ -188,8 +190,8 @@ class HardwareConfig(BaseModel):
     def _cluster_agrees(self) -> HardwareConfig:
         count = _cluster_gpus(self.cluster) if self.cluster else None
         if count is not None and self.num_gpus != count:
-            raise ValueError(f"num_gpus={self.num_gpus} contradicts cluster {self.cluster!r}, which has {count} GPUs; "
-                             "give one of them")
+            raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
+                               "of them", num_gpus=self.num_gpus, cluster=repr(self.cluster), count=count))
         return self
 
     def gpus_in_node(self) -> int:
@@ -227,27 +229,24 @@ class Scenario(BaseModel):
         spec = self.spec  # raises a ValueError naming the problem for unknown presets / bad configs
         t = self.training
         if spec.num_heads % t.tensor_parallel:
-            raise ValueError(
-                f"tensor_parallel={t.tensor_parallel} must divide the {spec.num_heads} attention heads"
-            )
+            raise UserError(T_("tensor_parallel={tp} must divide the {heads} attention heads",
+                               tp=t.tensor_parallel, heads=spec.num_heads))
         if spec.num_layers < t.pipeline_parallel:
-            raise ValueError(
-                f"pipeline_parallel={t.pipeline_parallel} exceeds the {spec.num_layers} layers"
-            )
+            raise UserError(T_("pipeline_parallel={pp} exceeds the {layers} layers", pp=t.pipeline_parallel,
+                               layers=spec.num_layers))
         gpus = self.resolved_hardware().num_gpus
         model_parallel = t.tensor_parallel * t.pipeline_parallel
         if gpus % model_parallel:
-            raise ValueError(
-                f"num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = {model_parallel}"
-            )
+            raise UserError(T_("num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = "
+                               "{model_parallel}", gpus=gpus, model_parallel=model_parallel))
         if spec.attention_sinks and t.attention != Attention.eager:
-            raise ValueError("attention: gpt_oss runs eager attention in transformers (its attention sinks have "
-                             "no SDPA path); choose eager")
+            raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
+                               "have no SDPA path); choose eager"))
         if t.lora is not None and spec.mla:
-            raise ValueError("LoRA on multi-head latent attention (deepseek_v3) is not modelled; train it without lora")
+            raise UserError(T_("LoRA on multi-head latent attention (deepseek_v3) is not modelled; train it without lora"))
         quantized = t.lora is not None and t.lora.base_weights != "bf16"
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
-                raise ValueError("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2")
+                raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
         return self
 
     def variant(self, **fields: Any) -> Scenario:

@@ -10,17 +10,25 @@ import streamlit as st
 
 from calc.boundary import decode
 from calc.engine import estimate
+from calc.errors import UserError
+from calc.i18n import N_, T_, Lang, translate
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.result import Estimate
 from calc.scenario import Scenario
 from calc.units import GiB
+from ui import i18n
+
+
+def model_options() -> dict[str, str]:
+    """Preset id -> 'Name (6.74 B params)', smallest model first, in the session's language."""
+    return _model_options(i18n.current())
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def model_options() -> dict[str, str]:
-    """Preset id -> 'Name (6.74 B params)', smallest model first."""
+def _model_options(lang: Lang) -> dict[str, str]:
     items = sorted(model_presets().values(), key=lambda p: (p.spec.total_params(), p.id))
-    return {p.id: f"{p.name} ({p.spec.total_params() / 1e9:,.2f} B params)" for p in items}
+    return {p.id: translate(N_("{name} ({size} B params)"), lang, name=p.name,
+                            size=f"{p.spec.total_params() / 1e9:,.2f}") for p in items}
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -92,7 +100,8 @@ def check_records(text: str | bytes, where: str) -> list:
 
     if len(text) > MAX_RECORD_BYTES or len(text if isinstance(text, bytes) else
                                           text.encode("utf-8", "surrogatepass")) > MAX_RECORD_BYTES:
-        raise ValueError(f"{where} is over {MAX_RECORD_BYTES // 2**20} MiB; a record is a few KiB")
+        raise UserError(T_("{where} is over {limit} MiB; a record is a few KiB", where=where,
+                           limit=MAX_RECORD_BYTES // 2**20))
     if isinstance(text, bytes):
         text = decode(text, where)  # names the file when it is not UTF-8
     out = []
@@ -100,7 +109,8 @@ def check_records(text: str | bytes, where: str) -> list:
         try:
             out.append(compare(rec, i))
         except (ValueError, ArithmeticError) as exc:
-            raise ValueError(f"{where}: the engine cannot predict this scenario: {exc}") from None
+            raise UserError(T_("{where}: the engine cannot predict this scenario: {problem}", where=where,
+                               problem=exc)) from None
     return out
 
 

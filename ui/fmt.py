@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from calc.units import GB, GiB, MiB, to_gib
+from ui.i18n import _
 
 __all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain"]
 
@@ -28,7 +29,7 @@ def gb(n_bytes: int | float, digits: int = 1) -> str:
 
 def bytes_exact(n_bytes: int | None) -> str:
     """'12,345,678,901 bytes' for hover text and tables."""
-    return "—" if n_bytes is None else f"{int(n_bytes):,} bytes"
+    return "—" if n_bytes is None else _("{n} bytes", n=f"{int(n_bytes):,}")
 
 
 def percent(x: float, digits: int = 1) -> str:

@@ -16,7 +16,8 @@ import streamlit as st
 from pydantic import ValidationError
 
 from calc.boundary import decode, parse_json
-from calc.i18n import N_
+from calc.errors import UserError
+from calc.i18n import N_, T_
 from calc.presets import resolve_model
 from calc.scenario import (
     Attention,
@@ -44,46 +45,49 @@ PAGES: tuple[tuple[str, str, str], ...] = (
 MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
 
 PRECISION_LABELS = {
-    Precision.fp32: "fp32 (everything fp32)",
-    Precision.amp_bf16: "AMP bf16 (fp32 weights, bf16 autocast)",
-    Precision.amp_fp16: "AMP fp16 (fp32 weights, fp16 autocast + GradScaler)",
-    Precision.bf16_mixed: "bf16 mixed (bf16 weights + fp32 master, DeepSpeed)",
-    Precision.fp16_mixed: "fp16 mixed (fp16 weights + fp32 master, loss scaling)",
-    Precision.bf16: "pure bf16 (bf16 weights and optimizer states)",
+    Precision.fp32: N_("fp32 (everything fp32)"),
+    Precision.amp_bf16: N_("AMP bf16 (fp32 weights, bf16 autocast)"),
+    Precision.amp_fp16: N_("AMP fp16 (fp32 weights, fp16 autocast + GradScaler)"),
+    Precision.bf16_mixed: N_("bf16 mixed (bf16 weights + fp32 master, DeepSpeed)"),
+    Precision.fp16_mixed: N_("fp16 mixed (fp16 weights + fp32 master, loss scaling)"),
+    Precision.bf16: N_("pure bf16 (bf16 weights and optimizer states)"),
 }
 OPTIMIZER_LABELS = {
     Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
-    Optimizer.sgd_momentum: "SGD + momentum", Optimizer.adafactor: "Adafactor",
+    Optimizer.sgd_momentum: N_("SGD + momentum"), Optimizer.adafactor: "Adafactor",
     Optimizer.adamw_8bit: "AdamW 8-bit (bitsandbytes)",
 }
 IMPL_LABELS = {
-    OptimizerImpl.foreach: "foreach (PyTorch default on CUDA)",
-    OptimizerImpl.fused: "fused (one kernel, no temporaries)",
-    OptimizerImpl.for_loop: "for-loop (one tensor at a time)",
+    OptimizerImpl.foreach: N_("foreach (PyTorch default on CUDA)"),
+    OptimizerImpl.fused: N_("fused (one kernel, no temporaries)"),
+    OptimizerImpl.for_loop: N_("for-loop (one tensor at a time)"),
 }
 CKPT_LABELS = {
-    Checkpointing.none: "none",
-    Checkpointing.full: "full layers (every k-th layer)",
-    Checkpointing.selective: "selective (attention only)",
+    Checkpointing.none: N_("none"),
+    Checkpointing.full: N_("full layers (every k-th layer)"),
+    Checkpointing.selective: N_("selective (attention only)"),
 }
 ATTENTION_LABELS = {
     Attention.sdpa: "SDPA / FlashAttention",
-    Attention.eager: "eager (materialises S x S scores)",
+    Attention.eager: N_("eager (materialises S x S scores)"),
 }
-OFFLOAD_LABELS = {Offload.none: "none (on GPU)", Offload.cpu: "CPU RAM", Offload.nvme: "NVMe"}
+OFFLOAD_LABELS = {Offload.none: N_("none (on GPU)"), Offload.cpu: N_("CPU RAM"), Offload.nvme: "NVMe"}
 SHARDING_LABELS = {"deepspeed": "DeepSpeed ZeRO", "fsdp2": "PyTorch FSDP2"}
 ZERO_LABELS = {
-    0: "0 (plain data parallel)", 1: "1 (shard optimizer states)",
-    2: "2 (+ gradients)", 3: "3 (+ weights)",
+    0: N_("0 (plain data parallel)"), 1: N_("1 (shard optimizer states)"),
+    2: N_("2 (+ gradients)"), 3: N_("3 (+ weights)"),
 }
-MODE_LABELS = {Mode.train: "train", Mode.inference: "inference"}
-CROSS_ENTROPY_LABELS = {"standard": "standard (full logits)",
-                        "liger-fused": "Liger fused linear cross-entropy (modelled from source)"}
-KEEP_OUTPUTS_LABEL = "my loop keeps the model outputs (outputs = model(...))"
-LORA_TARGET_LABELS = {"all-linear": "all linear layers", "attention": "attention projections only"}
-LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": "nf4 4-bit (QLoRA)"}
-MODEL_SOURCE_LABELS = {"preset": "Preset", "config": "Hugging Face config.json"}
-HW_KIND_LABELS = {"gpu": "GPU preset", "cluster": "Cluster preset", "custom": "Custom memory"}
+MODE_LABELS = {Mode.train: N_("train"), Mode.inference: N_("inference")}
+CROSS_ENTROPY_LABELS = {"standard": N_("standard (full logits)"),
+                        "liger-fused": N_("Liger fused linear cross-entropy (modelled from source)")}
+KEEP_OUTPUTS_LABEL = N_("my loop keeps the model outputs (outputs = model(...))")
+LORA_TARGET_LABELS = {"all-linear": N_("all linear layers"), "attention": N_("attention projections only")}
+LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": N_("nf4 4-bit (QLoRA)")}
+MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
+HW_KIND_LABELS = {"gpu": N_("GPU preset"), "cluster": N_("Cluster preset"), "custom": N_("Custom memory")}
+COMPARE_KIND_LABELS = {"cluster": N_("Cluster"), "gpu": N_("GPU x count")}
+# The labels above are English message ids (N_): widgets show them through tr() (format_func), the
+# option values stay the enum values.
 
 # Sidebar sections; a validation message goes to the first section whose keywords it mentions.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -193,7 +197,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
 def _labels(mapping: dict[Any, str]) -> tuple[list[str], Callable[[Any], str]]:
     keys = [k.value if hasattr(k, "value") else k for k in mapping]
     names = dict(zip(keys, mapping.values(), strict=True))
-    return keys, lambda k: names.get(k, str(k))
+    return keys, lambda k: tr(names[k]) if k in names else str(k)
 
 
 def _select(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
@@ -211,26 +215,27 @@ def parse_config_text(text: str | bytes, where: str = "config.json") -> dict[str
     depth, finite numbers), or ValueError with a one-line message for the user."""
     size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where} is {size / MiB:,.1f} MiB; the limit is "
-                         f"{MAX_CONFIG_BYTES / MiB:.0f} MiB (a Hugging Face config.json is a few KiB)")
+        raise UserError(T_("{where} is {size} MiB; the limit is {limit} MiB (a Hugging Face config.json is a "
+                           "few KiB)", where=where, size=f"{size / MiB:,.1f}", limit=f"{MAX_CONFIG_BYTES / MiB:.0f}"))
     if not text.strip():
-        raise ValueError(f"{where}: paste a Hugging Face config.json or upload one")
+        raise UserError(T_("{where}: paste a Hugging Face config.json or upload one", where=where))
     data = parse_json(text, where, MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
-        raise ValueError(f"{where} must be a JSON object ({{...}}), not a " + type(data).__name__)
+        raise UserError(T_("{where} must be a JSON object ({{...}}), not a {kind}", where=where,
+                           kind=type(data).__name__))
     return data
 
 
 def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
-    src = _radio("Model source", MODEL_SOURCE_LABELS, "sc_model_source")
+    src = _radio(_("Model source"), MODEL_SOURCE_LABELS, "sc_model_source")
     if src == "preset":
         opts = compute.model_options()
-        return st.selectbox("Model", list(opts), format_func=opts.__getitem__, key="sc_model",
-                            help="Type to search. Parameter counts are exact (transformers' own count).")
-    up = st.file_uploader("Upload config.json", type=["json"], key="sc_config_file", max_upload_size=2,
-                          help="The model's config.json from the Hugging Face Hub (shapes only, no weights).")
+        return st.selectbox(_("Model"), list(opts), format_func=opts.__getitem__, key="sc_model",
+                            help=_("Type to search. Parameter counts are exact (transformers' own count)."))
+    up = st.file_uploader(_("Upload config.json"), type=["json"], key="sc_config_file", max_upload_size=2,
+                          help=_("The model's config.json from the Hugging Face Hub (shapes only, no weights)."))
     _take_config_upload(up)
-    text = st.text_area("…or paste config.json", key="sc_config_text", height=160,
+    text = st.text_area(_("…or paste config.json"), key="sc_config_text", height=160,
                         placeholder='{"model_type": "llama", "hidden_size": 4096, ...}')
     if "model" in errors:
         return None
@@ -254,7 +259,8 @@ def _take_config_upload(up: Any) -> None:
         try:
             resolve_model(parse_config_text(up.getvalue(), where=up.name))  # bytes, JSON, then the model itself
         except ValueError as exc:
-            ss[state.CONFIG_UPLOAD_ERROR] = (up.file_id, f"{state.error_text(exc)} (the box below is unchanged)")
+            ss[state.CONFIG_UPLOAD_ERROR] = (up.file_id, _("{problem} (the box below is unchanged)",
+                                                              problem=state.error_text(exc)))
         else:
             ss["sc_config_text"] = decode(up.getvalue(), up.name)
     bad = ss.get(state.CONFIG_UPLOAD_ERROR)
@@ -263,19 +269,20 @@ def _take_config_upload(up: Any) -> None:
 
 
 def _hardware_section() -> dict[str, Any]:
-    kind = _radio("Hardware", HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
+    kind = _radio(_("Hardware"), HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
     if kind == "cluster":
         opts = compute.cluster_options()
-        return {"cluster": st.selectbox("Cluster", list(opts), format_func=opts.__getitem__, key="sc_cluster")}
+        return {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__, key="sc_cluster")}
     if kind == "custom":
-        mem = st.number_input("GPU memory (GiB)", min_value=0.5, max_value=4096.0, step=1.0, format="%.2f",
-                              key="sc_mem_gib", help="Total device memory as nvidia-smi reports it, in GiB (2^30 bytes).")
-        n = st.number_input("Number of GPUs", min_value=1, max_value=65536, step=1, key="sc_num_gpus")
+        mem = st.number_input(_("GPU memory (GiB)"), min_value=0.5, max_value=4096.0, step=1.0, format="%.2f",
+                              key="sc_mem_gib",
+                              help=_("Total device memory as nvidia-smi reports it, in GiB (2^30 bytes)."))
+        n = st.number_input(_("Number of GPUs"), min_value=1, max_value=65536, step=1, key="sc_num_gpus")
         return {"memory_bytes": round(mem * GiB), "num_gpus": int(n)}
     opts = compute.gpu_options()
     gpu = st.selectbox("GPU", list(opts), format_func=opts.__getitem__, key="sc_gpu",
-                       help="Memory shown is what nvidia-smi reports, in GiB.")
-    n = st.number_input("Number of GPUs", min_value=1, max_value=65536, step=1, key="sc_num_gpus")
+                       help=_("Memory shown is what nvidia-smi reports, in GiB."))
+    n = st.number_input(_("Number of GPUs"), min_value=1, max_value=65536, step=1, key="sc_num_gpus")
     return {"gpu": gpu, "num_gpus": int(n)}
 
 
@@ -300,92 +307,94 @@ def scenario_sidebar() -> Scenario | None:
     errors: dict[str, str] = {}
     slots: dict[str, Any] = {}
     base = current.model_dump(mode="json")
-    tr = dict(base["training"])
+    tc = dict(base["training"])
     sb = st.sidebar
 
-    with sb.expander("Model", expanded=True, icon=":material/neurology:"):
+    with sb.expander(_("Model"), expanded=True, icon=":material/neurology:"):
         model = _model_section(errors)
         slots["model"] = st.empty()  # right under the model / config.json widgets
-        mode = _radio("Mode", MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
+        mode = _radio(_("Mode"), MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
     training = mode == Mode.train.value
 
-    with sb.expander("Hardware", expanded=True, icon=":material/memory:"):
+    with sb.expander(_("Hardware"), expanded=True, icon=":material/memory:"):
         hardware = _hardware_section()
-        ram = st.number_input("Host RAM per node (GiB; 0 = the cluster preset's, or unknown)", 0.0, 1e6, step=64.0,
-                              format="%.0f", key="sc_ram_gib", help="Checked against what CPU offload needs.")
-        nvme = st.number_input("NVMe per node (GiB; 0 = the cluster preset's, or unknown)", 0.0, 1e7, step=512.0,
-                               format="%.0f", key="sc_nvme_gib", help="Checked against what NVMe offload needs.")
+        ram = st.number_input(_("Host RAM per node (GiB; 0 = the cluster preset's, or unknown)"), 0.0, 1e6,
+                              step=64.0, format="%.0f", key="sc_ram_gib",
+                              help=_("Checked against what CPU offload needs."))
+        nvme = st.number_input(_("NVMe per node (GiB; 0 = the cluster preset's, or unknown)"), 0.0, 1e7,
+                               step=512.0, format="%.0f", key="sc_nvme_gib",
+                               help=_("Checked against what NVMe offload needs."))
         hardware["cpu_ram_bytes"] = round(ram * GiB) or None
         hardware["nvme_bytes"] = round(nvme * GiB) or None
         slots["hardware"] = st.empty()
 
-    with sb.expander("Batch and sequence", expanded=True, icon=":material/view_week:"):
-        tr["micro_batch_size"] = int(st.number_input("Micro-batch size (sequences per GPU)", 1, 65536, step=1,
+    with sb.expander(_("Batch and sequence"), expanded=True, icon=":material/view_week:"):
+        tc["micro_batch_size"] = int(st.number_input(_("Micro-batch size (sequences per GPU)"), 1, 65536, step=1,
                                                      key="sc_mbs"))
-        tr["seq_len"] = int(st.number_input("Sequence length (tokens)", 1, 4_194_304, step=256, key="sc_seq"))
+        tc["seq_len"] = int(st.number_input(_("Sequence length (tokens)"), 1, 4_194_304, step=256, key="sc_seq"))
         if training:
-            tr["gradient_accumulation_steps"] = int(st.number_input("Gradient accumulation steps", 1, 65536,
+            tc["gradient_accumulation_steps"] = int(st.number_input(_("Gradient accumulation steps"), 1, 65536,
                                                                     step=1, key="sc_ga"))
-            tr["keep_outputs"] = bool(st.checkbox(
-                KEEP_OUTPUTS_LABEL, key="sc_keep",
-                help="Off: HF Trainer's `loss = model(...).loss` frees the logits before backward. On: "
-                     "`outputs = model(**batch); loss = outputs.loss` (accelerate and most hand-written "
-                     "loops) keeps the logits and the KV cache alive through backward, the optimizer step "
-                     "and the next forward."))
+            tc["keep_outputs"] = bool(st.checkbox(
+                tr(KEEP_OUTPUTS_LABEL), key="sc_keep",
+                help=_("Off: HF Trainer's `loss = model(...).loss` frees the logits before backward. On: "
+                       "`outputs = model(**batch); loss = outputs.loss` (accelerate and most hand-written "
+                       "loops) keeps the logits and the KV cache alive through backward, the optimizer step "
+                       "and the next forward.")))
         slots["batch"] = st.empty()
 
-    with sb.expander("Precision and optimizer", expanded=True, icon=":material/tune:"):
-        tr["precision"] = _select("Precision", PRECISION_LABELS, "sc_precision")
+    with sb.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
+        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision")
         if training:
-            tr["optimizer"] = _select("Optimizer", OPTIMIZER_LABELS, "sc_optimizer")
-            tr["optimizer_impl"] = _select("Optimizer implementation", IMPL_LABELS, "sc_impl")
+            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer")
+            tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
         slots["precision"] = st.empty()
 
-    with sb.expander("Memory savers", expanded=True, icon=":material/compress:"):
-        tr["attention"] = _select("Attention", ATTENTION_LABELS, "sc_attention")
+    with sb.expander(_("Memory savers"), expanded=True, icon=":material/compress:"):
+        tc["attention"] = _select(_("Attention"), ATTENTION_LABELS, "sc_attention")
         if training:
-            tr["activation_checkpointing"] = _select("Activation checkpointing", CKPT_LABELS, "sc_ckpt")
-            if tr["activation_checkpointing"] == Checkpointing.full.value:
-                tr["checkpoint_every"] = int(st.number_input("Checkpoint 1 of every k layers", 1, 1024, step=1,
+            tc["activation_checkpointing"] = _select(_("Activation checkpointing"), CKPT_LABELS, "sc_ckpt")
+            if tc["activation_checkpointing"] == Checkpointing.full.value:
+                tc["checkpoint_every"] = int(st.number_input(_("Checkpoint 1 of every k layers"), 1, 1024, step=1,
                                                              key="sc_every"))
-            tr["cross_entropy"] = _select(
-                "Loss kernel", CROSS_ENTROPY_LABELS, "sc_ce",
-                help="Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
-                     "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
-                     "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU.")
-        tr["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, "sc_zero")
-        if tr["zero_stage"] in (2, 3):
-            tr["sharding"] = _select("Sharded by", SHARDING_LABELS, "sc_sharding",
-                                     help="DeepSpeed ZeRO, or PyTorch FSDP2 (fully_shard per layer: stage 3 = "
-                                          "FULL_SHARD, stage 2 = reshard_after_forward=False).")
-        tr["offload_optimizer"] = _select("Offload optimizer states", OFFLOAD_LABELS, "sc_off_opt")
-        tr["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, "sc_off_par",
-                                       help="Needs ZeRO stage 3.")
+            tc["cross_entropy"] = _select(
+                _("Loss kernel"), CROSS_ENTROPY_LABELS, "sc_ce",
+                help=_("Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
+                       "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
+                       "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU."))
+        tc["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, "sc_zero")
+        if tc["zero_stage"] in (2, 3):
+            tc["sharding"] = _select(_("Sharded by"), SHARDING_LABELS, "sc_sharding",
+                                     help=_("DeepSpeed ZeRO, or PyTorch FSDP2 (fully_shard per layer: stage 3 = "
+                                            "FULL_SHARD, stage 2 = reshard_after_forward=False)."))
+        tc["offload_optimizer"] = _select(_("Offload optimizer states"), OFFLOAD_LABELS, "sc_off_opt")
+        tc["offload_params"] = _select(_("Offload parameters"), OFFLOAD_LABELS, "sc_off_par",
+                                       help=_("Needs ZeRO stage 3."))
         slots["savers"] = st.empty()
 
     par_open = current.training.tensor_parallel > 1 or current.training.pipeline_parallel > 1
-    with sb.expander("Parallelism", expanded=par_open, icon=":material/lan:"):
-        tr["tensor_parallel"] = int(st.number_input("Tensor parallel", 1, 1024, step=1, key="sc_tp"))
-        tr["pipeline_parallel"] = int(st.number_input("Pipeline parallel", 1, 1024, step=1, key="sc_pp"))
-        tr["sequence_parallel"] = bool(st.checkbox("Sequence parallel (Megatron, with TP)", key="sc_sp"))
-        st.caption("Data parallel = GPUs / (tensor x pipeline).")
+    with sb.expander(_("Parallelism"), expanded=par_open, icon=":material/lan:"):
+        tc["tensor_parallel"] = int(st.number_input(_("Tensor parallel"), 1, 1024, step=1, key="sc_tp"))
+        tc["pipeline_parallel"] = int(st.number_input(_("Pipeline parallel"), 1, 1024, step=1, key="sc_pp"))
+        tc["sequence_parallel"] = bool(st.checkbox(_("Sequence parallel (Megatron, with TP)"), key="sc_sp"))
+        st.caption(_("Data parallel = GPUs / (tensor x pipeline)."))
         slots["parallel"] = st.empty()
 
     with sb.expander("LoRA / QLoRA", expanded=current.training.lora is not None, icon=":material/layers:"):
-        if st.checkbox("Train LoRA adapters (frozen base model)", key="sc_lora"):
+        if st.checkbox(_("Train LoRA adapters (frozen base model)"), key="sc_lora"):
             lora = dict(base["training"]["lora"] or {})
-            lora["rank"] = int(st.number_input("Rank r", 1, 4096, step=1, key="sc_lora_rank"))
-            lora["targets"] = _select("Targets", LORA_TARGET_LABELS, "sc_lora_targets")
-            lora["base_weights"] = _select("Base weight precision", LORA_BASE_LABELS, "sc_lora_base")
-            tr["lora"] = lora
+            lora["rank"] = int(st.number_input(_("Rank r"), 1, 4096, step=1, key="sc_lora_rank"))
+            lora["targets"] = _select(_("Targets"), LORA_TARGET_LABELS, "sc_lora_targets")
+            lora["base_weights"] = _select(_("Base weight precision"), LORA_BASE_LABELS, "sc_lora_base")
+            tc["lora"] = lora
         else:
-            tr["lora"] = None
+            tc["lora"] = None
         slots["lora"] = st.empty()
 
     sc: Scenario | None = None
     if not errors:
         hw = {k: v for k, v in hardware.items() if v is not None}
-        data = {"model": model, "hardware": hw, "mode": mode, "training": tr}
+        data = {"model": model, "hardware": hw, "mode": mode, "training": tc}
         try:
             sc = Scenario.model_validate(data)
         except (ValidationError, ValueError) as exc:
@@ -407,8 +416,8 @@ def scenario_or_stop(include_compare: bool = False) -> Scenario | None:
     state.sync_url(include_compare)
     if sc is None:
         msg = st.session_state.get(state.SCENARIO_ERROR)
-        st.error(f"The scenario is not valid: {fmt.literal(msg)}. Change the setting marked in the sidebar.",
-                 icon=":material/error:")
+        st.error(_("The scenario is not valid: {problem}. Change the setting marked in the sidebar.",
+                   problem=fmt.literal(msg)), icon=":material/error:")
     return sc
 
 
@@ -420,7 +429,7 @@ def hardware_name(sc: Scenario) -> str:
     if hw.gpu:
         name = gpu_presets()[hw.gpu].name
     else:
-        name = f"custom {hw.memory_bytes / GiB:,.2f} GiB GPU" if hw.memory_bytes else "no GPU"
+        name = _("custom {size} GiB GPU", size=f"{hw.memory_bytes / GiB:,.2f}") if hw.memory_bytes else _("no GPU")
     return f"{hw.num_gpus} x {name}"
 
 
@@ -450,8 +459,9 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     ss = st.session_state
     if "cmp_count" not in ss:
         ss["cmp_count"] = len(cols)
-    n = int(st.radio("Scenarios", [2, 3, 4], key="cmp_count", horizontal=True,
-                     help="Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and offload."))
+    n = int(st.radio(_("Scenarios"), [2, 3, 4], key="cmp_count", horizontal=True,
+                     help=_("Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and "
+                            "offload.")))
     while len(cols) < n:
         cols.append(EXTRA_COMPARE[(len(cols) - 2) % len(EXTRA_COMPARE)])
     cols = cols[:n]
@@ -462,30 +472,30 @@ def compare_columns_editor() -> list[state.CompareColumn]:
                 ss[k] = v
         with box:
             st.markdown(f"**{chr(65 + i)}**")
-            kind = _radio("Hardware", {"cluster": "Cluster", "gpu": "GPU x count"}, f"cmp_{i}_kind",
+            kind = _radio(_("Hardware"), COMPARE_KIND_LABELS, f"cmp_{i}_kind",
                           label_visibility="collapsed")
             if kind == "cluster":
                 opts = compute.cluster_options()
-                data: dict[str, Any] = {"cluster": st.selectbox("Cluster", list(opts), format_func=opts.__getitem__,
+                data: dict[str, Any] = {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__,
                                                                 key=f"cmp_{i}_cluster")}
             else:
                 g = compute.gpu_options()
                 data = {"gpu": st.selectbox("GPU", list(g), format_func=g.__getitem__, key=f"cmp_{i}_gpu"),
-                        "num_gpus": int(st.number_input("GPUs", 1, 65536, step=1, key=f"cmp_{i}_n"))}
+                        "num_gpus": int(st.number_input(_("GPUs"), 1, 65536, step=1, key=f"cmp_{i}_n"))}
             data["fastest"] = st.toggle(
-                "Fastest configuration that fits", key=f"cmp_{i}_fastest",
-                help="The recommender's fastest configuration for this hardware (precision, checkpointing, ZeRO, "
-                     "offload, parallelism, micro-batch): full fine-tuning when it fits, else LoRA / QLoRA. "
-                     "Turn off to set ZeRO and offload by hand.")
+                _("Fastest configuration that fits"), key=f"cmp_{i}_fastest",
+                help=_("The recommender's fastest configuration for this hardware (precision, checkpointing, ZeRO, "
+                       "offload, parallelism, micro-batch): full fine-tuning when it fits, else LoRA / QLoRA. "
+                       "Turn off to set ZeRO and offload by hand."))
             if data["fastest"]:  # the search chooses; hand settings are kept for when the toggle goes off
-                st.caption("Precision, checkpointing, ZeRO, offload, parallelism and batch split: chosen by the "
-                           "recommender (below).")
+                st.caption(_("Precision, checkpointing, ZeRO, offload, parallelism and batch split: chosen by the "
+                             "recommender (below)."))
                 data.update(zero_stage=col.zero_stage, offload_optimizer=col.offload_optimizer,
                             offload_params=col.offload_params)
             else:
-                data["zero_stage"] = _select("ZeRO stage", ZERO_LABELS, f"cmp_{i}_zero")
-                data["offload_optimizer"] = _select("Offload optimizer", OFFLOAD_LABELS, f"cmp_{i}_off_opt")
-                data["offload_params"] = _select("Offload parameters", OFFLOAD_LABELS, f"cmp_{i}_off_par")
+                data["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, f"cmp_{i}_zero")
+                data["offload_optimizer"] = _select(_("Offload optimizer"), OFFLOAD_LABELS, f"cmp_{i}_off_opt")
+                data["offload_params"] = _select(_("Offload parameters"), OFFLOAD_LABELS, f"cmp_{i}_off_par")
             out.append(state.CompareColumn.model_validate(data))
     state.set_compare(out)
     return out
@@ -498,12 +508,12 @@ def column_name(i: int, col: state.CompareColumn) -> str:
     if col.cluster:
         hw = cluster_presets()[col.cluster].name.split(" (")[0]
     else:
-        hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else "custom"
+        hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else _("custom")
     if col.fastest:
-        return f"{chr(65 + i)}: {hw} (fastest setup)"
+        return _("{column}: {hardware} (fastest setup)", column=chr(65 + i), hardware=hw)
     bits = [f"{chr(65 + i)}: {hw}", f"ZeRO-{col.zero_stage}"]
     if col.offload_optimizer != Offload.none:
-        bits.append(f"opt→{col.offload_optimizer.value}")
+        bits.append(_("opt→{target}", target=col.offload_optimizer.value))
     if col.offload_params != Offload.none:
-        bits.append(f"params→{col.offload_params.value}")
+        bits.append(_("params→{target}", target=col.offload_params.value))
     return ", ".join(bits)
