@@ -19,9 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from calc.boundary import decompress, error_message, excerpt, parse_json, short
+from calc.boundary import decompress, error_message, excerpt, parse_json, problem, short
 from calc.calibrate import Calibration
 from calc.errors import UserError
+from calc.i18n import DEFAULT_LANG, T_, Lang
 from calc.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
 from calc.scenario import HardwareConfig, Offload, Scenario
 
@@ -83,8 +84,8 @@ MAX_URL_CONFIG_CHARS = 20_000
 MAX_URL_CALIBRATION_CHARS = 1_000
 
 
-class UrlError(ValueError):
-    """A link's query parameters do not form a valid scenario."""
+class UrlError(UserError):
+    """A link's query parameters do not form a valid scenario (worded in either language, calc.errors)."""
 
 
 # ---- URL <-> Scenario ---------------------------------------------------------------------
@@ -114,17 +115,17 @@ def decode_config(text: str) -> dict[str, Any]:
     """config= -> dict, through calc.boundary: the inflated size is bounded before it is allocated
     (a 184-character link can carry gigabytes of zlib output), then depth and numbers."""
     if len(text) > MAX_URL_CONFIG_CHARS:
-        raise UrlError(f"{CONFIG_PARAM}: longer than {MAX_URL_CONFIG_CHARS:,} characters")
+        raise UrlError(T_("{param}: longer than {n} characters", param=CONFIG_PARAM, n=f"{MAX_URL_CONFIG_CHARS:,}"))
     try:
         packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except ValueError:
-        raise UrlError(f"{CONFIG_PARAM}: not an encoded config.json (bad base64)") from None
+        raise UrlError(T_("{param}: not an encoded config.json (bad base64)", param=CONFIG_PARAM)) from None
     try:
         data = parse_json(decompress(packed, CONFIG_PARAM, MAX_JSON_BYTES), CONFIG_PARAM)
     except UserError as exc:
-        raise UrlError(str(exc)) from None
+        raise UrlError(exc.render) from None
     if not isinstance(data, dict):
-        raise UrlError(f"{CONFIG_PARAM}: the config must be a JSON object")
+        raise UrlError(T_("{param}: the config must be a JSON object", param=CONFIG_PARAM))
     return data
 
 
@@ -159,7 +160,7 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
         return None
     for name in sorted(known & set(params)):
         if name != CONFIG_PARAM and len(params[name]) > MAX_URL_PARAM_CHARS:
-            raise UrlError(f"{name}: longer than {MAX_URL_PARAM_CHARS} characters")
+            raise UrlError(T_("{param}: longer than {n} characters", param=name, n=MAX_URL_PARAM_CHARS))
     data: dict[str, Any] = {}
     if CONFIG_PARAM in params:
         data["model"] = decode_config(params[CONFIG_PARAM])
@@ -175,17 +176,18 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
     if params.get(LORA_FLAG, "0") not in ("0", ""):
         data.setdefault("training", {}).setdefault("lora", {})
     if "model" not in data:
-        raise UrlError("model: the link names no model (model=<preset id> or config=...)")
+        raise UrlError(T_("model: the link names no model (model=<preset id> or config=...)"))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise UrlError(validation_message(exc, url=True)) from None
+        raise UrlError(lambda lang, e=exc: validation_message(e, url=True, lang=lang)) from None
     except ValueError as exc:
-        raise UrlError(error_message(exc)) from None
+        raise UrlError(lambda lang, e=exc: error_message(e, lang)) from None
 
 
-def validation_message(exc: ValidationError, url: bool = False) -> str:
-    """The first problem as 'field: message' (URL parameter names when url=True)."""
+def validation_message(exc: ValidationError, url: bool = False, lang: Lang = DEFAULT_LANG) -> str:
+    """The first problem as 'field: message' (URL parameter names when url=True), in `lang`: a
+    validator's own message (calc.errors.UserError) in either language, pydantic's own in English."""
     err = exc.errors()[0]
     loc = tuple(str(p) for p in err["loc"])
     where = ".".join(loc) or "scenario"
@@ -193,16 +195,20 @@ def validation_message(exc: ValidationError, url: bool = False) -> str:
         for name, path in URL_FIELDS.items():
             if loc[: len(path)] == path:
                 where = name
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = problem(err, lang)
     return short(f"{where}: {msg}" if where != "scenario" else msg)
 
 
-def error_text(exc: Exception) -> str:
-    """One short readable line for any validation problem (never a traceback). Plain text: render
-    it through ui.fmt.literal, it may quote the user's input."""
+def error_text(exc: Exception, lang: Lang | None = None) -> str:
+    """One short readable line for any validation problem (never a traceback), in `lang` (by default
+    the session's language). Plain text: render it through ui.fmt.literal, it may quote the user's input."""
+    if lang is None:
+        from ui import i18n  # imports streamlit, as _st() does
+
+        lang = i18n.current()
     if isinstance(exc, ValidationError):
-        return validation_message(exc)
-    return error_message(exc)
+        return validation_message(exc, lang=lang)
+    return error_message(exc, lang)
 
 
 # ---- Compare page columns -----------------------------------------------------------------
@@ -257,7 +263,8 @@ class CompareColumn(BaseModel):
     @classmethod
     def from_param(cls, text: str) -> CompareColumn:
         if len(text) > MAX_URL_PARAM_CHARS:
-            raise UrlError(f"{COMPARE_PARAM}: a column is longer than {MAX_URL_PARAM_CHARS} characters")
+            raise UrlError(T_("{param}: a column is longer than {n} characters", param=COMPARE_PARAM,
+                              n=MAX_URL_PARAM_CHARS))
         data: dict[str, Any] = {}
         for part in text.split("~"):
             tag, _, rest = part.partition(".")
@@ -275,11 +282,11 @@ class CompareColumn(BaseModel):
             elif tag == "f" and rest in ("0", "1"):
                 data["fastest"] = rest == "1"
             else:
-                raise UrlError(f"{COMPARE_PARAM}: unknown part {excerpt(part)}")
+                raise UrlError(T_("{param}: unknown part {part}", param=COMPARE_PARAM, part=excerpt(part)))
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise UrlError(f"{COMPARE_PARAM}: {validation_message(exc)}") from None
+            raise UrlError(lambda lang, e=exc: f"{COMPARE_PARAM}: {validation_message(e, lang=lang)}") from None
 
 
 # ---- calibration in the URL ---------------------------------------------------------------
@@ -319,10 +326,11 @@ def _correction(values: list[str]) -> dict[str, Any]:
 def calibration_from_param(text: str) -> Calibration:
     """The calibration a link carries; UrlError names the part that is wrong."""
     if len(text) > MAX_URL_CALIBRATION_CHARS:
-        raise UrlError(f"{CALIBRATION_PARAM}: longer than {MAX_URL_CALIBRATION_CHARS:,} characters")
+        raise UrlError(T_("{param}: longer than {n} characters", param=CALIBRATION_PARAM,
+                          n=f"{MAX_URL_CALIBRATION_CHARS:,}"))
     parts = text.split("~")
     if parts[0] != "v1":
-        raise UrlError(f"{CALIBRATION_PARAM}: unknown version {parts[0][:10]!r}")
+        raise UrlError(T_("{param}: unknown version {version}", param=CALIBRATION_PARAM, version=repr(parts[0][:10])))
     data: dict[str, Any] = {"outside_includes_nccl": False, "disagreements": []}
     for part in parts[1:]:
         tag, *values = part.split("_")
@@ -349,11 +357,12 @@ def calibration_from_param(text: str) -> Calibration:
             else:
                 raise ValueError("unknown part")
         except ValueError as exc:
-            raise UrlError(f"{CALIBRATION_PARAM}: part {part[:40]!r}: {exc}") from None
+            raise UrlError(T_("{param}: part {part}: {problem}", param=CALIBRATION_PARAM, part=repr(part[:40]),
+                              problem=exc)) from None
     try:
         return Calibration.model_validate(data)
     except ValidationError as exc:
-        raise UrlError(f"{CALIBRATION_PARAM}: {validation_message(exc)}") from None
+        raise UrlError(lambda lang, e=exc: f"{CALIBRATION_PARAM}: {validation_message(e, lang=lang)}") from None
 
 
 DEFAULT_COMPARE: tuple[CompareColumn, ...] = (
@@ -368,10 +377,10 @@ def compare_to_param(cols: list[CompareColumn]) -> str:
 
 def compare_from_param(text: str) -> list[CompareColumn]:
     if len(text) > 4 * (MAX_URL_PARAM_CHARS + 1):
-        raise UrlError(f"{COMPARE_PARAM}: longer than {4 * (MAX_URL_PARAM_CHARS + 1)} characters")
+        raise UrlError(T_("{param}: longer than {n} characters", param=COMPARE_PARAM, n=4 * (MAX_URL_PARAM_CHARS + 1)))
     cols = [CompareColumn.from_param(t) for t in text.split("_") if t]
     if not 2 <= len(cols) <= 4:
-        raise UrlError(f"{COMPARE_PARAM}: 2 to 4 columns, got {len(cols)}")
+        raise UrlError(T_("{param}: 2 to 4 columns, got {n}", param=COMPARE_PARAM, n=len(cols)))
     return cols
 
 
@@ -390,12 +399,15 @@ def init_state() -> None:
     ss = st.session_state
     if SCENARIO in ss:
         return
+    from ui.i18n import _  # imports streamlit, as _st() does
+
     params = {k: st.query_params[k] for k in st.query_params}
     sc = None
     try:
         sc = params_to_scenario(params)
     except UrlError as exc:
-        ss[URL_ERROR] = f"The link's scenario is not valid ({exc}); showing the default instead."
+        ss[URL_ERROR] = _("The link's scenario is not valid ({problem}); showing the default instead.",
+                          problem=error_text(exc))
     ss[SCENARIO] = sc or DEFAULT_SCENARIO
     ss[SCENARIO_ERROR] = None
     ss[SYNC] = True
@@ -403,12 +415,14 @@ def init_state() -> None:
         try:
             ss[COMPARE] = compare_from_param(params[COMPARE_PARAM])
         except UrlError as exc:
-            ss[URL_ERROR] = f"The link's comparison is not valid ({exc}); showing the default instead."
+            ss[URL_ERROR] = _("The link's comparison is not valid ({problem}); showing the default instead.",
+                              problem=error_text(exc))
     if CALIBRATION_PARAM in params:
         try:
             ss[CALIBRATION] = calibration_from_param(params[CALIBRATION_PARAM])
         except UrlError as exc:
-            ss[URL_ERROR] = f"The link's calibration is not valid ({exc}); showing uncalibrated predictions."
+            ss[URL_ERROR] = _("The link's calibration is not valid ({problem}); showing uncalibrated predictions.",
+                              problem=error_text(exc))
 
 
 def enter_page(page: str) -> None:

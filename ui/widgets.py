@@ -398,8 +398,7 @@ def scenario_sidebar() -> Scenario | None:
         try:
             sc = Scenario.model_validate(data)
         except (ValidationError, ValueError) as exc:
-            msg = state.error_text(exc)
-            errors[section_for(msg)] = msg
+            errors[section_for(state.error_text(exc, "en"))] = state.error_text(exc)  # keywords are English
     for name, msg in errors.items():
         slots[name].error(fmt.literal(msg), icon=":material/error:")
     if sc is None:
