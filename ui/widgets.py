@@ -195,9 +195,11 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
 
 
 def _labels(mapping: dict[Any, str]) -> tuple[list[str], Callable[[Any], str]]:
+    """Option values and a format_func that words them in this run's language (bound now: a format_func
+    may be called outside the run, where there is no session to ask)."""
     keys = [k.value if hasattr(k, "value") else k for k in mapping]
-    names = dict(zip(keys, mapping.values(), strict=True))
-    return keys, lambda k: tr(names[k]) if k in names else str(k)
+    names = {k: tr(label) for k, label in zip(keys, mapping.values(), strict=True)}
+    return keys, lambda k: names.get(k, str(k))
 
 
 def _select(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:

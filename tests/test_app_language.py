@@ -1,0 +1,125 @@
+"""The app's language (issue 13): `?lang=zh` opens in Chinese, the sidebar switch changes it, the URL
+and the navigation links keep it across pages, the browser's locale is the default, a bad `?lang=`
+falls back to English quietly; and the Calculator and its sidebar say their words in Chinese."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from calc.i18n import translate
+from tests.test_app_helpers import APP, TIMEOUT, assert_clean, go, open_app, visible_text
+from tests.test_i18n import CJK, KEEP, english_runs
+from ui import i18n
+
+ZH_TITLE = translate("GPU memory calculator", "zh")
+
+
+def _switch(at: AppTest):
+    return at.get("button_group")[0]  # the sidebar's segmented control, the only one in the app
+
+
+def _link_params(at: AppTest) -> list[dict[str, list[str]]]:
+    return [parse_qs(link.proto.query_string) for link in at.sidebar.get("page_link")]
+
+
+def test_catalogue_has_the_calculator_in_chinese():
+    assert ZH_TITLE != "GPU memory calculator" and CJK.search(ZH_TITLE)
+
+
+def test_lang_zh_opens_in_chinese():
+    at = open_app("calculator", {"lang": "zh"})
+    assert at.title[0].value == ZH_TITLE
+    assert _switch(at).value == "zh"
+    assert [e.label for e in at.sidebar.expander][:2] == [translate("Model", "zh"), translate("Hardware", "zh")]
+    assert at.query_params["lang"] == "zh"
+
+
+def test_english_by_default_and_no_lang_in_the_url():
+    at = open_app("calculator")
+    assert at.title[0].value == "GPU memory calculator"
+    assert _switch(at).value == "en"
+    assert "lang" not in at.query_params
+    assert all("lang" not in q for q in _link_params(at))
+
+
+def test_the_switch_changes_the_language_and_the_links_and_pages_keep_it():
+    at = open_app("calculator")
+    _switch(at).set_value("zh").run()
+    assert_clean(at)
+    assert at.title[0].value == ZH_TITLE
+    assert at.query_params["lang"] == "zh"
+    links = _link_params(at)
+    assert len(links) == 6 and all(q.get("lang") == ["zh"] and q.get("model") for q in links)
+    assert [link.proto.label for link in at.sidebar.get("page_link")][0] == translate("Calculator", "zh")
+    go(at, "compare")  # another page: same session, still Chinese, the URL still says so
+    assert at.session_state[i18n.LANG] == "zh" and at.query_params["lang"] == "zh"
+    assert _switch(at).value == "zh"
+    go(at, "calculator")
+    assert at.title[0].value == ZH_TITLE and at.query_params["lang"] == "zh"
+    _switch(at).set_value("en").run()  # and back: English drops the parameter
+    assert at.title[0].value == "GPU memory calculator"
+    assert "lang" not in at.query_params and all("lang" not in q for q in _link_params(at))
+
+
+@pytest.mark.parametrize(("locale", "title"), [("zh-CN", ZH_TITLE), ("zh-Hans-TW", ZH_TITLE),
+                                               ("en-GB", "GPU memory calculator"), ("de-DE", "GPU memory calculator")])
+def test_browser_locale_is_the_default(locale, title):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.context["locale"] = locale
+    at.run()
+    assert_clean(at)
+    assert at.title[0].value == title
+
+
+def test_the_link_beats_the_browser_locale():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.context["locale"] = "zh-CN"
+    at.query_params["lang"] = "en"
+    at.run()
+    assert at.title[0].value == "GPU memory calculator"
+
+
+@pytest.mark.parametrize("bad", ["xx", "", "zh" * 40, "<script>"])
+def test_an_unknown_lang_falls_back_to_english_quietly(bad):
+    at = open_app("calculator", {"lang": bad})
+    assert at.title[0].value == "GPU memory calculator"
+    assert not at.warning  # quietly (the error box below the title is the default scenario's verdict)
+    assert "lang" not in at.query_params  # the URL is rewritten to what is shown
+
+
+def test_calculator_sidebar_has_no_english_prose_in_chinese():
+    at = open_app("calculator", {"lang": "zh"})
+    shown = visible_text(at.sidebar)
+    assert any(CJK.search(t) for t in shown)
+    assert [run for t in shown for run in english_runs(t, 3, KEEP)] == []
+
+
+def test_calculator_words_in_chinese():
+    at = open_app("calculator", {"lang": "zh"})
+    labels = {m.label for m in at.metric}
+    assert {translate("Peak allocated (GiB)", "zh"), translate("Headroom (GiB)", "zh"),
+            translate("Largest micro-batch that fits", "zh")} <= labels
+    subheaders = [s.value for s in at.subheader]
+    assert translate("What fits", "zh") in subheaders and translate("Components", "zh") in subheaders
+    assert any("显存" in t for t in visible_text(at.main))
+
+
+def test_invalid_scenario_message_in_chinese():
+    """A validator's message (calc.scenario) reaches the sidebar and the page body in Chinese."""
+    at = open_app("calculator", {"lang": "zh", "model": "llama-2-7b", "sp": "1"})  # sequence parallel without tensor parallel
+    assert "序列并行" in at.warning[0].value  # the link's problem, in Chinese
+    at = open_app("calculator", {"lang": "zh"})
+    at.sidebar.checkbox(key="sc_sp").check().run()
+    errors = [e.value for e in at.error]
+    assert any("序列并行" in e and "tensor_parallel" in e for e in errors), errors
+    assert any(e.startswith(translate("The scenario is not valid: {problem}. Change the setting marked in the "
+                                      "sidebar.", "zh", problem="")[:5]) for e in errors)
+
+
+def test_invalid_scenario_message_in_english_is_unchanged():
+    at = open_app("calculator")
+    at.sidebar.checkbox(key="sc_sp").check().run()
+    assert any("sequence_parallel needs tensor_parallel \\> 1 (Megatron-style SP)" in e.value for e in at.error)
