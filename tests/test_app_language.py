@@ -123,3 +123,34 @@ def test_invalid_scenario_message_in_english_is_unchanged():
     at = open_app("calculator")
     at.sidebar.checkbox(key="sc_sp").check().run()
     assert any("sequence_parallel needs tensor_parallel \\> 1 (Megatron-style SP)" in e.value for e in at.error)
+
+
+# ---- calc's messages: English str(), Chinese on request ----------------------------------------
+
+def test_validator_messages_render_in_both_languages():
+    import pickle
+
+    from pydantic import ValidationError
+
+    from calc.boundary import error_message, one_line, parse_json
+    from calc.errors import UserError
+    from calc.scenario import Scenario
+    from ui import state
+
+    data = {"model": "llama-2-7b", "training": {"sequence_parallel": True}}
+    with pytest.raises(ValidationError) as info:
+        Scenario.model_validate(data)
+    english = "training: sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)"
+    assert one_line(info.value) == english == state.error_text(info.value, "en")
+    chinese = state.error_text(info.value, "zh")
+    assert chinese.startswith("training: ") and "序列并行" in chinese and chinese == one_line(info.value, lang="zh")
+    with pytest.raises(state.UrlError) as url:
+        state.params_to_scenario({"model": "llama-2-7b", "sp": "1"})
+    assert str(url.value) == english
+    assert url.value.render("zh") == chinese
+    with pytest.raises(UserError) as bad:
+        parse_json('{"a": NaN}', "config.json")
+    assert str(bad.value) == "config.json: a: NaN is not a number (JSON has no NaN or Infinity)"
+    assert "不是数值" in error_message(bad.value, "zh") and error_message(bad.value) == str(bad.value)
+    again = pickle.loads(pickle.dumps(bad.value))  # pickles as its English line
+    assert str(again) == str(bad.value) and again.render("zh") == str(bad.value)
