@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.result import phase_name
 from ui import calibration, charts, compute, fmt, state
 from ui import verdict as verdict_ui
-from ui.i18n import _, tr
+from ui.i18n import _, current, tr
 from ui.widgets import MODE_LABELS, hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")
+lang = current()
 st.title(_("GPU memory calculator"))
 st.caption(_("How much GPU memory one training step (or an inference forward) takes per GPU, where every "
              "byte goes, and what fits. All sizes in GiB (1 GiB = 2^30 bytes); hover a bar for exact bytes."))
@@ -50,8 +52,8 @@ c3.metric(_("GPU memory (GiB)"), fmt.gib(est.gpu_memory_bytes), help=fmt.bytes_e
 c4.metric(_("Headroom (GiB)"), fmt.gib(est.headroom_bytes),
           help=_("GPU memory minus the expected device total; negative means it does not fit."))
 st.markdown(_("The peak falls at **{event}** ({phase}, step {step}). "
-              "Device total range: {low} (low) to {high} (high).", event=tr(est.peak_event),
-              phase=tr(est.peak_phase), step=est.peak_step, low=fmt.gib(dt.low), high=fmt.gib(dt.high)))
+              "Device total range: {low} (low) to {high} (high).", event=charts.event_name(est.peak_event),
+              phase=phase_name(est.peak_phase, lang), step=est.peak_step, low=fmt.gib(dt.low), high=fmt.gib(dt.high)))
 
 calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrated (ui/calibration.py)
 
@@ -137,7 +139,7 @@ def row(component: str, category: str, n_bytes: int, formula: str) -> dict[str, 
             FORMULA: formula}
 
 
-rows = [row(tr(c.label), tr(charts.SHORT_LABELS.get(c.category, c.category)), c.bytes, c.formula)
+rows = [row(c.label_in(lang), tr(charts.SHORT_LABELS.get(c.category, c.category)), c.bytes, c.formula_in(lang))
         for c in est.components]
 rows += [
     row(_("Peak allocated"), TOTAL, est.peak_allocated_bytes, _("sum of the rows above")),
@@ -153,8 +155,8 @@ st.dataframe(rows, hide_index=True, key="calc_components", height=35 * (len(rows
                             "bytes": st.column_config.TextColumn(_("bytes"), width="medium"),
                             FORMULA: st.column_config.TextColumn(FORMULA, width="large")})
 with st.expander(_("Sources of each term")):
-    st.markdown("\n".join(_("- **{label}** ({size}): `{formula}`. Source: {source}", label=tr(c.label),
-                            size=fmt.gib(c.bytes), formula=c.formula, source=c.source)
+    st.markdown("\n".join(_("- **{label}** ({size}): `{formula}`. Source: {source}", label=c.label_in(lang),
+                            size=fmt.gib(c.bytes), formula=c.formula_in(lang), source=c.source_in(lang))
                           for c in est.components))
 
 for note in est.notes:
