@@ -21,7 +21,8 @@ MIXED_STEP_GRADIENTS_WHY = N_(
     "DeepSpeed's mixed-precision optimizer casts each 16-bit gradient partition to an fp32 .grad of its "
     "fp32 master partition, frees the 16-bit gradients, runs the step and then frees the fp32 copy "
     "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "
-    "the optimizer states) during the step; modelled from DeepSpeed's source")
+    "the optimizer states) during the step; modelled from DeepSpeed's source"
+)
 
 
 def weight_bytes_per_param(p: Precision) -> int:
