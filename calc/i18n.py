@@ -40,7 +40,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/claims.py"),
     "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/validate.py",
                "calc/record.py"),
-    "app": ("app.py", "ui/*.py"),
+    "app": ("app.py", "ui/*.py", "presets/clusters/*.yaml"),
     "calc": ("calc/*.py",),
 }
 

@@ -12,7 +12,7 @@ from calc.recommend.phrase import Phrase
 from calc.recommend.words import verdict_words
 from ui import charts, compute, fmt, state
 from ui.i18n import _, current, say
-from ui.widgets import hardware_name, page_setup, scenario_or_stop
+from ui.widgets import cluster_short_name, hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
 st.title(_("What fits, and what to turn on next"))
@@ -150,7 +150,7 @@ models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
 
 
 def _hw_label(h: str) -> str:
-    return clusters[h].name.split(" (")[0] if h in clusters else gpus[h].name
+    return cluster_short_name(h) if h in clusters else gpus[h].name
 
 
 def _cell(c) -> str:

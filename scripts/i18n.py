@@ -5,7 +5,7 @@
     python scripts/i18n.py stats    # ids and translated ids per domain
 
 Marked strings: the first argument of `_(...)` (ui/i18n.py), `N_(...)` and `T_(...)` (calc/i18n.py),
-which must be a string literal; and in data/claims.yaml the keys in YAML_KEYS. Which file belongs to
+which must be a string literal; and in YAML data files the keys YAML_KEYS names for them. Which file belongs to
 which domain is calc.i18n.DOMAINS. The .po files are written by Babel in the standard gettext format,
 so a translator can open them in Poedit or any other gettext tool.
 """
@@ -27,7 +27,11 @@ from calc.i18n import CATALOGUE_LANG, DOMAINS, LOCALES_DIR  # noqa: E402
 from calc.presets import load_yaml  # noqa: E402
 
 MARKERS = frozenset({"_", "N_", "T_"})
-YAML_KEYS = ("gist", "reason")  # data/claims.yaml: the English prose the Explain page shows
+# YAML data file (glob) -> the keys whose values are English the app shows.
+YAML_KEYS: dict[str, tuple[str, ...]] = {
+    "data/claims.yaml": ("gist", "reason"),  # the Explain page's claims
+    "presets/clusters/*.yaml": ("name",),  # "8x A100 80GB (one DGX/HGX A100 node)"
+}
 
 
 HEADER = """\
@@ -59,9 +63,12 @@ def python_messages(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def yaml_messages(path: Path) -> Iterator[tuple[str, int]]:
-    """(msgid, 0) for the YAML_KEYS values of a YAML list of mappings (data/claims.yaml)."""
-    for item in load_yaml(path.read_text(encoding="utf-8")) or []:
-        for key in YAML_KEYS:
+    """(msgid, 0) for the YAML_KEYS values of a YAML mapping or list of mappings."""
+    rel = path.relative_to(ROOT)
+    keys = next((k for pattern, k in YAML_KEYS.items() if rel.match(pattern)), ())
+    data = load_yaml(path.read_text(encoding="utf-8"))
+    for item in data if isinstance(data, list) else [data]:
+        for key in keys:
             value = item.get(key) if isinstance(item, dict) else None
             if isinstance(value, str) and value:
                 yield value, 0

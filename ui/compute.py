@@ -11,7 +11,7 @@ import streamlit as st
 from calc.boundary import decode
 from calc.engine import estimate
 from calc.errors import UserError
-from calc.i18n import N_, T_, Lang, translate
+from calc.i18n import DEFAULT_LANG, N_, T_, Lang, translate
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.result import Estimate
 from calc.scenario import Scenario
@@ -39,10 +39,10 @@ def gpu_options() -> dict[str, str]:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def cluster_options() -> dict[str, str]:
-    """Cluster id -> its name, fewest GPUs first."""
+def cluster_options(lang: Lang = DEFAULT_LANG) -> dict[str, str]:
+    """Cluster id -> its name in `lang` (the preset's name is a message id), fewest GPUs first."""
     items = sorted(cluster_presets().values(), key=lambda c: (c.num_gpus, gpu_presets()[c.gpu].memory_bytes, c.id))
-    return {c.id: c.name for c in items}
+    return {c.id: translate(c.name, lang) for c in items}
 
 
 def run(sc: Scenario) -> Estimate:

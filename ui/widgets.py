@@ -31,7 +31,7 @@ from calc.scenario import (
 )
 from calc.units import GiB, MiB
 from ui import compute, fmt, state
-from ui.i18n import _, language_switch, tr
+from ui.i18n import _, current, language_switch, tr
 
 PAGES: tuple[tuple[str, str, str], ...] = (
     ("app.py", N_("Calculator"), ":material/calculate:"),
@@ -273,7 +273,7 @@ def _take_config_upload(up: Any) -> None:
 def _hardware_section() -> dict[str, Any]:
     kind = _radio(_("Hardware"), HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
     if kind == "cluster":
-        opts = compute.cluster_options()
+        opts = compute.cluster_options(current())
         return {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__, key="sc_cluster")}
     if kind == "custom":
         mem = st.number_input(_("GPU memory (GiB)"), min_value=0.5, max_value=4096.0, step=1.0, format="%.2f",
@@ -476,7 +476,7 @@ def compare_columns_editor() -> list[state.CompareColumn]:
             kind = _radio(_("Hardware"), COMPARE_KIND_LABELS, f"cmp_{i}_kind",
                           label_visibility="collapsed")
             if kind == "cluster":
-                opts = compute.cluster_options()
+                opts = compute.cluster_options(current())
                 data: dict[str, Any] = {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__,
                                                                 key=f"cmp_{i}_cluster")}
             else:
@@ -502,12 +502,19 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     return out
 
 
+def cluster_short_name(cluster_id: str) -> str:
+    """'8x A100 80GB': a cluster preset's name without its description in brackets."""
+    from calc.presets import cluster_presets
+
+    return cluster_presets()[cluster_id].name.split(" (")[0]
+
+
 def column_name(i: int, col: state.CompareColumn) -> str:
     """'A: 8x A100 80GB (one DGX/HGX A100 node), ZeRO-3, optimizer -> CPU'."""
-    from calc.presets import cluster_presets, gpu_presets
+    from calc.presets import gpu_presets
 
     if col.cluster:
-        hw = cluster_presets()[col.cluster].name.split(" (")[0]
+        hw = cluster_short_name(col.cluster)
     else:
         hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else _("custom")
     if col.fastest:
