@@ -279,7 +279,7 @@ def _read_record(data: Any, where: str) -> Observation:
     # the three numbers as written (strict: the record schema would turn true into 1 and "7" into 7)
     raw = {k: data[k] for k in ("peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes")}
     try:
-        return Observation(name=(rec.name or where)[:MAX_NAME_CHARS], scenario=rec.scenario, device=rec.device,
+        return Observation(name=(rec.name or where)[:MAX_NAME_CHARS], scenario=rec.run_scenario(), device=rec.device,
                            engine=rec.engine, device_name=rec.env.device_name[:MAX_NAME_CHARS], **raw)
     except ValidationError as exc:
         raise CalibrationError(f"{where}: {_first_error(exc)}") from None

@@ -44,12 +44,12 @@ from calc.result import (
     Timeline,
     words,
 )
-from calc.scenario import Attention, Checkpointing, Mode, Offload, Precision, Scenario
+from calc.scenario import Attention, Checkpointing, Mode, Offload, OptimizerImpl, Precision, Scenario
 from calc.verdict import make_verdict
 
 T = TypeVar("T")
 Target = Literal["cuda", "cpu"]
-Sharder = Literal["deepspeed", "fsdp2"]
+Sharder = Literal["deepspeed", "fsdp2", "torch"]
 _QUANT_BYTES = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
 
 
@@ -78,6 +78,12 @@ class States:
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
+    reduce_buckets: int = 0  # DeepSpeed ZeRO-1/2: IPG buckets, from the first gradient hook to the end of backward
+    # DeepSpeed ZeRO-1/2 without offload: the gradient partition appears whole at the first bucket reduction,
+    # once this many gradient elements have been produced in backward (None: grads grow as produced)
+    first_reduction_elements: int | None = None
+    keeps_16bit_step_grads: bool = False  # DeepSpeed ZeRO-0 *-mixed: FP16_(Unfused)Optimizer keeps them in step
+    flattens_step_grads: bool = False  # DeepSpeed FP16_Optimizer (ZeRO-0 fused): fp32 copies flattened first
 
 
 def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
@@ -106,9 +112,11 @@ def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool)
     return n
 
 
-def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Target = "cuda") -> States:
+def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Target = "cuda",
+                 deepspeed: bool = True) -> States:
     """Weights, gradients, optimizer states and their sharding for one GPU; `target` decides how
-    DeepSpeed's pinned host buffers are sized (calc.parallel.pinned_bytes)."""
+    DeepSpeed's pinned host buffers are sized (calc.parallel.pinned_bytes); `deepspeed` False is plain
+    PyTorch (the reference loop, DDP) at zero_stage 0."""
     spec, t = sc.spec, sc.training
     p = t.precision
     dp = sc.data_parallel
@@ -135,7 +143,10 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         grad_b, state_p = precision.grad_bytes_per_param(p), p
         w_formula = words("formula", N_("{params} params x {bytes} B{zero}"), params=f"{n_local:,}", bytes=wb,
                           zero=f" / {dp} (ZeRO-3)" if shard.weights < 1 else "")
-    grads = round(trainable * grad_b * shard.gradients)
+    # DeepSpeed ZeRO-1 with overlap_comm (the export writes it) reduces through the buckets in backward as
+    # ZeRO-2 does and keeps only this rank's partition (stage_1_and_2.py, process_gradients)
+    zero12 = deepspeed and (t.zero_stage == 2 or (t.zero_stage == 1 and parallel.OVERLAP_COMM))
+    grads = round(trainable * grad_b * (shard.optimizer if zero12 else shard.gradients))
     states = round(precision.optimizer_state_bytes(t.optimizer, state_p, shapes) * shard.optimizer)
     master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
     if t.zero_stage >= 1 and not master:
@@ -145,7 +156,11 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         master = round(trainable * (2 if p == Precision.bf16 else 4) * shard.optimizer)
     temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
     grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
-    zero_buf = parallel.reduce_bucket_bytes(grad_b, t.zero_stage, autocast_bytes=2 if p.is_amp else 0)
+    buckets = parallel.reduce_bucket_bytes(grad_b, t.zero_stage, autocast_bytes=2 if p.is_amp else 0,
+                                           elements=t.reduce_bucket_size)
+    # ZeRO-3's bucket lives from initialisation on; ZeRO-1/2's from the first gradient hook to the end of
+    # backward (stage_1_and_2.py setup_buckets, _release_ipg_buffers)
+    zero_buf, reduce_buckets = (0, buckets) if t.zero_stage in (1, 2) else (buckets, 0)
     layer_p = (spec.layer_params()) // tp
     edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
     # released again before the optimizer step (measured: ZeRO-3 step peaks hold no gathered weights)
@@ -166,7 +181,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         cpu += parallel.pinned_bytes(part * 4, target)
         if t.zero_stage == 3:  # the gradient partition buffer lives on the host with the optimizer
             cpu += parallel.pinned_bytes(grads, target)
-        if t.zero_stage in (1, 2):
+        if t.zero_stage in (1, 2):  # the gradients go straight to the host's fp32 partition
+            zero12 = False
             largest = max((prod(s) for s, _ in shapes), default=0)
             dev_buf, host_buf = parallel.zero12_offload_buffers(part, largest, grad_b, target)
             zero_buf += dev_buf
@@ -188,8 +204,16 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     load = parallel.model_load_host_bytes(n_local, largest_all, precision.weight_bytes_per_param(p), t.zero_stage)
     # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
     # (stage3.py, grad_partitions_flat_buffer), so the gradients are there in every phase
+    # DeepSpeed ZeRO-0 with a 16-bit model wraps the optimizer in FP16_UnfusedOptimizer (FP16_Optimizer for
+    # FusedAdam), which casts each 16-bit .grad to an fp32 .grad of its master copy and frees neither before
+    # the step (fp16/unfused_optimizer.py, step; engine.py _do_optimizer_sanity_check: DDP_BFLOAT16 / FP16)
+    fp16_wrapper = deepspeed and t.zero_stage == 0 and p.is_mixed
     return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps,
-                  load_host=load, persistent_grads=t.zero_stage == 3, zero3_gathered=gathered)
+                  load_host=load, persistent_grads=t.zero_stage == 3, zero3_gathered=gathered,
+                  reduce_buckets=reduce_buckets,
+                  first_reduction_elements=t.reduce_bucket_size if zero12 else None,
+                  keeps_16bit_step_grads=fp16_wrapper,
+                  flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused)
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
@@ -467,8 +491,15 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                cur + head.bwd_peak_saved,
                other0 + out.backward(layers) + kept + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
         grads = g_head
+        if st.reduce_buckets:
+            # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the head's backward:
+            # the lm_head's gradient and the hidden state's gradient are alive (stage_1_and_2.py setup_buckets)
+            other0 += st.reduce_buckets
+            tl.add("first gradient hook (buckets allocated)", "backward", w, ga_grads + head.param_grad_bytes, opt,
+                   cur, other0 + out.backward(layers) + kept + h_bytes)
     else:
         grads = 0
+        other0 += st.reduce_buckets  # DeepSpeed ZeRO-1/2: allocated at the first gradient hook
         tl.add("receive output grad", "backward", w, ga_grads, opt, cur, other0 + kept + h_bytes)
     # backward
 
@@ -489,12 +520,19 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         return plain, again
 
     moments = {k: backward_moments(p) for k, p in {id(p): p for p in lay}.items()}  # once per kind of layer
+    tied = sc.spec.tie_word_embeddings and first and last
+    reduced = _first_reduction(st, head if last else None, lay, emb if first else None, scale_g, tied)
+    # a tied lm_head's gradient is summed with the embedding's inside autograd: it is alive from the head's
+    # backward on, but reaches the gradient hook (and the bucket) only with the embedding's
+    tied_partial = head.param_grad_bytes if tied else 0
     for i in reversed(range(layers)):
         cur -= saved_by_layer[i]
         ckpt_i = every and i % every == 0
         plain, again = moments[id(lay[i])]
         pg, alive, o = again if ckpt_i else plain
         g_now = grads + pg
+        if reduced is not None:  # DeepSpeed ZeRO-1/2: the layer's own full grads + the partition once reduced
+            g_now = ga_grads + (st.grads if reduced(i) else 0) + (round(pg / scale_g) if scale_g else 0) + tied_partial
         # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
         gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
         o += kept + out.backward(i + 1)
@@ -508,12 +546,51 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     if first:
         cur -= emb.saved
         g_e = round(emb.param_grad_bytes * scale_g)
-        tl.add("embedding backward", "backward", w, max(ga_grads, grads + g_e), opt, cur,
+        g_emb = max(ga_grads, grads + g_e)
+        if reduced is not None:
+            g_emb = ga_grads + (st.grads if reduced(-1) else 0) + emb.param_grad_bytes + tied_partial
+        tl.add("embedding backward", "backward", w, g_emb, opt, cur,
                other0 + out.previous + emb.bwd_peak - emb.bwd_peak_pgrad)
-    # optimizer
-    tl.add("optimizer step", "optimizer", st.weights, step_gradient_bytes(sc, st), opt, 0,
-           inputs + out.previous + st.zero_buffers + st.opt_temp)
+    if reduced is not None:
+        # the backward epilogue reduces what is left in the bucket into the partition, then frees the buckets
+        tl.add("gradient reduction (epilogue)", "backward", st.weights, ga_grads + st.grads, opt, 0,
+               other0 + out.previous)
+    _optimizer_rows(tl, sc, st, inputs + out.previous + st.zero_buffers)
     return tl
+
+
+def _first_reduction(st: States, head: BlockProfile | None, lay: list[BlockProfile], emb: BlockProfile | None,
+                     scale_g: float, tied: bool = False) -> Callable[[int], bool] | None:
+    """DeepSpeed ZeRO-1/2 (no offload): whether the first bucket reduction, which allocates the rank's whole
+    gradient partition (stage_1_and_2.py copy_grads_in_partition: grads_in_partition), has happened by the
+    backward of layer i (-1: the embedding). Gradients are produced from the lm_head down and DeepSpeed reduces
+    the bucket when the next gradient would overflow reduce_bucket_size elements; the engine counts the partition
+    from the block whose gradients pass that size (block granularity). None outside ZeRO-1/2."""
+    if st.first_reduction_elements is None or not scale_g:
+        return None
+    # gradient bytes that reached the hooks by the end of each block (a tied lm_head's with the embedding's)
+    produced = [head.param_grad_bytes if head and not tied else 0]
+    for layer in reversed(lay):
+        produced.append(produced[-1] + layer.param_grad_bytes)
+    total = produced[-1] + (emb.param_grad_bytes if emb else 0) + (head.param_grad_bytes if head and tied else 0)
+    limit = st.first_reduction_elements * total / max(1, st.trainable)  # in bytes of produced gradients
+    n = len(lay)
+    return lambda i: (total if i < 0 else produced[n - i]) > limit
+
+
+def _optimizer_rows(tl: _Timeline, sc: Scenario, st: States, other: int) -> None:
+    """The optimizer step, and the moment before it where DeepSpeed flattens the gradients: ZeRO-1/2 copy
+    the partition into one flat tensor and cast it to fp32 while the partition is still held
+    (stage_1_and_2.py step: flatten, .to(fp32)); FP16_Optimizer (ZeRO-0, FusedAdam) casts each 16-bit grad
+    to fp32 and flattens the copies (fp16/fused_optimizer.py step). Modelled from DeepSpeed's source; the
+    ZeRO-1/2 one is measured on the CPU."""
+    if st.first_reduction_elements is not None:
+        flat = st.grads + st.grad_fp32_step  # the flat copy, and its fp32 cast for a 16-bit model
+        tl.add("gradient partition flattened", "optimizer", st.weights, st.grads + flat, st.optimizer, 0, other)
+    elif st.flattens_step_grads:
+        tl.add("gradients cast to fp32 and flattened", "optimizer", st.weights, st.grads + 2 * st.grad_fp32_step,
+               st.optimizer, 0, other)
+    tl.add("optimizer step", "optimizer", st.weights, step_gradient_bytes(sc, st), st.optimizer, 0, other + st.opt_temp)
 
 
 def step_gradient_bytes(sc: Scenario, st: States) -> int:
@@ -521,9 +598,11 @@ def step_gradient_bytes(sc: Scenario, st: States) -> int:
     16-bit gradient partition is cast to an fp32 `.grad` of its master partition and the 16-bit
     grads are freed before the step (precision.MIXED_STEP_GRADIENTS_WHY); otherwise `.grad` itself."""
     t = sc.training
+    if st.flattens_step_grads:  # FP16_Optimizer: the 16-bit grads are freed once flattened into fp32
+        return st.grad_fp32_step
     # DeepSpeed ZeRO-3 keeps its flat gradient-partition buffer through the step (persistent_grads)
     keeps_16bit = not (t.precision.is_mixed and t.offload_optimizer == Offload.none and not st.gathered_layer
-                       and not st.persistent_grads)
+                       and not st.persistent_grads) or st.keeps_16bit_step_grads
     return (st.grads if keeps_16bit else 0) + st.grad_fp32_step
 
 
@@ -621,7 +700,7 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None) -> Estimat
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Timeline, States] | None = None
     for first, last in stages:
-        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target)
+        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
         tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
               else _inference_timeline(sc, _inference_states(st), ctx, layers, ws)).build()
         peak = tl.total(tl.peak_index)
@@ -715,22 +794,47 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
                              source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
                                        "and reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)")))
     grads = tl.gradients[i]
+    if tl.events[i] in FLATTEN_EVENTS:
+        out.append(Component(key="gradients", category="gradients",
+                             label=N_("Gradients flattened and cast to fp32 for the optimizer step"), bytes=grads,
+                             formula=FLATTEN_EVENTS[tl.events[i]],
+                             source=N_("DeepSpeed's source (calc.engine._optimizer_rows)")))
+        return out + _states_and_rest(sc, st, tl, ws)
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
     fp32_copies = tl.phases[i] == "optimizer" and st.grad_fp32_step > 0
+    both = fp32_copies and st.keeps_16bit_step_grads  # DeepSpeed ZeRO-0: the 16-bit grads stay beside them
+    label = N_("Parameter gradients (.grad)")
     if fp32_copies:
-        gb = precision.FP32  # *-mixed: the step works on fp32 copies of the gradients
-    full = st.grad_fp32_step if fp32_copies else st.grads
+        label = N_("16-bit gradients and their fp32 copies for the optimizer step") if both else \
+            N_("fp32 gradient copies for the optimizer step")
+        gb = f"({gb} + {precision.FP32})" if both else precision.FP32  # *-mixed: the step works on fp32 copies
+    full = st.grad_fp32_step + (st.grads if both else 0) if fp32_copies else st.grads
     grad_fields = dict(params=f"{st.trainable:,}", bytes=gb, zero=_zero_note(t.zero_stage, 1 if fp32_copies else 2, sc))
     out.append(Component(
-        key="gradients", category="gradients",
-        label=N_("fp32 gradient copies for the optimizer step") if fp32_copies else N_("Parameter gradients (.grad)"),
-        bytes=grads,
+        key="gradients", category="gradients", label=label, bytes=grads,
         **(words("formula", N_("{params} trainable params x {bytes} B{zero} ({share} created so far)"),
                  share=f"{grads / full:.0%}", **grad_fields) if full and grads < full else
            words("formula", N_("{params} trainable params x {bytes} B{zero}"), **grad_fields)),
-        source=precision.MIXED_STEP_GRADIENTS_WHY if fp32_copies else
+        source=precision.step_gradients_why(st.keeps_16bit_step_grads) if fp32_copies else
         N_("AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the "
            "step")))
+    return out + _states_and_rest(sc, st, tl, ws)
+
+
+# The moments before DeepSpeed's optimizer step where gradients are flattened (calc.engine._optimizer_rows)
+FLATTEN_EVENTS = {
+    "gradient partition flattened": N_("the rank's gradient partition + its flat copy (+ that copy cast to fp32 "
+                                       "for a 16-bit model)"),
+    "gradients cast to fp32 and flattened": N_("the 16-bit gradients + an fp32 copy of each + the flat fp32 tensor "
+                                               "they are joined into"),
+}
+
+
+def _states_and_rest(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Component]:
+    """The peak's optimizer states, master weights, activations and other terms (peak_components)."""
+    i = tl.peak_index
+    t = sc.training
+    out: list[Component] = []
     master = st.master if tl.optimizer_states[i] else 0
     states = tl.optimizer_states[i] - master
     out.append(Component(key="optimizer_states", category="optimizer_states", label=N_("Optimizer states"),
@@ -760,7 +864,7 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
               N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
                  "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
               N_("DeepSpeed defaults in calc.parallel; partition_parameters._no_gather_coalesced for one rank"))]
-    if tl.phases[i] == "optimizer":
+    if tl.events[i] == "optimizer step":
         named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), st.opt_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),
                   ]

@@ -47,7 +47,8 @@ def zero_model_state_bytes(params: int, stage: int, dp: int, k_bytes: int = 12,
     return round(params * (weight_bytes * s.weights + grad_bytes * s.gradients + k_bytes * s.optimizer))
 
 
-def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0) -> int:
+def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0,
+                        elements: int = REDUCE_BUCKET_ELEMENTS) -> int:
     """DeepSpeed's IPG (reduce) buckets of reduce_bucket_size elements, one set per communication dtype,
     allocated whatever the data-parallel size: ZeRO-1/2 hold two per dtype when overlap_comm is on
     (stage_1_and_2.py, setup_buckets); ZeRO-3 with contiguous_gradients, which the export writes, one per
@@ -58,9 +59,9 @@ def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0) ->
     ZeRO-3 amp-bf16 (data/measured_deepspeed*.jsonl)."""
     per_dtype = grad_bytes + autocast_bytes
     if stage in (1, 2):
-        return REDUCE_BUCKET_ELEMENTS * per_dtype * (2 if OVERLAP_COMM else 1)
+        return elements * per_dtype * (2 if OVERLAP_COMM else 1)
     if stage == 3:
-        return REDUCE_BUCKET_ELEMENTS * per_dtype
+        return elements * per_dtype
     return 0
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from calc.engine import fsdp2_states, model_states, step_gradient_bytes
 from calc.parallel import layers_on_stage
+from calc.precision import step_gradients_why
 from calc.scenario import Mode, Scenario
 from calc.variant import variant
 
@@ -37,6 +38,7 @@ class BytesPerParam(BaseModel):
     step_gradients: float = Field(description="gradients alive during the step (fp32 copies under *-mixed)")
     optimizer_temporaries: float = Field(description="optimizer.step() scratch (foreach AdamW's sqrt list)")
     at_step: float = Field(description="weights + step gradients + master + states + temporaries")
+    step_gradients_why: str = Field(description="why the step's gradients take what they do (calc.precision)")
 
 
 def bytes_per_param(sc: Scenario) -> BytesPerParam:
@@ -46,7 +48,8 @@ def bytes_per_param(sc: Scenario) -> BytesPerParam:
         sc = variant(sc, mode=Mode.train.value) or sc
     fsdp = t.sharding == "fsdp2" and sc.data_parallel > 1 and t.zero_stage in (2, 3)
     layers = layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
-    st = fsdp2_states(sc) if fsdp else model_states(sc, layers, True, t.pipeline_parallel == 1)
+    st = fsdp2_states(sc) if fsdp else model_states(sc, layers, True, t.pipeline_parallel == 1,
+                                                    deepspeed=t.sharding == "deepspeed")
     n = st.params_local
     states = st.optimizer - st.master
     step_grads = step_gradient_bytes(sc, st)
@@ -55,7 +58,8 @@ def bytes_per_param(sc: Scenario) -> BytesPerParam:
         zero_stage=t.zero_stage, data_parallel=sc.data_parallel, params=n,
         weights=st.weights / n, gradients=st.grads / n, master_weights=st.master / n, optimizer_states=states / n,
         held=(st.weights + st.grads + st.optimizer) / n, step_gradients=step_grads / n,
-        optimizer_temporaries=st.opt_temp / n, at_step=(st.weights + step_grads + st.optimizer + st.opt_temp) / n)
+        optimizer_temporaries=st.opt_temp / n, at_step=(st.weights + step_grads + st.optimizer + st.opt_temp) / n,
+        step_gradients_why=step_gradients_why(st.keeps_16bit_step_grads))
 
 
 def bytes_per_param_table(sc: Scenario, changes: list[dict]) -> list[BytesPerParam | None]:

@@ -23,6 +23,18 @@ MIXED_STEP_GRADIENTS_WHY = N_(
     "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "
     "the optimizer states) during the step; modelled from DeepSpeed's source"
 )
+# The same at ZeRO-0 under DeepSpeed, where the optimizer wrapper keeps the 16-bit gradients (calc.engine).
+ZERO0_MIXED_STEP_GRADIENTS_WHY = N_(
+    "At ZeRO-0 DeepSpeed wraps torch's optimizer in FP16_UnfusedOptimizer, which casts each 16-bit gradient to "
+    "an fp32 .grad of its fp32 master copy and frees neither before the step "
+    "(deepspeed/runtime/fp16/unfused_optimizer.py, step): 2 B/param through backward, 2 + 4 B/param during the "
+    "step; measured with DeepSpeed on its CPU accelerator"
+)
+
+
+def step_gradients_why(keeps_16bit_step_grads: bool) -> str:
+    """Why *-mixed gradients take what they take during the step (one text for Calculator and Explain)."""
+    return ZERO0_MIXED_STEP_GRADIENTS_WHY if keeps_16bit_step_grads else MIXED_STEP_GRADIENTS_WHY
 
 
 def weight_bytes_per_param(p: Precision) -> int:

@@ -146,6 +146,15 @@ class MeasurementRecord(BaseModel):
     def to_json_line(self) -> str:
         return self.model_dump_json(exclude_none=False)
 
+    def run_scenario(self) -> Scenario:
+        """The scenario as it ran: the reference loop (engine torch-single) is plain PyTorch, whatever the
+        record's sharding field says (it keeps the default, which names DeepSpeed); calc.validate and
+        calc.calibrate estimate this."""
+        sc = self.scenario
+        if self.engine != "torch-single" or sc.training.zero_stage != 0 or sc.training.sharding == "torch":
+            return sc
+        return sc.model_copy(update={"training": sc.training.model_copy(update={"sharding": "torch"})})
+
 
 def parse_record(text: str, where: str = "record") -> MeasurementRecord:
     """One JSON record -> MeasurementRecord, or RecordError naming `where` and the field. Parsed by

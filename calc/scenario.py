@@ -16,6 +16,7 @@ from calc.architectures import ModelSpec
 from calc.errors import UserError
 from calc.i18n import T_
 from calc.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
+from calc.parallel import REDUCE_BUCKET_ELEMENTS
 
 
 class Precision(str, Enum):
@@ -119,9 +120,14 @@ class TrainingConfig(BaseModel):
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage; 0 = plain data parallel")
     offload_optimizer: Offload = Offload.none
     offload_params: Offload = Offload.none
-    sharding: Literal["deepspeed", "fsdp2"] = Field(
-        "deepspeed", description="what implements zero_stage 2/3: DeepSpeed ZeRO, or PyTorch FSDP2 "
-        "(fully_shard per layer; stage 3 = FULL_SHARD, stage 2 = reshard_after_forward=False)")
+    sharding: Literal["deepspeed", "fsdp2", "torch"] = Field(
+        "deepspeed", description="what runs the step: DeepSpeed (ZeRO 0-3; at stage 0 a 16-bit model's optimizer "
+        "is wrapped in DeepSpeed's FP16_(Unfused)Optimizer), PyTorch FSDP2 for stage 2/3 (fully_shard per layer; "
+        "stage 3 = FULL_SHARD, stage 2 = reshard_after_forward=False), or plain PyTorch (torch: single GPU or DDP, "
+        "zero_stage 0)")
+    reduce_bucket_size: int = Field(
+        REDUCE_BUCKET_ELEMENTS, ge=1, le=10**12, description="DeepSpeed zero_optimization.reduce_bucket_size, in elements "
+        "(its default; the export writes it): ZeRO-1/2 keep two such gradient buckets in backward, ZeRO-3 one")
     tensor_parallel: int = Field(1, ge=1, le=1024)
     pipeline_parallel: int = Field(1, ge=1, le=1024)
     sequence_parallel: bool = False
@@ -145,6 +151,8 @@ class TrainingConfig(BaseModel):
             raise UserError(T_("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2"))
         if self.pipeline_parallel > 1 and self.zero_stage > 1:
             raise UserError(T_("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)"))
+        if self.sharding == "torch" and self.zero_stage != 0:
+            raise UserError(T_("sharding torch (plain PyTorch) has no ZeRO: use zero_stage 0, or sharding deepspeed"))
         if self.sharding == "fsdp2":
             if self.zero_stage == 1:
                 raise UserError(T_("sharding fsdp2 shards gradients and weights: use zero_stage 2 or 3 (or 0)"))

@@ -90,25 +90,36 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
 DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
     ("ZeRO 0-3 partitioning of weights, gradients, fp32 master weights and Adam states; the master clone "
      "ZeRO 1-3 keep even for fp32 models; ZeRO-3's flat gradient-partition buffer", "measured (CPU)"),
-    ("ZeRO-1/2 gradients in backward: copied into the reduce bucket as they are produced (contiguous_gradients), "
-     "the partition buffer (grads_in_partition, or a compact fp32 partition for 16-bit models) made when the "
-     "bucket is first reduced; the estimate counts them growing layer by layer as partitions",
-     "measured (CPU), not yet modelled: over-predicts the non-bucket bytes of small models"),
-    ("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), one at ZeRO-3 "
-     "(contiguous_gradients), per communication dtype (amp-*: fp32 and the autocast dtype)", "measured (CPU)"),
+    ("ZeRO-1/2 gradients in backward: each copied into the reduce bucket as it is produced "
+     "(contiguous_gradients), the rank's partition (grads_in_partition, in the gradients' dtype: the export "
+     "leaves grad_accum_dtype unset) allocated whole at the first bucket reduction; ZeRO-1 with overlap_comm "
+     "keeps only the partition too; before the step the partition is flattened and cast to fp32 "
+     "(stage_1_and_2.py copy_grads_in_partition, step)", "measured (CPU)"),
+    ("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), allocated at the first gradient "
+     "hook and freed at the end of backward; one at ZeRO-3 (contiguous_gradients) from initialisation on; per "
+     "communication dtype (amp-*: fp32 and the autocast dtype)", "measured (CPU)"),
+    ("ZeRO-1/2 with reduce_bucket_size below the model's size: the partition appears mid-backward (tied "
+     "embeddings: the lm_head's gradient joins the bucket with the embedding's)", "measured (CPU: 3 runs, 7 held out)"),
+    ("ZeRO-1/2 rank 0's grads_in_partition holds every parameter overlapping its partition whole, in "
+     "round-robin order, from the first reduction holding one of them (stage_1_and_2.py _round_robin_reorder)",
+     "measured on 1 probe (+4.2 %), not modelled: the engine takes parameters / N at the first reduction"),
     ("ZeRO-3 gathered parameters and prefetch (capped by the model size)", "measured (CPU, small models)"),
     ("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
      "16-bit staging copies", "measured (CPU accelerator: the host is the device)"),
     ("which optimizer runs (FusedAdam / torch AdamW via torch_adam / DeepSpeedCPUAdam) and ZeRO-3's "
      "zero.Init partitioning", "measured (tests/test_export_run.py)"),
+    ("CPU accelerator vs CUDA: the CPU is a synchronized device (resolves_data_dependency), so overlap_comm's "
+     "reduction stream and the stream waits do nothing there; on CUDA the reduction overlaps backward on a side "
+     "stream, allocating the same buffers", "buffers measured on the CPU; CUDA's stream timing not modelled"),
     ("pinned host buffers rounded up to a power of two by PyTorch's CUDA host allocator",
      "modelled from source (CUDA only; the CPU accelerator pins nothing)"),
     ("host RAM to load the model (whole model per process below ZeRO-3, one tensor under zero.Init)",
      "modelled from source"),
-    ("ZeRO-0 bf16-mixed under DeepSpeed's BF16_Optimizer: the 16-bit grads are zeroed in place, never freed, so "
-     "they are alive through the step (2 B/param more than the torch loop; bf16_optimizer.py clear_lp_grads)",
-     "measured on 2 probes (-8.3 %), not modelled: the estimate is the torch reference loop's, and these runs "
-     "are not in the data set"),
+    ("ZeRO-0 with a 16-bit model (sharding deepspeed): torch's AdamW is wrapped in FP16_UnfusedOptimizer, which "
+     "casts each 16-bit grad to an fp32 .grad and frees neither before the step (2 B/param more than plain "
+     "PyTorch, sharding torch; fp16/unfused_optimizer.py step)", "measured (CPU, bf16-mixed)"),
+    ("ZeRO-0 with FusedAdam: FP16_Optimizer casts the 16-bit grads to fp32 copies and flattens them before the "
+     "step, then frees the 16-bit ones (fp16/fused_optimizer.py step)", "modelled from source (CUDA only)"),
     ("fp16 loss scaling, NVMe offload (ZeRO-Infinity)", "modelled from source; not runnable on this CPU"),
 )
 
@@ -146,7 +157,7 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     """Predict one record's scenario and compare peak and, where measured, the model states."""
     sc = rec.scenario
     target = "cuda" if rec.device == "cuda" else "cpu"
-    est = estimate(sc, target=target, sharding="fsdp2" if rec.engine == "fsdp2" else "deepspeed")
+    est = estimate(rec.run_scenario(), target=target, sharding="fsdp2" if rec.engine == "fsdp2" else None)
     meas = rec.peak_allocated_bytes
     pred = est.peak_allocated_bytes
     comp: dict[str, float] = {}

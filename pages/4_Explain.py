@@ -8,7 +8,6 @@ import streamlit as st
 
 from calc.claims import article_batch_formula
 from calc.i18n import N_
-from calc.precision import MIXED_STEP_GRADIENTS_WHY
 from calc.result import CATEGORY_LABELS
 from calc.verdict import Verdict, short
 from ui import charts, compute, fmt, state
@@ -140,7 +139,7 @@ if mixed and lean:
                          "fp32 master copy. The leanest there is **{lean}** at {lean_held} B/param: pure bf16 halves "
                          "the Adam states, and 8-bit AdamW shrinks them to about 2 B.",
                          grads=bpp(mixed["gradients"]), step_grads=bpp(mixed["step_gradients"]),
-                         why=tr(MIXED_STEP_GRADIENTS_WHY), held=bpp(mixed["held"]), at_step=bpp(mixed["at_step"]),
+                         why=tr(mixed["step_gradients_why"]), held=bpp(mixed["held"]), at_step=bpp(mixed["at_step"]),
                          lean=xcharts.row_label(lean), lean_held=bpp(lean["held"])) + "\n")
 
 # ---- optimizer states ----------------------------------------------------------------------

@@ -80,32 +80,35 @@ def test_bytes_per_parameter_table_is_calc_per_param():
                            ("held (model states)", "held"), ("gradients at the step", "step_gradients"),
                            ("step scratch", "optimizer_temporaries"), ("at the optimizer step", "at_step")):
             assert r[col] == f"{getattr(b, field):,.2f}", (label, col)
-    assert rows["bf16-mixed · adamw (foreach)"]["at the optimizer step"] == "22.00"
+    # DeepSpeed at ZeRO-0 keeps the 16-bit grads beside their fp32 copies (FP16_UnfusedOptimizer): 2 B more
+    assert rows["bf16-mixed · adamw (foreach)"]["at the optimizer step"] == "24.00"
     assert rows["bf16-mixed · adamw (fused)"]["at the optimizer step"] == "18.00"
     text = all_text(at)
     assert "The leanest there is **bf16 · adamw-8bit (foreach)**" in text
-    assert "Why bf16-mixed gradients are 2.00 B and then 4.00 B per parameter" in text
+    assert "Why bf16-mixed gradients are 2.00 B and then 6.00 B per parameter" in text
+    assert "FP16_UnfusedOptimizer" in text
     assert "(4 + 4 + K = 8 bytes per parameter)" not in text
     fig = chart(at, "explain_bpp")
-    assert traces(fig)["total at the optimizer step"]["x"][list(rows).index("bf16-mixed · adamw (foreach)")] == 22
+    assert traces(fig)["total at the optimizer step"]["x"][list(rows).index("bf16-mixed · adamw (foreach)")] == 24
 
 
 def test_explain_and_calculator_quote_the_same_gradient_bytes_per_param():
-    """bf16-mixed at an optimizer-step peak: the Calculator's gradient component says fp32 copies at 4 B
-    (with DeepSpeed's reason) and Explain's table says 4.00 at the step, 2.00 through backward."""
+    """bf16-mixed at ZeRO-0 (DeepSpeed) at an optimizer-step peak: the Calculator's gradient component says
+    16-bit gradients and their fp32 copies at 2 + 4 B (with DeepSpeed's reason) and Explain's table says 6.00
+    at the step, 2.00 through backward."""
     params = state.scenario_to_params(MIXED_7B)
     est = estimate(MIXED_7B)
     assert est.peak_phase == "optimizer"
     calc = open_app("calculator", params)
     comps = next(df for df in (d.value for d in calc.dataframe) if "Formula" in df.columns)
-    grad = comps[comps["Component"] == "fp32 gradient copies for the optimizer step"].iloc[0]
+    grad = comps[comps["Component"] == "16-bit gradients and their fp32 copies for the optimizer step"].iloc[0]
     n = est.model.trainable_params
-    assert f"{n:,} trainable params x 4 B" in grad["Formula"]
-    assert "casts each 16-bit gradient partition to an fp32 .grad" in all_text(calc)
+    assert f"{n:,} trainable params x (2 + 4) B" in grad["Formula"]
+    assert "frees neither before the step" in all_text(calc)
     explain = open_app("explain", params)
     row = next(r for r in _table(explain, "at the optimizer step").to_dict("records")
                if r["precision · optimizer (impl)"] == "bf16-mixed · adamw (foreach)")
-    assert float(row["gradients at the step"]) == int(grad["bytes"].replace(",", "")) / n == 4
+    assert float(row["gradients at the step"]) == int(grad["bytes"].replace(",", "")) / n == 6
     assert float(row["gradients (.grad)"]) == 2
 
 

@@ -417,7 +417,8 @@ def test_calibration_in_the_browser(page, server):
 
 def test_explain_as_a_reader_sees_it(page, server):
     """Explain for a 7B bf16-mixed run on one A100: every lesson's chart is drawn, the bytes-per-parameter
-    table shows the optimizer step's 22 B/param, and the claims table carries the articles' wording."""
+    table shows the optimizer step's 24 B/param (DeepSpeed's ZeRO-0 wrapper keeps the 16-bit gradients beside
+    their fp32 copies), and the claims table carries the articles' wording."""
     pg = page
     sc = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
                   training={"precision": "bf16-mixed", "activation_checkpointing": "full"})
@@ -427,9 +428,9 @@ def test_explain_as_a_reader_sees_it(page, server):
     settle(pg)
     no_traceback(pg)
     body = pg.locator("body").inner_text()
-    assert "bf16-mixed · adamw (foreach)" in body and "22.00" in body
+    assert "bf16-mixed · adamw (foreach)" in body and "24.00" in body
     assert "ZeRO-3分摊后" in body and "does not hold" in body
-    assert "fp32 gradient copies for the optimizer step" in body
+    assert "16-bit gradients and their fp32 copies for the optimizer step" in body
     shot(pg, "page_explain_reader")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from calc.engine import model_states
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -326,9 +327,21 @@ def test_import_bad_configs_name_the_key(cfg, key):
 def test_import_rejects_non_dicts_and_warns_on_other_buckets():
     with pytest.raises(ValueError, match="JSON object"):
         scenario_from_ds_config([1, 2], MODEL, HW)  # type: ignore[arg-type]
-    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 2e8}}
-    with pytest.warns(UserWarning, match="reduce_bucket_size"):
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "allgather_bucket_size": 2e8}}
+    with pytest.warns(UserWarning, match="allgather_bucket_size"):
         scenario_from_ds_config(cfg, MODEL, HW)
+
+
+def test_reduce_bucket_size_is_read_and_written():
+    """reduce_bucket_size is a scenario field: imported from a ds_config, exported as written, and the
+    estimate's ZeRO-2 buckets follow it (two of it in the gradients' dtype)."""
+    cfg = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 2, "reduce_bucket_size": 2e8}}
+    sc = scenario_from_ds_config(cfg, MODEL, HW)
+    assert sc.training.reduce_bucket_size == 200_000_000
+    assert deepspeed_config(sc)["zero_optimization"]["reduce_bucket_size"] == 200_000_000
+    st = model_states(sc, sc.spec.num_layers, True, True)
+    assert st.reduce_buckets == 2 * 2 * 200_000_000
 
 
 # ---- Hugging Face and accelerate ------------------------------------------------------------------

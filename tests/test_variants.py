@@ -27,6 +27,7 @@ NON_DEFAULT: dict[str, dict] = {
     "offload_params": {"precision": "bf16-mixed", "zero_stage": 3, "offload_optimizer": "cpu",
                        "offload_params": "cpu"},
     "sharding": {"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2"},
+    "reduce_bucket_size": {"precision": "bf16-mixed", "zero_stage": 2, "reduce_bucket_size": 200_000_000},
     "tensor_parallel": {"tensor_parallel": 2},
     "pipeline_parallel": {"pipeline_parallel": 2},
     "sequence_parallel": {"tensor_parallel": 2, "sequence_parallel": True},

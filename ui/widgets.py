@@ -179,7 +179,8 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_every": t.checkpoint_every,
         "sc_attention": t.attention.value,
         "sc_zero": t.zero_stage,
-        "sc_sharding": t.sharding,
+        # the box is drawn at ZeRO 2/3 only, where plain PyTorch ("torch", ZeRO-0 only) cannot be the value
+        "sc_sharding": t.sharding if t.sharding in SHARDING_LABELS else "deepspeed",
         "sc_off_opt": t.offload_optimizer.value,
         "sc_off_par": t.offload_params.value,
         "sc_tp": t.tensor_parallel,

@@ -1,7 +1,8 @@
 """A complete DeepSpeed config (ds_config.json) for a training scenario.
 
-The ZeRO buffer sizes written here are the constants of calc.parallel that the memory estimate
-assumes (reduce/allgather bucket, stage-3 prefetch bucket, live parameters, persistence threshold),
+The ZeRO buffer sizes written here are the scenario's reduce_bucket_size and the constants of calc.parallel
+that the memory estimate assumes (allgather bucket, stage-3 prefetch bucket, live parameters, persistence
+threshold),
 and overlap_comm is the speed model's assumption (calc.speed.SpeedAssumptions.overlap_comm), so the
 estimate, the speed and the exported config describe the same run.
 
@@ -25,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from calc.i18n import T_, Text
 from calc.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
-    REDUCE_BUCKET_ELEMENTS,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
@@ -86,6 +86,9 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     notes: list[Text] = []
     if sc.mode != Mode.train:
         raise ValueError("mode: DeepSpeed config export is for training scenarios (mode=train)")
+    if t.sharding == "torch":
+        raise ValueError("training.sharding: this scenario runs plain PyTorch (no DeepSpeed); "
+                         "set sharding to deepspeed to export a ds_config")
     if t.sharding == "fsdp2" and t.zero_stage >= 2:
         raise ValueError("training.sharding: this scenario shards with PyTorch FSDP2, not DeepSpeed; "
                          "set sharding to deepspeed to export a ds_config")
@@ -191,7 +194,7 @@ def _zero_block(sc: Scenario, o: ExportOptions, a: SpeedAssumptions) -> dict[str
         "overlap_comm": a.overlap_comm,
         "contiguous_gradients": True,
         "reduce_scatter": True,
-        "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS,
+        "reduce_bucket_size": t.reduce_bucket_size,
         "allgather_partitions": True,
         "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
     })

@@ -2,10 +2,10 @@
 
 Read: precision (bf16 / fp16 / torch_autocast blocks), train_batch_size / train_micro_batch_size_per_gpu /
 gradient_accumulation_steps (DeepSpeed's rule: train = micro x accumulation x data-parallel size; any two
-give the third), zero_optimization.stage and its offload_optimizer / offload_param devices,
+give the third), zero_optimization.stage, reduce_bucket_size and its offload_optimizer / offload_param devices,
 activation_checkpointing (number_checkpoints -> 1 in k layers), optimizer.type, tensor_parallel.autotp_size
-and pipeline.stages. Everything else a ds_config may hold (bucket sizes, schedulers, logging) does not
-change what the estimate models; bucket sizes that differ from calc.parallel's are reported as a warning.
+and pipeline.stages. Everything else a ds_config may hold (other bucket sizes, schedulers, logging) does not
+change what the estimate models; other bucket sizes that differ from calc.parallel's are reported as a warning.
 A bad value raises ValueError naming the key.
 """
 
@@ -18,7 +18,6 @@ from typing import Any
 from calc.boundary import excerpt, require
 from calc.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
-    REDUCE_BUCKET_ELEMENTS,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
@@ -27,7 +26,6 @@ from calc.presets import cluster_presets, gpu_presets
 from calc.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 
 _ASSUMED = {
-    "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS,
     "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
     "stage3_prefetch_bucket_size": STAGE3_PREFETCH_ELEMENTS,
     "stage3_max_live_parameters": STAGE3_MAX_LIVE_PARAMETERS,
@@ -200,6 +198,8 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
     fields: dict[str, Any] = dict(micro_batch_size=mb, gradient_accumulation_steps=ga, seq_len=seq_len,
                                   precision=_precision(ds_config), zero_stage=stage, offload_optimizer=off_opt,
                                   offload_params=off_par, tensor_parallel=tp, pipeline_parallel=pp or 1)
+    if z.get("reduce_bucket_size", "auto") != "auto":
+        fields["reduce_bucket_size"] = _int(z, "reduce_bucket_size", "zero_optimization.")
     opt = _optimizer(ds_config)
     if opt is not None:
         fields["optimizer"] = opt
