@@ -26,7 +26,10 @@ PHASES: dict[str, str] = {"forward": N_("forward"), "loss": N_("loss"), "backwar
 # event_text reads them back into translatable words (layer numbers are fields).
 EVENTS: tuple[str, ...] = (
     N_("embedding"), N_("lm_head + loss"), N_("loss backward"), N_("receive output grad"), N_("embedding backward"),
-    N_("optimizer step"), N_("final norm + lm_head"))
+    N_("optimizer step"), N_("final norm + lm_head"),
+    # DeepSpeed ZeRO-0/1/2 (calc.engine)
+    N_("first gradient hook (buckets allocated)"), N_("gradient reduction (epilogue)"),
+    N_("gradient partition flattened"), N_("gradients cast to fp32 and flattened"))
 FORWARD_LAYER = N_("forward layer {layer}")
 BACKWARD_LAYER = N_("backward layer {layer}")
 RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")

@@ -39,6 +39,10 @@ def _scenarios() -> list[Scenario]:
          "training": {"zero_stage": 3, "sharding": "fsdp2"}},
         {"model": "qwen2.5-0.5b", "hardware": {"gpu": "rtx-4090"}, "training": {"lora": {"rank": 8}}},
         {"model": "gpt2", "hardware": {"gpu": "a100-80gb"}, "mode": "inference"},
+        # DeepSpeed's own events: ZeRO-2 buckets from the first gradient hook, ZeRO-0 bf16-mixed flatten
+        {"model": "llama-3.2-1b", "hardware": {"gpu": "a100-80gb", "num_gpus": 4},
+         "training": {"zero_stage": 2, "precision": "bf16-mixed"}},
+        {"model": "gpt2", "hardware": {"gpu": "a100-80gb"}, "training": {"precision": "bf16-mixed"}},
     ]
     return [Scenario.model_validate(s) for s in specs]
 
