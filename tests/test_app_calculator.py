@@ -364,3 +364,19 @@ def test_switching_to_inference_proposes_16_bit_weights():
     assert Precision.amp_fp16.for_inference(gpu_bf16=True) == Precision.fp16_mixed
     assert Precision.fp32.for_inference(gpu_bf16=False) == Precision.fp16_mixed
     assert Precision.bf16_mixed.for_inference(gpu_bf16=True) == Precision.bf16_mixed
+
+
+def test_zero0_mixed_precision_runs_under_deepspeed_or_plain_pytorch():
+    """At ZeRO 0 a *-mixed model is DeepSpeed's (16-bit grads kept through the step) or a plain PyTorch loop's:
+    the sidebar offers both, and the engine's 2 B/param difference reaches the page."""
+    at = open_app("calculator", {"model": "llama-3.2-1b", "gpu": "a100-80gb", "prec": "bf16-mixed"})
+    box = _widget(at, "sc_runner0")
+    assert box.value == "deepspeed" and scenario(at).training.sharding == "deepspeed"
+    ds_peak = estimate(scenario(at)).peak_allocated_bytes
+    box.set_value("torch").run()
+    assert_clean(at)
+    sc = scenario(at)
+    assert sc.training.sharding == "torch" and estimate(sc).peak_allocated_bytes < ds_peak
+    assert at.query_params.get("shard") in ("torch", ["torch"])  # a shared link keeps it
+    _widget(at, "sc_zero").set_value(2).run()  # ZeRO 2: the box is gone, the scenario is DeepSpeed's again
+    assert not [w for w in at.selectbox if w.key == "sc_runner0"] and scenario(at).training.sharding == "deepspeed"

@@ -88,3 +88,11 @@ def test_compare_columns_round_trip():
         state.compare_from_param(state.compare_to_param(cols[:1]))
     with pytest.raises(state.UrlError, match="unknown part"):
         state.compare_from_param("c.x~q.1_c.y")
+
+
+def test_every_training_field_has_a_url_parameter():
+    """A link carries the whole scenario: each TrainingConfig field (LoRA's through lora_*) has a short name."""
+    from calc.scenario import TrainingConfig
+
+    covered = {path[1] for path in state.URL_FIELDS.values() if path[0] == "training"}
+    assert set(TrainingConfig.model_fields) - covered == set()

@@ -64,6 +64,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "attn": ("training", "attention"),
     "zero": ("training", "zero_stage"),
     "shard": ("training", "sharding"),
+    "bucket": ("training", "reduce_bucket_size"),
     "off_opt": ("training", "offload_optimizer"),
     "off_par": ("training", "offload_params"),
     "tp": ("training", "tensor_parallel"),

@@ -73,6 +73,8 @@ ATTENTION_LABELS = {
 }
 OFFLOAD_LABELS = {Offload.none: N_("none (on GPU)"), Offload.cpu: N_("CPU RAM"), Offload.nvme: "NVMe"}
 SHARDING_LABELS = {"deepspeed": "DeepSpeed ZeRO", "fsdp2": "PyTorch FSDP2"}
+# At ZeRO 0 a 16-bit (*-mixed) model runs under DeepSpeed's FP16_(Unfused)Optimizer or a plain PyTorch loop.
+ZERO0_RUNNER_LABELS = {"deepspeed": N_("DeepSpeed (ZeRO 0)"), "torch": N_("plain PyTorch (no DeepSpeed)")}
 ZERO_LABELS = {
     0: N_("0 (plain data parallel)"), 1: N_("1 (shard optimizer states)"),
     2: N_("2 (+ gradients)"), 3: N_("3 (+ weights)"),
@@ -181,6 +183,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_zero": t.zero_stage,
         # the box is drawn at ZeRO 2/3 only, where plain PyTorch ("torch", ZeRO-0 only) cannot be the value
         "sc_sharding": t.sharding if t.sharding in SHARDING_LABELS else "deepspeed",
+        "sc_runner0": "torch" if t.sharding == "torch" else "deepspeed",
         "sc_off_opt": t.offload_optimizer.value,
         "sc_off_par": t.offload_params.value,
         "sc_tp": t.tensor_parallel,
@@ -370,6 +373,11 @@ def scenario_sidebar() -> Scenario | None:
             tc["sharding"] = _select(_("Sharded by"), SHARDING_LABELS, "sc_sharding",
                                      help=_("DeepSpeed ZeRO, or PyTorch FSDP2 (fully_shard per layer: stage 3 = "
                                             "FULL_SHARD, stage 2 = reshard_after_forward=False)."))
+        elif tc["zero_stage"] == 0 and training and Precision(tc["precision"]).is_mixed:
+            tc["sharding"] = _select(_("Runs under"), ZERO0_RUNNER_LABELS, "sc_runner0",
+                                     help=_("At ZeRO 0 DeepSpeed's mixed-precision optimizer keeps the 16-bit "
+                                            "gradients beside their fp32 copies through the step (2 B/param more "
+                                            "than a plain PyTorch loop that frees them)."))
         tc["offload_optimizer"] = _select(_("Offload optimizer states"), OFFLOAD_LABELS, "sc_off_opt")
         tc["offload_params"] = _select(_("Offload parameters"), OFFLOAD_LABELS, "sc_off_par",
                                        help=_("Needs ZeRO stage 3."))
