@@ -32,6 +32,7 @@ SUPPORTED_FAMILIES: tuple[str, ...] = (
     "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
 )
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text")  # per-head RMSNorm on q and k before RoPE (always)
+QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
 # transformers' own defaults for each config class (transformers 5.x `AutoConfig.for_model`),
@@ -562,10 +563,14 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
                       num_experts=_int(cfg, "num_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
                       intermediate_size=_int(cfg, "moe_intermediate_size"),
                       router_renorm=_flag(cfg, "norm_topk_prob"))
-    if family in ("mistral", "mixtral") or (family in ("qwen2", "qwen3") and _flag(cfg, "use_sliding_window")):
+    # Every layer attends through config.sliding_window when it is set (Mistral, Mixtral, Phi-3: the
+    # model builds create_sliding_window_causal_mask); Qwen's configs null it unless use_sliding_window.
+    if family in ("mistral", "mixtral", "phi3") or (family in QWEN_WINDOW_FAMILIES and _flag(cfg, "use_sliding_window")):
         window = cfg.get("sliding_window")  # null or 0: no window (transformers' convention)
         fields["sliding_window"] = _int(cfg, "sliding_window") if window not in (None, 0) else None
-    elif family == "phi3":
+        if family in ("qwen2", "qwen3") and fields["sliding_window"] is not None:
+            fields.update(_qwen_window_layers(cfg, fields["num_layers"]))
+    if family == "phi3":
         fields["rotary_fraction"] = _rate(rope, "partial_rotary_factor", default=1.0)
     if family in QK_NORM_FAMILIES:
         fields["qk_norm"] = True
@@ -581,6 +586,18 @@ def _gemma3_layer_types(cfg: dict[str, Any]) -> tuple[str, ...]:
     if pattern > MAX_LAYERS:
         raise UserError(T_("sliding_window_pattern must be <= {limit}, got {value}", limit=MAX_LAYERS, value=pattern))
     return tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(pattern))
+
+
+def _qwen_window_layers(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Qwen2 / Qwen3 with use_sliding_window: the config's layer_types, else layers from
+    max_window_layers (default 28) on slide and the ones below attend fully (Qwen2Config.__post_init__).
+    With no sliding layer the model builds no window mask, so the window is dropped."""
+    first = _count(cfg, "max_window_layers") if "max_window_layers" in cfg else 28
+    default = tuple("sliding_attention" if i >= first else "full_attention" for i in range(min(layers, MAX_LAYERS)))
+    types = _layer_types(cfg, default=default)
+    if "sliding_attention" not in types:
+        return {"sliding_window": None}
+    return {"layer_types": None if "full_attention" not in types else types}
 
 
 def _layer_types(cfg: dict[str, Any], default: tuple[str, ...]) -> tuple[str, ...]:

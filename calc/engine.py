@@ -245,19 +245,29 @@ def _layer_profile(ctx: Ctx, eager: bool) -> BlockProfile:
     return decoder_layer(ctx, eager).profile()
 
 
-def layer_ctxs(ctx: Ctx, layers: int) -> list[Ctx]:
+def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
     """Each layer's context: models that mix sliding-window and full-attention layers (Gemma 3's
     layer_types) or dense and MoE layers (first_k_dense_replace) run several kinds of layer;
-    counted from the stage's first layer."""
+    counted from the stage's first layer. first_input_grad=False: layer 0 reads an embedding
+    output that requires no grad (embeddings_need_grad), which makes it a kind of its own."""
     spec = ctx.spec
-    if spec.layer_types is None and not spec.dense_layers:
+    if spec.layer_types is None and not spec.dense_layers and first_input_grad:
         return [ctx] * layers
-    kinds: dict[tuple[bool, bool], Ctx] = {}
+    kinds: dict[tuple[bool, bool, bool], Ctx] = {}
     out = []
     for i in range(layers):
-        key = (spec.is_sliding(i), i < spec.dense_layers)
-        out.append(kinds.setdefault(key, replace(ctx, sliding=key[0], dense_mlp=key[1])))
+        key = (spec.is_sliding(i), i < spec.dense_layers, i > 0 or first_input_grad)
+        out.append(kinds.setdefault(key, replace(ctx, sliding=key[0], dense_mlp=key[1], input_grad=key[2])))
     return out
+
+
+def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
+    """Whether the embedding output requires grad: yes unless the embedding is frozen (LoRA). With a
+    frozen base, transformers' activation_checkpointing_enable (and peft when the model already
+    checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
+    checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
+    frozen projections record no autograd node and save nothing."""
+    return not ctx.frozen_base or ckpt == Checkpointing.full
 
 
 def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
@@ -276,7 +286,7 @@ def _attention_saved(ctx: Ctx, eager: bool) -> int:
     from calc.graph import Graph
     from calc.layers import attention_block, layer_norm, rms_norm
 
-    g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size)
+    g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size, input_requires_grad=ctx.input_grad)
     norm = layer_norm if ctx.spec.uses_layernorm else rms_norm
     y, _ = norm(g, 0, ctx.r, ctx)
     before = g.profile().saved
@@ -424,11 +434,11 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     eager = t.attention == Attention.eager
     fused_ce = t.cross_entropy == "liger-fused"
     layer, emb, head = _profiles(ctx, eager, fused_ce)
-    ctxs = layer_ctxs(ctx, layers)
+    ckpt = t.activation_checkpointing
+    ctxs = layer_ctxs(ctx, layers, first_input_grad=not first or embeddings_need_grad(ctx, ckpt))
     lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))  # layers of one kind share a profile
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
-    ckpt = t.activation_checkpointing
     kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
     out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0

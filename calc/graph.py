@@ -80,6 +80,10 @@ class Graph:
         tid = len(self.sizes)
         r = self.round_to
         self.sizes.append(-(-out_bytes // r) * r)
+        if ins and pgrad == 0 and not any(self.needs_grad[i] for i in ins):
+            # no input and no parameter requires grad: autograd records no node, so nothing is
+            # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
+            saves, grad, grad_ins = (), False, ()
         self.needs_grad.append(grad)
         if OUT in saves:
             saves = tuple(tid if s == OUT else s for s in saves)

@@ -36,6 +36,7 @@ class Ctx:
     dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
+    input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
 
     @property
     def tokens(self) -> int:
@@ -74,8 +75,7 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
         y = g.op(c.a * t * out_f, ins=(x,), name=name)
     elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
-        w16 = g.op(2 * n_w, pgrad=4 * n_w, name=f"{name} autocast weight copy")
-        y = g.op(2 * t * out_f, ins=(xin, w16), saves=(xin, w16), name=name)
+        y = _autocast_matmul(g, xin, 2 * t * out_f, n_w, name)
     else:
         y = g.op(c.a * t * out_f, ins=(x,), saves=(x,), pgrad=n_w * c.w, name=name)
     if c.lora_rank and name in c.lora_targets:
@@ -90,17 +90,27 @@ def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx
     B keeps A's r-wide output (peft/tuners/lora/layer.py)."""
     r, ad = c.lora_rank, c.adapter_bytes
     xa = x if ad == c.a else g.op(ad * t * in_f, ins=(x,), name=f"{name} lora input cast")
-    mm = ad
     if c.adapter_amp:
         xa = g.op(2 * t * in_f, ins=(xa,), name=f"{name} lora autocast input")
+        la = _autocast_matmul(g, xa, 2 * t * r, r * in_f, f"{name} lora A")
+        lb = _autocast_matmul(g, la, 2 * t * out_f, r * out_f, f"{name} lora B")
         mm = 2
-    la = g.op(mm * t * r, ins=(xa,), saves=(xa,), pgrad=ad * r * in_f, name=f"{name} lora A")
-    lb = g.op(mm * t * out_f, ins=(la,), saves=(la,), pgrad=ad * r * out_f, name=f"{name} lora B")
+    else:
+        la = g.op(ad * t * r, ins=(xa,), saves=(xa,), pgrad=ad * r * in_f, name=f"{name} lora A")
+        lb = g.op(ad * t * out_f, ins=(la,), saves=(la,), pgrad=ad * r * out_f, name=f"{name} lora B")
+        mm = ad
     ls = g.op(mm * t * out_f, ins=(lb,), name=f"{name} lora scale")
     summed = g.op(max(mm, c.a) * t * out_f, ins=(y, ls), name=f"{name} + lora")
     if max(mm, c.a) != c.a:
         summed = g.op(c.a * t * out_f, ins=(summed,), name=f"{name} lora cast back")
     return summed
+
+
+def _autocast_matmul(g: Graph, x: int, out_bytes: int, n_w: int, name: str) -> int:
+    """An fp32 weight's matmul under autocast: the 16-bit weight copy (autocast's cache) and the
+    16-bit input are saved; the copy's gradient is converted back into the fp32 .grad."""
+    w16 = g.op(2 * n_w, pgrad=4 * n_w, name=f"{name} autocast weight copy")
+    return g.op(out_bytes, ins=(x, w16), saves=(x, w16), name=name)
 
 
 def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None,
@@ -643,7 +653,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
         return _neox_layer(c, eager)
     h = c.spec.hidden_size
     ts = c.tokens // c.tp if c.sp else c.tokens  # tokens of the residual stream on this GPU
-    g = Graph(input_bytes=c.r * ts * h, round_to=512 if c.cuda else 1)
+    g = Graph(input_bytes=c.r * ts * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     gemma = fam in GEMMA_FAMILIES
     drop = c.spec.hidden_dropout if fam == "phi3" else 0.0
     y, yb = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c), tokens=ts)
@@ -699,7 +709,7 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     -> residual; ln_2 -> c_fc -> gelu_new -> c_proj -> dropout -> residual (modeling_gpt2)."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
-    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
+    g = Graph(input_bytes=c.r * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
     o = gpt2_attention(g, y, c, eager)
     mid = g.op(c.r * t * h, ins=(0, o), name="residual add")
@@ -717,7 +727,7 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
     RoPE on the first rotary_fraction of each head (modeling_gpt_neox)."""
     s = c.spec
     t, h = c.tokens, s.hidden_size
-    g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
+    g = Graph(input_bytes=c.r * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.r, c)
     o = neox_attention(g, y, c, eager)
     if s.parallel_residual:

@@ -50,6 +50,17 @@ def test_graph_gradient_accumulation_is_transient():
     assert p.bwd_peak == 400
 
 
+def test_graph_records_no_node_when_nothing_needs_grad():
+    # a frozen op on an input that requires no grad saves nothing; a trainable one downstream does
+    g = Graph(input_bytes=100, input_requires_grad=False)
+    a = g.op(200, ins=(0,), saves=(0,))
+    g.op(50, ins=(a,), saves=(a,), pgrad=10)
+    p = g.profile()
+    assert p.saved == 200  # x is not kept: the first op recorded no autograd node
+    assert not g.needs_grad[a]
+    assert p.in_grad_bytes == 0 and p.param_grad_bytes == 10
+
+
 def test_cuda_rounds_blocks_to_512_bytes():
     g = Graph(input_bytes=0, round_to=512)
     t = g.op(1, saves=(OUT,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calc.engine import _ctx, estimate, layer_ctxs
+from calc.engine import _ctx, embeddings_need_grad, estimate, layer_ctxs
 from calc.layers import liger_chunk_tokens, sdpa_needs_mask
 from calc.presets import model_presets
 from calc.scenario import Scenario
@@ -52,6 +52,32 @@ def test_checkpointing_keeps_the_eager_mask_and_position_ids_into_backward():
 def test_sliding_window_mask_from_the_window_length_on(seq, needs):
     model = {**SMALL, "model_type": "mistral", "sliding_window": 64}
     assert sdpa_needs_mask(_ctx(_sc(model, seq_len=seq), "cpu")) is needs
+
+
+def test_phi3_attends_through_its_sliding_window():
+    phi3 = {**SMALL, "model_type": "phi3", "sliding_window": 64}
+    assert sdpa_needs_mask(_ctx(_sc(phi3, seq_len=64), "cpu"))
+    assert model_presets()["phi-3-mini"].spec.sliding_window == 2047
+
+
+def test_qwen_window_layers_from_max_window_layers():
+    qwen = {**SMALL, "model_type": "qwen2", "num_hidden_layers": 4, "use_sliding_window": True, "sliding_window": 64,
+            "max_window_layers": 2}
+    spec = _sc(qwen).spec
+    assert [spec.is_sliding(i) for i in range(4)] == [False, False, True, True]
+    assert _sc({**qwen, "max_window_layers": 4}).spec.sliding_window is None  # no sliding layer, no mask
+    assert _sc({**qwen, "use_sliding_window": False}).spec.sliding_window is None
+
+
+def test_frozen_embedding_output_makes_layer_0_save_less():
+    lora = {"rank": 8, "alpha": 16.0, "targets": "attention", "base_weights": "bf16"}
+    ctx = _ctx(_sc(precision="bf16", lora=lora), "cpu")
+    assert not embeddings_need_grad(ctx, _sc().training.activation_checkpointing)
+    first, second = layer_ctxs(ctx, 2, first_input_grad=False)
+    from calc.engine import _layer_profile
+
+    # layer 0's input norm records no node: its fp32 input (and rsqrt) are not saved
+    assert _layer_profile(second, False).saved - _layer_profile(first, False).saved >= 4 * 1024 * 128
 
 
 def test_liger_chunk_follows_the_kernel_heuristic():
