@@ -26,12 +26,17 @@ from calc.limits import (
 )
 
 Family = Literal["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral", "qwen3_moe",
-                 "gemma3_text", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss"]
+                 "gemma3_text", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "llama4_text"]
 SUPPORTED_FAMILIES: tuple[str, ...] = (
     "llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "phi3", "gemma2", "mixtral", "qwen3_moe", "gemma3_text",
-    "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
+    "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "llama4_text",
 )
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text")  # per-head RMSNorm on q and k before RoPE (always)
+# peft 0.21 rewrites target_modules="all-linear" on these transformers-5 MoE families (their v4 -> v5 weight
+# conversion, peft/utils/transformers_weight_conversion.py _convert_peft_config_moe): adapters on the routed
+# experts' 3-D weights and the router via target_parameters, and none on modules named gate_proj / up_proj /
+# down_proj (shared experts, dense layers). Not modelled, so LoRA all-linear is refused there.
+PEFT_EXPERT_ADAPTER_FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe")
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
@@ -96,6 +101,12 @@ _HF_DEFAULTS: dict[str, dict[str, Any]] = {
                         tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0,
                         final_logit_softcapping=None, attn_logit_softcapping=None, sliding_window=4096,
                         sliding_window_pattern=6),
+    "llama4_text": dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, num_hidden_layers=48,
+                        num_attention_heads=40, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+                        max_position_embeddings=131072, tie_word_embeddings=False, attention_bias=False,
+                        attention_dropout=0.0, num_local_experts=16, num_experts_per_tok=1, use_qk_norm=True,
+                        attention_chunk_size=8192, interleave_moe_layer_step=1, no_rope_layer_interval=4,
+                        attn_temperature_tuning=True),
     "glm4_moe": dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408,
                      num_hidden_layers=46, num_attention_heads=96, num_key_value_heads=8, hidden_act="silu",
                      max_position_embeddings=131072, tie_word_embeddings=False, attention_bias=False,
@@ -146,9 +157,10 @@ class Linear(NamedTuple):
         return weight + ([(lead + (self.out_features,), n)] if self.bias else [])
 
     def lora_target(self, targets: str) -> bool:
-        """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only q/k/v/o.
-        Shared experts are nn.Linears that peft would wrap, but the engine's activation graph
-        (calc.layers) does not model adapters on them, so they are left out here too (as before)."""
+        """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only the attention
+        projections (MLA's q_a / q_b / kv_a / kv_b / o). Shared experts: only the families whose all-linear
+        peft rewrites onto the routed experts have them (PEFT_EXPERT_ADAPTER_FAMILIES, refused there), and
+        that rewrite drops the gate_proj / up_proj / down_proj modules, so they are never targeted."""
         if not self.module or self.expert or self.shared:
             return False
         return targets == "all-linear" or self.block == "attention"
@@ -207,7 +219,9 @@ class ModelSpec(BaseModel):
     attention_sinks: bool = False  # gpt-oss: a learned per-head logit joins each softmax row
     expert_bias: bool = False  # gpt-oss: biases on the experts, the router and a clamped SwiGLU
     router_fp32_softmax: bool = False  # DeepSeek-V2: fp32 linear + softmax router, top-k scaled, not renormalised
-    rope_complex: bool = False  # DeepSeek-V2: RoPE as a complex multiply on fp32 copies (freqs_cis)
+    rope_complex: bool = False  # DeepSeek-V2, Llama 4: RoPE as a complex multiply on fp32 copies (freqs_cis)
+    qk_l2_norm: bool = False  # Llama 4: weightless L2 norm of q and k on its RoPE layers (use_qk_norm)
+    attn_temperature_tuning: bool = False  # Llama 4: its NoPE layers scale q by a per-position factor
     router_renorm: bool = True  # MoE: top-k weights renormalised to sum 1 (Mixtral always; Qwen3-MoE norm_topk_prob)
     name: str | None = None
 
@@ -359,11 +373,24 @@ class ModelSpec(BaseModel):
     def model_other_params(self) -> dict[str, int]:
         return {name: prod(shape) * n for name, (shape, n) in self.model_other_shapes().items()}
 
-    def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1) -> int:
+    def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1, dense: bool = False) -> int:
         """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear ('all-linear' or
-        'attention'), with this GPU's tensor-parallel slice."""
+        'attention'), with this GPU's tensor-parallel slice. `dense`: one of a MoE model's dense layers."""
         return sum(rank * (lin.in_features // lin.tp_in(tp) + lin.out_features // lin.tp_out(tp)) * lin.count
-                   for lin in self.linear_layers() if lin.lora_target(targets))
+                   for lin in self.linear_layers(dense) if lin.lora_target(targets))
+
+    def lora_params(self, rank: int, targets: str, tp: int = 1, layers: int | None = None, first: bool = True) -> int:
+        """Adapter weights of `layers` layers (default all) counted from the first (a MoE model's dense
+        layers first, as in linear_layers)."""
+        layers = self.num_layers if layers is None else layers
+        dense = min(layers, self.dense_layers) if first else 0
+        return ((layers - dense) * self.lora_params_per_layer(rank, targets, tp)
+                + dense * self.lora_params_per_layer(rank, targets, tp, dense=True))
+
+    def lora_target_names(self, targets: str) -> frozenset[str]:
+        """Names of the linears peft wraps in any kind of layer (a MoE model's dense and MoE layers)."""
+        kinds = [False, True] if self.dense_layers else [False]
+        return frozenset(lin.name for d in kinds for lin in self.linear_layers(d) if lin.lora_target(targets))
 
     def attention_params(self) -> int:
         """The attention block's linears (with biases), its q/k or latent norms and gpt-oss's sinks."""
@@ -544,6 +571,8 @@ def _build_spec(family: str, cfg: dict[str, Any], name: str | None) -> ModelSpec
                       **_routed_moe_fields(cfg),
                       rotary_fraction=_rate(rope, "partial_rotary_factor",
                                             default=_rate(cfg, "partial_rotary_factor", default=0.5)))
+    elif family == "llama4_text":
+        fields.update(_llama4_fields(cfg))
     elif family == "gemma3_text":
         fields.update(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
                       final_logit_softcapping=_optional_number(cfg, "final_logit_softcapping"),
@@ -586,6 +615,34 @@ def _gemma3_layer_types(cfg: dict[str, Any]) -> tuple[str, ...]:
     if pattern > MAX_LAYERS:
         raise UserError(T_("sliding_window_pattern must be <= {limit}, got {value}", limit=MAX_LAYERS, value=pattern))
     return tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(pattern))
+
+
+def _llama4_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Llama4TextConfig (Llama 4 Scout): every layer a MoE layer (each token through every expert, scaled
+    by its sigmoid router score, plus one shared expert as wide as an expert); RoPE layers attend in chunks
+    of attention_chunk_size (the engine's "sliding" kind: the same mask is built once kv_length reaches
+    it) and every no_rope_layer_interval-th layer is a NoPE layer with global attention."""
+    layers = _int(cfg, "num_hidden_layers")
+    step = _int(cfg, "interleave_moe_layer_step")
+    moe_layers = cfg.get("moe_layers")
+    if step != 1 or (moe_layers is not None and require(moe_layers, list, "moe_layers") != list(range(layers))):
+        raise ValueError("llama4_text with dense layers (interleave_moe_layer_step != 1 or moe_layers) is not "
+                         "supported; every layer must be a MoE layer (Llama 4 Scout)")
+    no_rope = cfg.get("no_rope_layers")
+    if no_rope:
+        flags = tuple(require(v, int, "no_rope_layers") for v in require(no_rope, list, "no_rope_layers")[:MAX_LAYERS])
+    else:
+        interval = _int(cfg, "no_rope_layer_interval")
+        flags = tuple(int((i + 1) % interval != 0) for i in range(min(interval, MAX_LAYERS)))
+    types = tuple("sliding_attention" if f else "full_attention" for f in flags)
+    return dict(qkv_bias=_flag(cfg, "attention_bias"), o_bias=_flag(cfg, "attention_bias"),
+                num_experts=_int(cfg, "num_local_experts"), experts_per_token=_int(cfg, "num_experts_per_tok"),
+                shared_experts=1, router_renorm=False, rope_complex=True,
+                sliding_window=_int(cfg, "attention_chunk_size"), layer_types=types,
+                qk_l2_norm=_flag(cfg, "use_qk_norm"),
+                # Meta's config.json writes attn_temperature_tuning as 4 (truthy), transformers as a bool
+                attn_temperature_tuning=bool(require(cfg["attn_temperature_tuning"], (bool, int),
+                                                     "attn_temperature_tuning")))
 
 
 def _qwen_window_layers(cfg: dict[str, Any], layers: int) -> dict[str, Any]:

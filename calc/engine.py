@@ -86,14 +86,17 @@ class States:
     flattens_step_grads: bool = False  # DeepSpeed FP16_Optimizer (ZeRO-0 fused): fp32 copies flattened first
 
 
-def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int) -> list[tuple[tuple[int, ...], int]]:
+def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int,
+                first: bool = True) -> list[tuple[tuple[int, ...], int]]:
     """LoRA A (r x in) and B (out x r) for each targeted linear of each layer (peft; the layer list is
-    ModelSpec.linear_layers, this GPU's tensor-parallel slice)."""
+    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice)."""
+    dense = min(layers, spec.dense_layers) if first else 0
     shapes: list[tuple[tuple[int, ...], int]] = []
-    for lin in spec.linear_layers():
-        if lin.lora_target(targets):
-            fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
-            shapes += [((rank, fin), lin.count * layers), ((fout, rank), lin.count * layers)]
+    for kind, n in ((False, layers - dense), (True, dense)):
+        for lin in spec.linear_layers(kind) if n else []:
+            if lin.lora_target(targets):
+                fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
+                shapes += [((rank, fin), lin.count * n), ((fout, rank), lin.count * n)]
     return shapes
 
 
@@ -125,7 +128,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     shard = parallel.zero_sharding(t.zero_stage, dp)
     comps: list[Component] = []
     if t.lora is not None:
-        shapes = lora_shapes(spec, t.lora.rank, t.lora.targets, layers, tp)
+        shapes = lora_shapes(spec, t.lora.rank, t.lora.targets, layers, tp, first)
         trainable = sum(prod(s) * c for s, c in shapes)
         base_b = _QUANT_BYTES[t.lora.base_weights]
         ad = adapter_bytes(p)
@@ -314,7 +317,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
         return Ctx(w=precision.weight_bytes_per_param(p), a=precision.activation_bytes(p),
                    r=precision.residual_bytes(p), amp=p.is_amp, **common)
     # LoRA: the frozen base runs in bf16 whatever the precision (quantized bases dequantize to it)
-    targets = frozenset(lin.name for lin in sc.spec.linear_layers() if lin.lora_target(lora.targets))
+    targets = sc.spec.lora_target_names(lora.targets)
     return Ctx(w=2, a=2, r=2, amp=False, lora_rank=lora.rank, lora_targets=targets, frozen_base=True,
                adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, **common)
 
@@ -346,7 +349,7 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     two_kinds = s.layer_types is not None and len(set(s.layer_types)) > 1
     if eager and (s.family in GEMMA_FAMILIES or two_kinds):  # a full-causal and a sliding-window mask
         mask *= 2
-    if s.layer_types is not None and len(set(s.layer_types)) > 1:  # Gemma 3: a local and a global RoPE
+    if two_kinds and not s.rope_complex:  # Gemma 3: a local and a global RoPE (Llama 4: one freqs_cis)
         rope *= 2
     elif not eager and sdpa_needs_mask(ctx):
         # SDPA's boolean sliding-window mask: built (1, 1, S, S) and expanded over the batch (a view)

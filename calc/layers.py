@@ -344,6 +344,8 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     s = c.spec
     if s.mla:
         return mla_attention(g, y, c, eager)
+    if s.family == "llama4_text":
+        return llama4_attention(g, y, c, eager)
     qw = s.q_width // c.tp
     kvw = s.kv_width // c.tp
     h = s.hidden_size
@@ -371,6 +373,48 @@ def llama_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     out = linear(g, o, qw, h, c, bias=s.o_bias, name="o", x_bytes=c.a)
     g.keep(y, qe, ke, v)  # hidden_states and the q/k/v locals stay referenced until attention returns
     return out
+
+
+def llama4_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
+    """Llama4TextAttention: q/k/v projections; on RoPE layers (c.sliding: they attend in chunks) the
+    complex RoPE on (B, S, heads, hd) and, with use_qk_norm, a weightless L2 norm of q and k; on NoPE
+    layers with attn_temperature_tuning, q times a per-position fp32 scale, cast back; then the KV
+    cache and the attention core (modeling_llama4.py). Every step returns the projections' dtype."""
+    s = c.spec
+    t, h, a = c.tokens, s.hidden_size, c.a
+    qw, kvw = s.q_width // c.tp, s.kv_width // c.tp
+    q = linear(g, y, h, qw, c, bias=s.qkv_bias, name="q")
+    k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
+    v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
+    q_states, k_states = q, k
+    if c.sliding:
+        q, k = _rope_complex(g, q, t * qw, c, copy=a != 4), _rope_complex(g, k, t * kvw, c, copy=a != 4)
+        if s.qk_l2_norm:
+            q, k = _l2_norm(g, q, qw, c), _l2_norm(g, k, kvw, c)
+    elif s.attn_temperature_tuning:
+        scales = g.op(4 * c.seq, grad=False, name="attn_scales (log1p(floor(pos / floor_scale)) ...)")
+        q = g.op(4 * t * qw, ins=(q, scales), saves=(scales,), grad_ins=(q,), name="q * attn_scales")
+        q = q if a == 4 else g.op(a * t * qw, ins=(q,), name="q to its dtype")
+    k, v, vb = kv_cache(g, k, v, t * kvw, a, a, c)
+    o = attention_core(g, q, k, v, c, a, eager, s.num_heads // s.num_kv_heads, mask=eager or sdpa_needs_mask(c),
+                       v_bytes=vb)
+    out = linear(g, o, qw, h, c, bias=s.o_bias, name="o", x_bytes=a)
+    g.keep(y, q_states, k_states, q, k, v)  # hidden_states and the q/k/v locals live until attention returns
+    return out
+
+
+def _l2_norm(g: Graph, x: int, width: int, c: Ctx) -> int:
+    """Llama4TextL2Norm over each head: x.float() * rsqrt(mean(x^2) + eps), type_as(x); no weight. pow
+    keeps the fp32 input, rsqrt its output, the product both."""
+    t = c.tokens
+    n, rows = t * width, t * width // c.spec.head_dim
+    h = x if c.a == 4 else g.op(4 * n, ins=(x,), name="l2 norm to fp32")
+    sq = g.op(4 * n, ins=(h,), saves=(h,), name="l2 norm pow")
+    mean = g.op(4 * rows, ins=(sq,), name="l2 norm mean")
+    ve = g.op(4 * rows, ins=(mean,), name="l2 norm +eps")
+    rs = g.op(4 * rows, ins=(ve,), saves=(OUT,), name="l2 norm rsqrt")
+    y = g.op(4 * n, ins=(h, rs), saves=(h, rs), name="l2 norm scale")
+    return y if c.a == 4 else g.op(c.a * n, ins=(y,), name="l2 norm type_as")
 
 
 def mla_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
@@ -413,11 +457,12 @@ def mla_attention(g: Graph, y: int, c: Ctx, eager: bool) -> int:
     return out
 
 
-def _rope_complex(g: Graph, x: int, elems: int, c: Ctx) -> int:
+def _rope_complex(g: Graph, x: int, elems: int, c: Ctx, copy: bool = True) -> int:
     """DeepSeek-V2's apply_rotary_emb: x.float() reshaped to pairs (a contiguous fp32 copy of the
     strided slice), view_as_complex, times freqs_cis (the mul keeps only the model-level freqs),
-    view_as_real and type_as(x) (a copy back when x is 16-bit)."""
-    f32 = g.op(4 * elems, ins=(x,), name="rope x.float() pairs")
+    view_as_real and type_as(x) (a copy back when x is 16-bit). copy=False: x is a contiguous fp32
+    tensor (Llama 4 in fp32), which .float() and the reshape only view."""
+    f32 = g.op(4 * elems, ins=(x,), name="rope x.float() pairs") if copy else x
     rot = g.op(4 * elems, ins=(f32,), name="rope * freqs_cis (complex)")
     return rot if c.a == 4 else g.op(c.a * elems, ins=(rot,), name="rope type_as(x)")
 
@@ -479,22 +524,24 @@ def sdpa_needs_mask(c: Ctx) -> bool:
 
 # ---- MLPs --------------------------------------------------------------------------------
 
-def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None, width: int | None = None) -> int:
+def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None, width: int | None = None,
+              prefix: str = "") -> int:
     """LlamaMLP: down(act(gate(x)) * up(x)); keeps gate, up, act(gate) and the product.
-    `width`: another inner width (MoE shared experts, a MoE model's dense layers)."""
+    `width`: another inner width (MoE shared experts, a MoE model's dense layers); `prefix`: the
+    linears' names in ModelSpec.linear_layers ("shared_" for shared experts, which LoRA targets by name)."""
     s = c.spec
     t = c.tokens if tokens is None else tokens
     i = (s.intermediate_size if width is None else width) // c.tp
     h = s.hidden_size
     if s.family == "phi3":  # Phi3MLP: fused gate_up_proj, chunked into two views
-        gate = up = linear(g, y, h, 2 * i, c, name="gate_up", tokens=t)
+        gate = up = linear(g, y, h, 2 * i, c, name=f"{prefix}gate_up", tokens=t)
         act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
     else:  # Python order: gate_proj(x) -> act_fn -> up_proj(x) -> *
-        gate = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", tokens=t)
+        gate = linear(g, y, h, i, c, bias=s.mlp_bias, name=f"{prefix}gate", tokens=t)
         act = activation(g, gate, t * i, c.a * t * i, s.hidden_act, c)
-        up = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", tokens=t)
+        up = linear(g, y, h, i, c, bias=s.mlp_bias, name=f"{prefix}up", tokens=t)
     prod = g.op(c.a * t * i, ins=(act, up), saves=(act, up), name="act * up")
-    out = linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", tokens=t, x_bytes=c.a)
+    out = linear(g, prod, i, h, c, bias=s.mlp_bias, name=f"{prefix}down", tokens=t, x_bytes=c.a)
     g.keep(y)  # forward(self, x): x stays referenced until the MLP returns
     return out
 
@@ -571,9 +618,64 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     g.keep(y, gathered, wsorted, idx)  # locals of the experts forward live until it returns
     out = g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
     if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
-        shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size)
+        shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
         out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
     return out
+
+
+def llama4_moe(g: Graph, y: int, c: Ctx) -> int:
+    """Llama4TextMoe: no dispatch. The router (an nn.Linear) gives T x E logits; top-k of them is
+    scattered into a -inf tensor, sigmoid in fp32 and cast back: the scores. Every token is repeated
+    once per expert (E x T x H) and multiplied by its score (the mul keeps both), the experts run as two
+    bmm on the 3-D weights over all E x T rows (gate_up and the product kept), the E outputs are summed
+    and added in place to the shared expert's output (modeling_llama4.py). Under autocast the repeat and
+    the scaling run in the fp32 input's dtype and bmm casts its input and the weights to 16-bit."""
+    s = c.spec
+    t, h, e, k = c.tokens, s.hidden_size, s.num_experts, s.experts_per_token
+    i = s.intermediate_size // c.tp
+    rows = e * t
+    a = c.a
+    xb = 4 if c.amp else a  # the normalised input's dtype: fp32 residual stream under autocast
+    logits = linear(g, y, h, e, c, name="router", x_bytes=xb)
+    idx = g.op(8 * t * k, ins=(logits,), grad=False, name="router top-k indices")
+    top = g.op(a * t * k, ins=(logits, idx), saves=(idx,), grad_ins=(logits,), name="router top-k values")
+    full = g.op(a * t * e, ins=(top, idx), saves=(idx,), grad_ins=(top,), name="full(-inf).scatter_(top-k)")
+    f32 = full if a == 4 else g.op(4 * t * e, ins=(full,), name="scores to fp32")
+    sig = g.op(4 * t * e, ins=(f32,), saves=(OUT,), name="sigmoid")
+    scores = sig if a == 4 else g.op(a * t * e, ins=(sig,), name="scores to dtype")
+    g.held.append(logits)  # returned as router_logits: the layer's `_` holds them until it returns
+    rep = g.op(xb * rows * h, ins=(y,), name="hidden_states.repeat(E, 1)")
+    col = g.op(a * rows, ins=(scores,), name="scores.T.reshape(-1, 1)")
+    routed = g.op(max(xb, a) * rows * h, ins=(rep, col), saves=(rep, col), name="routed_in * scores")
+    pg = 0 if c.frozen_base else c.w
+    if c.amp:  # bmm under autocast: a 16-bit copy of the input and of each (cached) expert weight
+        gu = _autocast_bmm(g, g.op(2 * rows * h, ins=(routed,), name="autocast routed_in"), 2 * rows * 2 * i,
+                           e * h * 2 * i, c, "experts gate_up")
+    else:
+        # bmm keeps its input only for the weight's gradient (a frozen base keeps just the weight)
+        gu = g.op(a * rows * 2 * i, ins=(routed,), saves=() if c.frozen_base else (routed,), pgrad=pg * e * h * 2 * i,
+                  name="experts gate_up (bmm)")
+    mb = 2 if c.amp else a
+    act = activation(g, gu, rows * i, mb * rows * i, s.hidden_act, c)  # gate is a view of gate_up
+    prod = g.op(mb * rows * i, ins=(act, gu), saves=(act, gu), name="up * act(gate)")
+    if c.amp:
+        down = _autocast_bmm(g, prod, 2 * rows * h, e * i * h, c, "experts down")
+    else:
+        down = g.op(a * rows * h, ins=(prod,), saves=() if c.frozen_base else (prod,), pgrad=pg * e * i * h,
+                    name="experts down (bmm)")
+    shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
+    summed = g.op(mb * t * h, ins=(down,), name="sum over experts")
+    g.keep(y, rep, routed, scores)  # the forward's locals live until it returns
+    # out.add_(summed) writes into the shared expert's output; written as a new tensor that replaces it
+    # (one T x H more for the moment both exist)
+    return g.op(mb * t * h, ins=(shared, summed), name="shared + routed (add_)")
+
+
+def _autocast_bmm(g: Graph, x16: int, out_bytes: int, n_w: int, c: Ctx, name: str) -> int:
+    """torch.bmm under autocast on a 3-D fp32 parameter: the 16-bit weight copy (autocast's cache) and
+    the 16-bit input are saved; the weight's gradient lands in the fp32 .grad."""
+    w16 = g.op(2 * n_w, pgrad=0 if c.frozen_base else 4 * n_w, name=f"{name} autocast weight copy")
+    return g.op(out_bytes, ins=(x16, w16), saves=(w16,) if c.frozen_base else (x16, w16), name=name)
 
 
 def _expert_bias_rows(g: Graph, perm: int, nbytes: int, pgrad: int, name: str) -> int:
@@ -667,6 +769,8 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     y2 = _sp_gather(g, y2, yb2, c)
     if c.dense_mlp:
         m = gated_mlp(g, y2, c, width=c.spec.dense_intermediate_size)
+    elif fam == "llama4_text":
+        m = llama4_moe(g, y2, c)
     else:
         m = moe_mlp(g, y2, c) if c.spec.num_experts > 1 else gated_mlp(g, y2, c)
     m = _sp_scatter(g, m, c)

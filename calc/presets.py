@@ -32,6 +32,10 @@ class ModelPreset(BaseModel):
     source: str = Field(description="URL of the config.json the shapes come from")
     published_params: int = Field(gt=0, description="parameter count published by the authors / HF")
     params_source: str | None = Field(None, description="where published_params comes from, if not `source`")
+    published_tolerance: float = Field(
+        0.005, gt=0, le=0.02, description="how far the exact count may be from published_params: 0.5 %, or up to "
+        "2 % where the only published figure is rounded or counts modules the CausalLM does not build (the notes "
+        "say which)")
     config: dict[str, Any] = Field(description="Hugging Face config.json fields that define the shapes")
     notes: str | None = None
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from calc.architectures import ModelSpec
+from calc.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.errors import UserError
 from calc.i18n import T_
 from calc.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
@@ -250,8 +250,13 @@ class Scenario(BaseModel):
         if spec.attention_sinks and t.attention != Attention.eager:
             raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
                                "have no SDPA path); choose eager"))
-        if t.lora is not None and spec.mla:
-            raise UserError(T_("LoRA on multi-head latent attention (deepseek_v3) is not modelled; train it without lora"))
+        if t.lora is not None and t.lora.targets == "all-linear" and spec.family == "llama4_text":
+            raise UserError(T_("LoRA all-linear on llama4_text: peft wraps Llama 4's router (an nn.Linear that "
+                               "returns a tuple) and its forward fails; target attention"))
+        if t.lora is not None and t.lora.targets == "all-linear" and spec.family in PEFT_EXPERT_ADAPTER_FAMILIES:
+            raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
+                               "and the router, which the estimate does not model; target attention",
+                               family=spec.family))
         quantized = t.lora is not None and t.lora.base_weights != "bf16"
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

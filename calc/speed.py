@@ -255,6 +255,14 @@ def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
     return _per_spec(spec, ("lora", rank, targets), lambda: spec.lora_params_per_layer(rank, targets))
 
 
+def _lora_params_total(spec: ModelSpec, t: Any) -> int:
+    """Adapter weights of the whole model (a MoE model's dense layers have their own MLP adapters)."""
+    if t.lora is None:
+        return 0
+    rank, targets = t.lora.rank, t.lora.targets
+    return _per_spec(spec, ("lora total", rank, targets), lambda: spec.lora_params(rank, targets))
+
+
 def _linears_per_layer(spec: ModelSpec) -> int:
     """Weights per decoder layer that ZeRO-3 partitions and fetches (ModelSpec.linear_layers: fused
     projections and 3-D expert tensors are one weight each)."""
@@ -312,13 +320,14 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
 
     # -- compute -------------------------------------------------------------------------------
     lora_layer = _lora_params_per_layer(spec, t) if training else 0
+    lora_all = _lora_params_total(spec, t) if training else 0
     if not training:
         model_fpt = 2 * n_mm + L * att_fwd
         f_text = f"2 x {n_mm:,} (matmul weights) + {L} x {att_fwd:,.0f} (attention)" if explain else ""
         src = "forward only: 2 FLOPs per weight per token (Kaplan et al. 2020, table 1)"
         fwd_fpt = model_fpt
     elif t.lora is not None:
-        n_lora = L * lora_layer
+        n_lora = lora_all
         model_fpt = 4 * n_mm + 6 * n_lora + 3 * L * att_fwd
         f_text = (f"4 x {n_mm:,} (frozen base: forward + input grad) + 6 x {n_lora:,} (LoRA) "
                   f"+ 3 x {L} x {att_fwd:,.0f} (attention)") if explain else ""
@@ -390,7 +399,7 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
     interconnect = "none"
     if training and dp > 1:
         params_local = n_params // (tp * pp)
-        trainable_local = L * lora_layer // (tp * pp) if t.lora is not None else params_local
+        trainable_local = lora_all // (tp * pp) if t.lora is not None else params_local
         gb = prec.grad_bytes_per_param(p) if t.lora is None else 4
         wb = prec.weight_bytes_per_param(p) if t.lora is None else (2 if t.lora.base_weights == "bf16" else 1)
         m_grad, m_w = trainable_local * gb, params_local * wb
@@ -491,7 +500,7 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
     off_s = 0.0
     if training and (t.offload_optimizer != Offload.none or t.offload_params != Offload.none):
         pcie = hw.gpu.pcie_bandwidth_bytes_per_s * a.comm_efficiency  # pinned-memory copies reach ~80% of x16
-        trainable = (L * lora_layer if t.lora is not None else n_params) // (tp * pp)
+        trainable = (lora_all if t.lora is not None else n_params) // (tp * pp)
         part = trainable / (dp if t.zero_stage >= 1 else 1)
         gb = prec.grad_bytes_per_param(p) if t.lora is None else 4
         wb = prec.weight_bytes_per_param(p) if t.lora is None else 2

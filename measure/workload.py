@@ -37,7 +37,8 @@ FP16_MIXED_LOSS_SCALE = 1024.0  # static loss scale of the fp16-mixed reference 
 ATTENTION_ATTRS = ("self_attn", "attn", "attention")
 # LoRA "attention" targets: the attention projections of every supported family, as one peft regex.
 LORA_ATTENTION_REGEX = (
-    r".*\.(self_attn|attn|attention)\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|c_attn|c_proj|query_key_value|dense)"
+    r".*\.(self_attn|attn|attention)\.(q_proj|k_proj|v_proj|o_proj|qkv_proj|c_attn|c_proj|query_key_value|dense"
+    r"|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)"
 )
 
 

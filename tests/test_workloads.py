@@ -113,9 +113,23 @@ def test_new_family_presets_count_their_published_totals():
         assert abs(p.spec.total_params() - p.published_params) <= 0.005 * p.published_params
 
 
-def test_lora_on_latent_attention_is_refused_clearly():
-    with pytest.raises(ValueError, match="latent attention"):
-        _sc(model="deepseek-v3", lora={"rank": 8})
+def test_lora_on_latent_attention_targets_the_mla_projections():
+    spec = model_presets()["deepseek-v3"].spec
+    assert spec.lora_target_names("attention") == {"q_a", "q_b", "kv_a", "kv_b", "o"}
+    est = estimate(_sc(model="deepseek-v3", seq_len=256, lora={"rank": 8, "targets": "attention"}))
+    assert est.model.trainable_params == spec.lora_params(8, "attention")
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "glm-4.5-air", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_lora_all_linear_on_peft_converted_moe_is_refused(model):
+    # peft 0.21 rewrites all-linear onto the routed experts' 3-D weights and the router there
+    with pytest.raises(ValueError, match="routed experts"):
+        _sc(model=model, lora={"rank": 8, "targets": "all-linear"})
+
+
+def test_lora_all_linear_on_llama4_is_refused_clearly():
+    with pytest.raises(ValueError, match="router"):
+        _sc(model="llama-4-scout", lora={"rank": 8})
 
 
 def test_trainer_export_switches_on_only_the_fused_loss():
