@@ -718,7 +718,8 @@ def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
         sb = 4
         xin = y if c.a == 4 else g.op(4 * t * h, ins=(y,), name="router input to fp32")
         win = g.op(4 * e * h, pgrad=pg, name="router weight to fp32") if c.w != 4 else g.op(0, pgrad=pg)
-    logits = g.op(sb * t * e, ins=(xin, win), saves=(xin, win), name="router linear")
+    # the input is kept only for the weight's gradient (a frozen base keeps the weight copy alone)
+    logits = g.op(sb * t * e, ins=(xin, win), saves=(win,) if c.frozen_base else (xin, win), name="router linear")
     if s.router_fp32_softmax:  # softmax(dim=-1, dtype=float32) -> top-k -> * routed_scaling_factor
         probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
         topw = g.op(4 * t * k, ins=(probs,), name="router top-k")

@@ -85,6 +85,9 @@ GPT_OSS = {"model_type": "gpt_oss", "vocab_size": V, "hidden_size": 128, "interm
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
            "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 32,
            "max_position_embeddings": 2048}  # sliding + full layer, attention sinks, biased experts
+PHI3_WINDOW = {**PHI3, "sliding_window": 64}  # Phi-3 attends through config.sliding_window
+QWEN2_WINDOW = {**QWEN2, "use_sliding_window": True, "sliding_window": 64, "max_window_layers": 2,
+                "num_hidden_layers": 4}  # layers 2-3 slide, 0-1 attend fully
 LLAMA4 = {"model_type": "llama4_text", "vocab_size": V, "hidden_size": 128, "intermediate_size": 64,
           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
           "num_local_experts": 4, "num_experts_per_tok": 1, "attention_chunk_size": 64,
@@ -226,6 +229,23 @@ def _small_entries() -> list[Entry]:
         Entry("gpt-oss-eager-bf16-full-keep", GPT_OSS, _t(precision="bf16", attention="eager",
                                                           activation_checkpointing="full", keep_outputs=True)),
         Entry("gpt-oss-inference-eager-bf16", GPT_OSS, _t(precision="bf16", attention="eager"), mode="inference"),
+        # LoRA on MLA (q_a / q_b / kv_a_proj_with_mqa / kv_b / o) and on sigmoid-router MoE layers
+        Entry("deepseek-v3-lora-attention-bf16", DEEPSEEK_V3, _t(precision="bf16", lora={"rank": 8,
+                                                                                         "targets": "attention"})),
+        Entry("deepseek-v2-lora-attention-amp-bf16", DEEPSEEK_V2, _t(precision="amp-bf16", lora={"rank": 8,
+                                                                                                 "targets": "attention"})),
+        Entry("deepseek-noqlora-lora-attention-full-ckpt-fp32", DEEPSEEK_NO_QLORA,
+              _t(precision="fp32", activation_checkpointing="full", lora={"rank": 8, "targets": "attention"})),
+        Entry("glm4-moe-lora-attention-bf16-mixed", GLM4_MOE, _t(precision="bf16-mixed", lora={"rank": 8,
+                                                                                               "targets": "attention"})),
+        # held out: measured after the frozen-embedding, Phi-3 window and Qwen window-layer changes
+        Entry("heldout-phi3-window-lora-all-linear-fp32", PHI3_WINDOW, _t(precision="fp32", seq_len=96,
+                                                                           lora={"rank": 8})),
+        Entry("heldout-qwen2-window-layers-sdpa-bf16", QWEN2_WINDOW, _t(precision="bf16", seq_len=96)),
+        Entry("heldout-qwen2-window-layers-eager-amp-bf16", QWEN2_WINDOW, _t(precision="amp-bf16", seq_len=96,
+                                                                              attention="eager")),
+        Entry("heldout-mistral-lora-attention-bf16-window", MISTRAL_WINDOW, _t(precision="bf16", lora={"rank": 4,
+                                                                                "targets": "attention"})),
         Entry("llama4-sdpa-bf16-past-chunk", LLAMA4, _t(precision="bf16", seq_len=160)),
         Entry("llama4-sdpa-amp-bf16", LLAMA4, _t(precision="amp-bf16")),
         Entry("llama4-eager-fp32-past-chunk", LLAMA4, _t(precision="fp32", attention="eager", seq_len=96)),
