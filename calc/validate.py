@@ -84,6 +84,31 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
      "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)"),
 )
 
+# Per model family: what the committed records measure (CPU: small configs, real tensors; fake: full-size
+# presets under FakeTensorMode, the deep ones extrapolated from 3-5 layers) and what rests on source alone.
+# Shown by the Validation page and the README's accuracy section.
+FAMILY_EVIDENCE: tuple[tuple[str, str, str], ...] = (
+    ("llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox",
+     "CPU (every precision, eager / SDPA, checkpointing, keep_outputs, LoRA, inference) and fake 0.5B-405B presets",
+     "CUDA-only terms (below)"),
+    ("gemma2, gemma3_text",
+     "CPU and fake (Gemma 2 2B-27B eager; Gemma 3 1B-27B local / global layers, LoRA)", "CUDA-only terms"),
+    ("mixtral, qwen3_moe",
+     "CPU (grouped_mm experts) and fake (Mixtral 8x7B, Qwen3 30B-A3B / 235B-A22B, LoRA on attention)",
+     "LoRA all-linear is refused: peft 0.21 puts adapters on the routed experts' 3-D weights and the router"),
+    ("glm4_moe",
+     "CPU (dense + MoE layers, shared expert, LoRA on attention) and fake (GLM-4.5 92 layers, GLM-4.5-Air)",
+     "LoRA all-linear refused (as for mixtral)"),
+    ("deepseek_v3, deepseek_v2",
+     "CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o) and fake (671B, V2-Lite)",
+     "CUDA SDPA for MLA; LoRA all-linear refused (as for mixtral)"),
+    ("gpt_oss", "CPU and fake (20B, 120B; eager attention with sinks)", "CUDA-only terms"),
+    ("llama4_text",
+     "CPU (chunked attention past the chunk, NoPE layers, amp, eager, checkpointing, LoRA on attention, "
+     "inference) and fake (Llama 4 Scout, 8k tokens, LoRA on attention)",
+     "LoRA all-linear refused: peft wraps the router (an nn.Linear returning a tuple) and the forward fails"),
+)
+
 # What of DeepSpeed's memory is checked against DeepSpeed itself (data/measured_deepspeed.jsonl, engine
 # "deepspeed": real DeepSpeed 0.19 on its CPU accelerator, 1-4 ranks over gloo, rank 0 under MemTracker;
 # tests/test_export_run.py) and what rests on its source alone. Shown by the Validation page and README.

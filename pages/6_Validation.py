@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.i18n import N_
-from calc.validate import DEEPSPEED_BEHAVIOURS
+from calc.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
 from ui import charts, compute, fmt, state
 from ui.i18n import _, tr
 from ui.widgets import page_setup, scenario_or_stop
@@ -61,6 +61,10 @@ else:
 with st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source")):
     st.table({_("behaviour"): [tr(b) for b, _s in DEEPSPEED_BEHAVIOURS],
               _("status"): [tr(s) for _b, s in DEEPSPEED_BEHAVIOURS]})
+with st.expander(_("Model families: what is measured, what is modelled from source")):
+    st.table({_("family"): [f for f, _m, _s in FAMILY_EVIDENCE],
+              _("measured"): [tr(m) for _f, m, _s in FAMILY_EVIDENCE],
+              _("modelled from source or refused"): [tr(s) for _f, _m, s in FAMILY_EVIDENCE]})
 st.session_state.setdefault("val_log", True)
 log_axes = st.toggle(_("Logarithmic axes (runs span from MiB to TiB)"), key="val_log")
 plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot
