@@ -260,6 +260,13 @@ class ModelSpec(BaseModel):
         return not self.attention_sinks
 
     @property
+    def experts_run_per_token(self) -> int:
+        """Routed experts whose matmuls each token goes through in transformers: the top-k, except for
+        Llama 4, whose Llama4TextMoe runs every token through every expert (scaled by its router score;
+        modeling_llama4.py), so the compute is the whole expert stack's."""
+        return self.num_experts if self.family == "llama4_text" else self.experts_per_token
+
+    @property
     def mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3): compressed KV, decoupled RoPE."""
         return self.kv_lora_rank > 0

@@ -241,7 +241,7 @@ def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int, int]:
 
     def numbers() -> tuple[int, int, int, int, int]:
         layer_all = spec.layer_matmul_params()
-        inactive = (spec.num_experts - spec.experts_per_token) * spec.mlp_params_per_expert()
+        inactive = (spec.num_experts - spec.experts_run_per_token) * spec.mlp_params_per_expert()
         return layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width, spec.total_params()
 
     return _per_spec(spec, "shape", numbers)
