@@ -633,8 +633,8 @@ def _llama4_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     step = _int(cfg, "interleave_moe_layer_step")
     moe_layers = cfg.get("moe_layers")
     if step != 1 or (moe_layers is not None and require(moe_layers, list, "moe_layers") != list(range(layers))):
-        raise ValueError("llama4_text with dense layers (interleave_moe_layer_step != 1 or moe_layers) is not "
-                         "supported; every layer must be a MoE layer (Llama 4 Scout)")
+        raise UserError(T_("llama4_text with dense layers (interleave_moe_layer_step != 1 or moe_layers) is not "
+                           "supported; every layer must be a MoE layer (Llama 4 Scout)"))
     no_rope = cfg.get("no_rope_layers")
     if no_rope:
         flags = tuple(require(v, int, "no_rope_layers") for v in require(no_rope, list, "no_rope_layers")[:MAX_LAYERS])
