@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from calc.engine import estimate
+from calc.i18n import N_
 from calc.record import MeasurementRecord, load_records
 from calc.scenario import Mode
 
@@ -68,20 +69,20 @@ class Report(BaseModel):
 # Behaviour the engine models from a library's source, with no committed measurement behind it yet
 # (the README's accuracy section and the Validation page list these).
 MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
-    ("Liger fused linear cross-entropy (training.cross_entropy = liger-fused)",
-     "linkedin/Liger-Kernel ops/fused_linear_cross_entropy.py: chunked logits, gradients in forward; needs "
-     "Triton on a GPU, so no CPU or fake run exists"),
-    ("CUDA SDPA with a sliding-window mask",
-     "PyTorch aten/src/ATen/native/transformers/attention.cpp: the additive mask from convert_boolean_attn_mask "
-     "(memory-efficient) or _cudnn (cuDNN) saved per layer, as measured on the CPU kernel"),
-    ("CUDA SDPA for MLA (DeepSeek-V3: value heads narrower than q/k)",
-     "memory-efficient / cuDNN attention keep q, k, v, the output and the logsumexp; the CPU runs take the "
-     "math fallback, which is what the committed records measure"),
-    ("CUDA-only terms: cuBLAS workspaces, 1-byte dropout masks, 512-byte block rounding",
-     "PyTorch's documented allocator and kernel behaviour; no GPU record is committed"),
-    ("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload",
-     "DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
-     "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)"),
+    (N_("Liger fused linear cross-entropy (training.cross_entropy = liger-fused)"),
+     N_("linkedin/Liger-Kernel ops/fused_linear_cross_entropy.py: chunked logits, gradients in forward; needs "
+     "Triton on a GPU, so no CPU or fake run exists")),
+    (N_("CUDA SDPA with a sliding-window mask"),
+     N_("PyTorch aten/src/ATen/native/transformers/attention.cpp: the additive mask from convert_boolean_attn_mask "
+     "(memory-efficient) or _cudnn (cuDNN) saved per layer, as measured on the CPU kernel")),
+    (N_("CUDA SDPA for MLA (DeepSeek-V3: value heads narrower than q/k)"),
+     N_("memory-efficient / cuDNN attention keep q, k, v, the output and the logsumexp; the CPU runs take the "
+     "math fallback, which is what the committed records measure")),
+    (N_("CUDA-only terms: cuBLAS workspaces, 1-byte dropout masks, 512-byte block rounding"),
+     N_("PyTorch's documented allocator and kernel behaviour; no GPU record is committed")),
+    (N_("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload"),
+     N_("DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
+     "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)")),
 )
 
 # Per model family: what the committed records measure (CPU: small configs, real tensors; fake: full-size
@@ -89,63 +90,63 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
 # Shown by the Validation page and the README's accuracy section.
 FAMILY_EVIDENCE: tuple[tuple[str, str, str], ...] = (
     ("llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox",
-     "CPU (every precision, eager / SDPA, checkpointing, keep_outputs, LoRA, inference) and fake 0.5B-405B presets",
-     "CUDA-only terms (below)"),
+     N_("CPU (every precision, eager / SDPA, checkpointing, keep_outputs, LoRA, inference) and fake 0.5B-405B presets"),
+     N_("CUDA-only terms (below)")),
     ("gemma2, gemma3_text",
-     "CPU and fake (Gemma 2 2B-27B eager; Gemma 3 1B-27B local / global layers, LoRA)", "CUDA-only terms"),
+     N_("CPU and fake (Gemma 2 2B-27B eager; Gemma 3 1B-27B local / global layers, LoRA)"), N_("CUDA-only terms")),
     ("mixtral, qwen3_moe",
-     "CPU (grouped_mm experts) and fake (Mixtral 8x7B, Qwen3 30B-A3B / 235B-A22B, LoRA on attention)",
-     "LoRA all-linear is refused: peft 0.21 puts adapters on the routed experts' 3-D weights and the router"),
+     N_("CPU (grouped_mm experts) and fake (Mixtral 8x7B, Qwen3 30B-A3B / 235B-A22B, LoRA on attention)"),
+     N_("LoRA all-linear is refused: peft 0.21 puts adapters on the routed experts' 3-D weights and the router")),
     ("glm4_moe",
-     "CPU (dense + MoE layers, shared expert, LoRA on attention) and fake (GLM-4.5 92 layers, GLM-4.5-Air)",
-     "LoRA all-linear refused (as for mixtral)"),
+     N_("CPU (dense + MoE layers, shared expert, LoRA on attention) and fake (GLM-4.5 92 layers, GLM-4.5-Air)"),
+     N_("LoRA all-linear refused (as for mixtral)")),
     ("deepseek_v3, deepseek_v2",
-     "CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o) and fake (671B, V2-Lite)",
-     "CUDA SDPA for MLA; LoRA all-linear refused (as for mixtral)"),
-    ("gpt_oss", "CPU and fake (20B, 120B; eager attention with sinks)", "CUDA-only terms"),
+     N_("CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o) and fake (671B, V2-Lite)"),
+     N_("CUDA SDPA for MLA; LoRA all-linear refused (as for mixtral)")),
+    ("gpt_oss", N_("CPU and fake (20B, 120B; eager attention with sinks)"), N_("CUDA-only terms")),
     ("llama4_text",
-     "CPU (chunked attention past the chunk, NoPE layers, amp, eager, checkpointing, LoRA on attention, "
-     "inference) and fake (Llama 4 Scout, 8k tokens, LoRA on attention)",
-     "LoRA all-linear refused: peft wraps the router (an nn.Linear returning a tuple) and the forward fails"),
+     N_("CPU (chunked attention past the chunk, NoPE layers, amp, eager, checkpointing, LoRA on attention, "
+     "inference) and fake (Llama 4 Scout, 8k tokens, LoRA on attention)"),
+     N_("LoRA all-linear refused: peft wraps the router (an nn.Linear returning a tuple) and the forward fails")),
 )
 
 # What of DeepSpeed's memory is checked against DeepSpeed itself (data/measured_deepspeed.jsonl, engine
 # "deepspeed": real DeepSpeed 0.19 on its CPU accelerator, 1-4 ranks over gloo, rank 0 under MemTracker;
 # tests/test_export_run.py) and what rests on its source alone. Shown by the Validation page and README.
 DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
-    ("ZeRO 0-3 partitioning of weights, gradients, fp32 master weights and Adam states; the master clone "
-     "ZeRO 1-3 keep even for fp32 models; ZeRO-3's flat gradient-partition buffer", "measured (CPU)"),
-    ("ZeRO-1/2 gradients in backward: each copied into the reduce bucket as it is produced "
+    (N_("ZeRO 0-3 partitioning of weights, gradients, fp32 master weights and Adam states; the master clone "
+     "ZeRO 1-3 keep even for fp32 models; ZeRO-3's flat gradient-partition buffer"), N_("measured (CPU)")),
+    (N_("ZeRO-1/2 gradients in backward: each copied into the reduce bucket as it is produced "
      "(contiguous_gradients), the rank's partition (grads_in_partition, in the gradients' dtype: the export "
      "leaves grad_accum_dtype unset) allocated whole at the first bucket reduction; ZeRO-1 with overlap_comm "
      "keeps only the partition too; before the step the partition is flattened and cast to fp32 "
-     "(stage_1_and_2.py copy_grads_in_partition, step)", "measured (CPU)"),
-    ("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), allocated at the first gradient "
+     "(stage_1_and_2.py copy_grads_in_partition, step)"), N_("measured (CPU)")),
+    (N_("reduce buckets: two of reduce_bucket_size at ZeRO-1/2 (overlap_comm), allocated at the first gradient "
      "hook and freed at the end of backward; one at ZeRO-3 (contiguous_gradients) from initialisation on; per "
-     "communication dtype (amp-*: fp32 and the autocast dtype)", "measured (CPU)"),
-    ("ZeRO-1/2 with reduce_bucket_size below the model's size: the partition appears mid-backward (tied "
-     "embeddings: the lm_head's gradient joins the bucket with the embedding's)", "measured (CPU: 3 runs, 7 held out)"),
-    ("ZeRO-1/2 rank 0's grads_in_partition holds every parameter overlapping its partition whole, in "
-     "round-robin order, from the first reduction holding one of them (stage_1_and_2.py _round_robin_reorder)",
-     "measured on 1 probe (+4.2 %), not modelled: the engine takes parameters / N at the first reduction"),
-    ("ZeRO-3 gathered parameters and prefetch (capped by the model size)", "measured (CPU, small models)"),
-    ("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
-     "16-bit staging copies", "measured (CPU accelerator: the host is the device)"),
-    ("which optimizer runs (FusedAdam / torch AdamW via torch_adam / DeepSpeedCPUAdam) and ZeRO-3's "
-     "zero.Init partitioning", "measured (tests/test_export_run.py)"),
-    ("CPU accelerator vs CUDA: the CPU is a synchronized device (resolves_data_dependency), so overlap_comm's "
+     "communication dtype (amp-*: fp32 and the autocast dtype)"), N_("measured (CPU)")),
+    (N_("ZeRO-1/2 with reduce_bucket_size below the model's size: the partition appears mid-backward (tied "
+     "embeddings: the lm_head's gradient joins the bucket with the embedding's)"), N_("measured (CPU: 3 runs, 7 held out)")),
+    (N_("ZeRO-1/2 rank 0's grads_in_partition holds every parameter overlapping its partition whole, in "
+     "round-robin order, from the first reduction holding one of them (stage_1_and_2.py _round_robin_reorder)"),
+     N_("measured on 1 probe (+4.2 %), not modelled: the engine takes parameters / N at the first reduction")),
+    (N_("ZeRO-3 gathered parameters and prefetch (capped by the model size)"), N_("measured (CPU, small models)")),
+    (N_("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
+     "16-bit staging copies"), N_("measured (CPU accelerator: the host is the device)")),
+    (N_("which optimizer runs (FusedAdam / torch AdamW via torch_adam / DeepSpeedCPUAdam) and ZeRO-3's "
+     "zero.Init partitioning"), N_("measured (tests/test_export_run.py)")),
+    (N_("CPU accelerator vs CUDA: the CPU is a synchronized device (resolves_data_dependency), so overlap_comm's "
      "reduction stream and the stream waits do nothing there; on CUDA the reduction overlaps backward on a side "
-     "stream, allocating the same buffers", "buffers measured on the CPU; CUDA's stream timing not modelled"),
-    ("pinned host buffers rounded up to a power of two by PyTorch's CUDA host allocator",
-     "modelled from source (CUDA only; the CPU accelerator pins nothing)"),
-    ("host RAM to load the model (whole model per process below ZeRO-3, one tensor under zero.Init)",
-     "modelled from source"),
-    ("ZeRO-0 with a 16-bit model (sharding deepspeed): torch's AdamW is wrapped in FP16_UnfusedOptimizer, which "
+     "stream, allocating the same buffers"), N_("buffers measured on the CPU; CUDA's stream timing not modelled")),
+    (N_("pinned host buffers rounded up to a power of two by PyTorch's CUDA host allocator"),
+     N_("modelled from source (CUDA only; the CPU accelerator pins nothing)")),
+    (N_("host RAM to load the model (whole model per process below ZeRO-3, one tensor under zero.Init)"),
+     N_("modelled from source")),
+    (N_("ZeRO-0 with a 16-bit model (sharding deepspeed): torch's AdamW is wrapped in FP16_UnfusedOptimizer, which "
      "casts each 16-bit grad to an fp32 .grad and frees neither before the step (2 B/param more than plain "
-     "PyTorch, sharding torch; fp16/unfused_optimizer.py step)", "measured (CPU, bf16-mixed)"),
-    ("ZeRO-0 with FusedAdam: FP16_Optimizer casts the 16-bit grads to fp32 copies and flattens them before the "
-     "step, then frees the 16-bit ones (fp16/fused_optimizer.py step)", "modelled from source (CUDA only)"),
-    ("fp16 loss scaling, NVMe offload (ZeRO-Infinity)", "modelled from source; not runnable on this CPU"),
+     "PyTorch, sharding torch; fp16/unfused_optimizer.py step)"), N_("measured (CPU, bf16-mixed)")),
+    (N_("ZeRO-0 with FusedAdam: FP16_Optimizer casts the 16-bit grads to fp32 copies and flattens them before the "
+     "step, then frees the 16-bit ones (fp16/fused_optimizer.py step)"), N_("modelled from source (CUDA only)")),
+    (N_("fp16 loss scaling, NVMe offload (ZeRO-Infinity)"), N_("modelled from source; not runnable on this CPU")),
 )
 
 GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "sharding", "device", "workload",

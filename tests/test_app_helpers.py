@@ -81,8 +81,8 @@ def _figure_text(fig: dict[str, Any]) -> list[str]:
 
 def visible_text(at: Any) -> list[str]:
     """Everything a user reads on the page (`at`: the AppTest, or `at.main` / `at.sidebar` alone):
-    texts, widget labels, help and options, metrics, tabs, expanders, the words of the Plotly charts
-    (not code blocks: exported files and commands are code in every language)."""
+    texts, widget labels, help and options, metrics, tabs, expanders, tables' headers and cells, the words
+    of the Plotly charts (not code blocks: exported files and commands are code in every language)."""
     out = texts(at, PROSE)
     for kind in WIDGETS:
         for el in at.get(kind):
@@ -92,6 +92,11 @@ def visible_text(at: Any) -> list[str]:
                     out.append(v)
                 elif isinstance(v, (list, tuple)):
                     out += [str(o) for o in v]
+    for kind in ("table", "dataframe"):
+        for el in at.get(kind):
+            df = el.value
+            out += [str(c) for c in df.columns]
+            out += [v for col in df.columns for v in df[col].tolist() if isinstance(v, str)]
     for el in at.get("plotly_chart"):
         out += _figure_text(figure_from_json(el.proto.spec))
     return out

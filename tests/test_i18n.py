@@ -32,7 +32,7 @@ spec.loader.exec_module(tool)
 # part of the app is translated; when the whole app is, they are all of DOMAINS / every page.
 # I18N_STRICT=all (or a comma list of domains and pages) checks more while translating.
 DONE_DOMAINS: set[str] = set(i18n.DOMAINS)
-ZH_PAGES: list[str] = ["calculator", "compare", "recommend", "explain", "export"]
+ZH_PAGES: list[str] = ["calculator", "compare", "recommend", "explain", "export", "validation"]
 _STRICT = os.environ.get("I18N_STRICT", "")
 if _STRICT:
     _asked = set(i18n.DOMAINS) | {"calculator", "compare", "recommend", "explain", "export", "validation"} \
