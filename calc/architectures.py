@@ -463,6 +463,20 @@ class ModelSpec(BaseModel):
         return shapes
 
 
+    def routed_expert_shapes(self) -> list[tuple[tuple[int, ...], int]]:
+        """The routed experts' 3-D stacks (and gpt-oss's expert biases) among param_shapes: (shape, count)
+        with the expert dim first, over all MoE layers; [] for a dense model."""
+        if self.num_experts == 1:
+            return []
+        moe_layers = self.num_layers - self.dense_layers
+        return [(shape, n * moe_layers) for lin in self._mlp_linears(dense=False) if lin.expert
+                for shape, n in lin.shapes()]
+
+    def routed_expert_params_per_layer(self) -> int:
+        """One MoE layer's routed-expert weights and biases (all experts)."""
+        return sum(lin.params for lin in self._mlp_linears(dense=False) if lin.expert) if self.num_experts > 1 else 0
+
+
 def _gated(prefix: str, h: int, i: int, bias: bool) -> list[Linear]:
     """A gated MLP's gate_proj, up_proj and down_proj (a dense layer, or MoE shared experts: prefix 'shared_')."""
     shared = prefix == "shared_"

@@ -73,6 +73,8 @@ class States:
     components: list[Component] = field(default_factory=list)
     gathered_root: int = 0  # FSDP2: unsharded root weights (embedding, final norm, lm_head), fwd + bwd
     gathered_layer: int = 0  # FSDP2: one decoder layer's unsharded weights while it runs
+    gathered_experts: int = 0  # FSDP2 + expert parallelism: one layer's local experts, their own FSDP group
+    forward_all_gather: int = 0  # FSDP2: the last all-gather's output, kept in forward until the next copy-out
     reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
@@ -310,7 +312,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
         p = Precision.bf16
     lora = t.lora
     common = dict(spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len, cuda=target == "cuda",
-                  tp=t.tensor_parallel, sp=t.sequence_parallel,
+                  tp=t.tensor_parallel, sp=t.sequence_parallel, ep=t.expert_parallel,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
                   train=sc.mode == Mode.train)
     if lora is None:
@@ -459,6 +461,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
+    ge = st.gathered_experts  # expert parallelism: the running layer's experts (resharded after forward)
+    ag = st.forward_all_gather
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
@@ -490,12 +494,16 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             amp_cache += sel_cache + lay[i].cached_unsaved  # + KV-cache copies nobody saved
             peak = lay[i].fwd_peak
         o = fwd_other + amp_cache + peak - s_i
-        rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1), ga_grads, opt, cur + s_i,
+        if gl:  # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
+            before = w + gl * (i if keep_gathered else 0)
+            rows.append((f"all-gather layer {i}", "forward", before + 2 * gl, ga_grads, opt, cur, fwd_other + amp_cache))
+        rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
+                     cur + s_i,
                      o if o > 0 else 0))
         cur += s_i
     if last:
         w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
-        tl.add("lm_head + loss", "loss", w_all, ga_grads, opt, cur + head.saved,
+        tl.add("lm_head + loss", "loss", w_all + ag, ga_grads, opt, cur + head.saved,
                other0 + out.previous + kept + amp_cache + head.fwd_peak - head.saved)
         g_head = round(head.param_grad_bytes * scale_g)
         # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
@@ -549,7 +557,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
         gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
         o += kept + out.backward(i + 1)
-        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w + gathered,
+        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + ge,
                      g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
         if gl:  # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
             left = gl * (i if keep_gathered else (1 if i else 0))
@@ -734,11 +742,12 @@ def fsdp2_states(sc: Scenario) -> States:
     (torch/distributed/fsdp/_fully_shard, FSDPParamGroup)."""
     spec, t = sc.spec, sc.training
     p = t.precision
-    n = sc.data_parallel
+    n, ep = sc.data_parallel, t.expert_parallel
     store = 2 if p == Precision.bf16 else 4
     compute = 2 if (p == Precision.bf16 or p.is_mixed) else 4
-    shapes = [((-(-s[0] // n),) + s[1:], c) for s, c in spec.param_shapes()]
+    shapes = fsdp2_shard_shapes(spec, n, ep)
     sharded = sum(prod(s) * c for s, c in shapes)
+    experts = spec.routed_expert_params_per_layer() if ep > 1 else 0
     state_p = Precision.bf16 if p == Precision.bf16 else Precision.fp32
     states = precision.optimizer_state_bytes(t.optimizer, state_p, shapes)
     temp = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes)
@@ -750,10 +759,37 @@ def fsdp2_states(sc: Scenario) -> States:
     return States(weights=sharded * store, grads=sharded * store, optimizer=states, master=0, opt_temp=temp,
                   grad_fp32_step=0, zero_buffers=0, trainable=spec.total_params(), params_local=spec.total_params(),
                   offloaded_cpu=0, offloaded_nvme=0, components=comps, gathered_root=root * compute,
-                  gathered_layer=spec.layer_params() * compute, reshard_after_forward=t.zero_stage == 3,
+                  gathered_layer=(spec.layer_params() - experts) * compute,
+                  gathered_experts=experts // ep * compute, reshard_after_forward=t.zero_stage == 3,
+                  forward_all_gather=fsdp2_forward_all_gather(spec, n, ep) * compute,
                   # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
                   # copies, then copied into the flat reduce-scatter input (foreach_reduce)
                   reduce_scatter_input=spec.layer_params() * (8 if p.is_mixed else store))
+
+
+def fsdp2_forward_all_gather(spec: ModelSpec, n: int, ep: int) -> int:
+    """Elements of the all-gather output FSDP2 keeps in forward after a group's copy-out, to overlap it with the
+    next all-gather, until the next group's copy-out (or the root's post-forward: so through the loss)
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, wait_for_unshard, `all_gather_state`): a decoder
+    layer's, or under expert parallelism the last group of a layer, its experts', which a group of one rank (efsdp =
+    1) initialises from its shard without an all-gather. Measured on the CPU over the fake process group."""
+    if ep == 1:
+        return spec.layer_params()
+    return spec.routed_expert_params_per_layer() // ep if n // ep > 1 else 0
+
+
+def fsdp2_shard_shapes(spec: ModelSpec, n: int, ep: int) -> list[tuple[tuple[int, ...], int]]:
+    """(shape, count) of this rank's FSDP2 shards: every parameter split on dim 0 over the n ranks, padded
+    to a multiple of n. Under expert parallelism each routed-expert stack (E x ...) first keeps its
+    E / ep experts (transformers' grouped_gemm Shard(0) on the ep mesh), then those are split over the
+    n / ep ranks of the efsdp mesh that hold the same experts (fsdp.apply_fully_sharded_data_parallelism)."""
+    routed = spec.routed_expert_shapes() if ep > 1 else []
+    rest = list(spec.param_shapes())
+    for entry in routed:
+        rest.remove(entry)
+    efsdp = n // ep
+    return ([((-(-s[0] // n),) + s[1:], c) for s, c in rest]
+            + [((-(-(s[0] // ep) // efsdp),) + s[1:], c) for s, c in routed])
 
 
 def _inference_states(st: States) -> States:

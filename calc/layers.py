@@ -34,6 +34,7 @@ class Ctx:
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
     sliding: bool = True  # this layer attends through the spec's sliding window (Gemma 3's local layers)
     dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
+    ep: int = 1  # expert parallelism: this rank runs num_experts / ep experts on tokens sent by all-to-all
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
@@ -570,8 +571,7 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     s = c.spec
     t = c.tokens
     k = s.experts_per_token
-    rows = t * k
-    h, i, e = s.hidden_size, s.intermediate_size // c.tp, s.num_experts
+    h, e = s.hidden_size, s.num_experts
     wb = 4
     if s.router_groups or s.router_fp32_softmax:
         weights, wb = fp32_router(g, y, c)
@@ -591,16 +591,40 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     idx = g.op(8 * t * k, grad=False, name="top-k indices (kept)")
     if s.family == "qwen3_moe" and c.a != 4:  # Qwen3MoeTopKRouter: .to(router_logits.dtype)
         weights, wb = g.op(c.a * t * k, ins=(weights,), name="routing weights to compute dtype"), c.a
+    if c.ep > 1:
+        out = _all_to_all_experts(g, y, weights, wb, idx, c)
+    else:
+        out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_bytes=c.r * t * h)
+    if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
+        shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
+        out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
+    return out
+
+
+def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, tokens: int, top_k: int,
+                     experts: int, out_bytes: int, expert_parallel: bool = False) -> int:
+    """transformers' grouped_mm_experts_forward on `tokens` rows of `y` with `top_k` (expert id, weight) pairs
+    each over `experts` experts (transformers/integrations/moe.py). Under expert parallelism
+    (`_is_expert_parallel`) the experts run top-1 with unit weights that take no gradient, and the outputs of
+    both grouped matmuls are copied by `masked_fill(sentinel_mask, 0.0)` (rows routed to no local expert)."""
+    s = c.spec
+    rows = tokens * top_k
+    h, i, e = s.hidden_size, s.intermediate_size // c.tp, experts
+    weights_grad = not expert_parallel
     perm = g.op(16 * rows, ins=(idx,), grad=False, name="sort expert ids")
     xa = 4 if c.amp else c.a  # dtype the experts compute in
     token_of_row = g.op(8 * rows, ins=(perm,), grad=False, name="perm // top_k")
     gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="gather rows")
-    wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,), name="routing weights sorted")
+    wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,) if weights_grad else (),
+                   grad=weights_grad, name="routing weights sorted")
+    sentinel = g.op(rows, ins=(perm,), grad=False, name="sentinel mask") if expert_parallel else None
     pg = 0 if c.frozen_base else c.w
     keep_in = not c.frozen_base  # a grouped matmul keeps its input only for the weight's gradient
     gu_bias = _expert_bias_rows(g, perm, xa * rows * 2 * i, pg * 2 * i * e, "gate_up") if s.expert_bias else None
     gu = g.op(xa * rows * 2 * i, ins=(gathered,), saves=(gathered,) if keep_in else (), pgrad=pg * 2 * i * h * e,
               name="experts gate_up (grouped)")
+    if sentinel is not None:
+        gu = g.op(xa * rows * 2 * i, ins=(gu, sentinel), saves=(sentinel,), grad_ins=(gu,), name="mask sentinel rows")
     if gu_bias is not None:
         g.keep(gu_bias)  # out.add_(bias): in place on the grouped matmul's output
         prod = _clamped_swiglu(g, gu, xa * rows * i)
@@ -612,15 +636,43 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
         prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
     down = g.op(xa * rows * h, ins=(prod,), saves=(prod,) if keep_in else (), pgrad=pg * i * h * e,
                 name="experts down (grouped)")
-    scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted), name="* routing weight")
+    if sentinel is not None:
+        down = g.op(xa * rows * h, ins=(down, sentinel), saves=(sentinel,), grad_ins=(down,),
+                    name="mask sentinel rows")
+    scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted) if weights_grad else (wsorted,),
+                  name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
     unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
     g.keep(y, gathered, wsorted, idx)  # locals of the experts forward live until it returns
-    out = g.op(c.r * t * h, ins=(unperm,), name="sum over top-k")
-    if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
-        shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
-        out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
-    return out
+    return g.op(out_bytes, ins=(unperm,), name="sum over top-k")
+
+
+def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx) -> int:
+    """transformers' expert parallelism (DistributedConfig(ep_size=...), AllToAllEP in
+    transformers/distributed/expert_parallel.py): the (token, expert) pairs are sorted by expert, sent to the
+    experts' ranks with an all-to-all, run top-1 through this rank's num_experts / ep experts and sent back with a
+    second all-to-all, restored to (token, slot) order, weighted and summed. Balanced routing: every rank
+    receives as many rows as it sends, tokens x top_k (the actual split follows the trained router)."""
+    s = c.spec
+    t, k, h = c.tokens, s.experts_per_token, s.hidden_size
+    rows = t * k
+    xa = 4 if c.amp else c.a
+    order = g.op(8 * rows, ins=(idx,), grad=False, name="argsort expert ids")
+    token_of_row = g.op(8 * rows, ins=(order,), grad=False, name="order // top_k")
+    send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="rows to send")
+    recv = g.op(xa * rows * h, ins=(send,), name="all-to-all dispatch")
+    local_ids = g.op(8 * rows, grad=False, name="received rows' local expert ids")
+    ones = g.op(xa * rows, grad=False, name="unit routing weights")
+    g.keep(send)  # a local of _dispatch_tokens until it returns
+    expert_out = _grouped_experts(g, recv, ones, xa, local_ids, c, tokens=rows, top_k=1, experts=s.num_experts // c.ep,
+                                  out_bytes=xa * rows * h, expert_parallel=True)
+    back = g.op(xa * rows * h, ins=(expert_out,), name="all-to-all combine")
+    placed = g.op(xa * rows * h, ins=(back, order), saves=(order,), grad_ins=(back,), name="restore (token, slot) order")
+    wbytes = max(xa, wb)  # tensor-tensor type promotion
+    weighted = g.op(wbytes * rows * h, ins=(placed, weights), saves=(placed, weights), name="* routing weights")
+    g.keep(recv, expert_out)  # locals of AllToAllEP.__call__ until it returns
+    out = g.op(wbytes * t * h, ins=(weighted,), name="sum over top-k")
+    return out if wbytes == c.r else g.op(c.r * t * h, ins=(out,), name="to the hidden dtype")
 
 
 def llama4_moe(g: Graph, y: int, c: Ctx) -> int:

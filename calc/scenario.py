@@ -131,6 +131,10 @@ class TrainingConfig(BaseModel):
     tensor_parallel: int = Field(1, ge=1, le=1024)
     pipeline_parallel: int = Field(1, ge=1, le=1024)
     sequence_parallel: bool = False
+    expert_parallel: int = Field(
+        1, ge=1, le=1024, description="MoE expert parallelism: the routed experts are split over this many ranks, "
+        "tokens reach them by all-to-all (transformers' DistributedConfig(ep_size=...), AllToAllEP); the rest of "
+        "the model is FSDP2-sharded over all ranks and each expert over num_gpus / expert_parallel ranks")
     lora: LoraConfig | None = None
     cross_entropy: Literal["standard", "liger-fused"] = Field(
         "standard", description="standard = the model's loss (full B x S x V logits and their fp32 copies); "
@@ -160,6 +164,9 @@ class TrainingConfig(BaseModel):
                 raise UserError(T_("offload is modelled for DeepSpeed ZeRO; use sharding deepspeed"))
             if self.pipeline_parallel > 1 or self.tensor_parallel > 1:
                 raise UserError(T_("sharding fsdp2 is modelled for data parallelism only (tensor/pipeline = 1)"))
+        if self.expert_parallel > 1 and (self.sharding != "fsdp2" or self.zero_stage not in (2, 3)):
+            raise UserError(T_("expert_parallel > 1 is modelled for transformers' expert parallelism, which runs "
+                               "under FSDP2: use sharding fsdp2 with zero_stage 2 or 3"))
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserError(T_("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)"))
         if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
@@ -247,6 +254,7 @@ class Scenario(BaseModel):
         if gpus % model_parallel:
             raise UserError(T_("num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = "
                                "{model_parallel}", gpus=gpus, model_parallel=model_parallel))
+        self._expert_parallel_fits(gpus)
         if spec.attention_sinks and t.attention != Attention.eager:
             raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
                                "have no SDPA path); choose eager"))
@@ -261,6 +269,21 @@ class Scenario(BaseModel):
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
         return self
+
+    def _expert_parallel_fits(self, gpus: int) -> None:
+        """expert_parallel splits a MoE model's routed experts evenly over ranks of one training job."""
+        ep, experts = self.training.expert_parallel, self.spec.num_experts
+        if ep == 1:
+            return
+        if experts == 1:
+            raise UserError(T_("expert_parallel > 1 needs a mixture-of-experts model; this one is dense"))
+        if self.mode != Mode.train:
+            raise UserError(T_("expert_parallel is modelled for training (transformers' all-to-all dispatch); use 1"))
+        if experts % ep:
+            raise UserError(T_("expert_parallel={ep} must divide the {experts} experts per layer", ep=ep,
+                               experts=experts))
+        if gpus % ep:
+            raise UserError(T_("expert_parallel={ep} must divide num_gpus={gpus}", ep=ep, gpus=gpus))
 
     def variant(self, **fields: Any) -> Scenario:
         """This scenario with some top-level fields (model, hardware, mode, training) replaced,

@@ -64,6 +64,16 @@ def check_sharded(scenario: Scenario) -> tuple[int, int]:
     return world, t.zero_stage
 
 
+def check_expert_parallel(scenario: Scenario, device: str) -> int:
+    """The expert-parallel degree, or UnsupportedError: AllToAllEP reads the all-to-all split sizes back to the
+    host (`.tolist()`), which FakeTensorMode cannot do, so expert parallelism is measured with real tensors."""
+    ep = scenario.training.expert_parallel
+    if ep > 1 and device == "fake":
+        raise UnsupportedError("expert_parallel > 1 is measured with --device cpu (real tensors over the fake "
+                               "process group): the all-to-all split sizes are read back to the host")
+    return ep
+
+
 def _sharded_plan(precision: Precision) -> tuple[PrecisionPlan, Any]:
     """The precision plan of the model as built, and FSDP2's MixedPrecisionPolicy (or None)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -89,6 +99,52 @@ def fake_process_group(world: int, device_type: str) -> Iterator[Any]:
         yield init_device_mesh(device_type, (world,))  # built outside FakeTensorMode: it reads rank values
     finally:
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def rank0_routes_for_every_rank() -> Iterator[None]:
+    """The fake process group delivers nothing, so the token counts AllToAllEP exchanges before dispatch would
+    be uninitialised. Deliver rank 0's own counts instead: every rank of the expert-parallel group routes as rank
+    0 does, so rank 0 receives from each peer as many rows as it sends it, B x S x top_k rows in all (the
+    balanced-routing assumption the estimate makes; measured token imbalance depends on the trained router).
+    Only the counts exchange (the module's `all_to_all_single`) is redirected; the token all-to-alls are the
+    fake group's, which allocate their outputs."""
+    from transformers.distributed import expert_parallel
+
+    original = expert_parallel.all_to_all_single
+
+    def counts_from_rank0(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        output.copy_(input)
+
+    expert_parallel.all_to_all_single = counts_from_rank0
+    try:
+        yield
+    finally:
+        expert_parallel.all_to_all_single = original
+
+
+def apply_expert_parallel(model: Any, world: int, ep: int, fsdp_kwargs: dict[str, Any]) -> None:
+    """transformers' expert parallelism as `from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=world,
+    ep_size=ep))` applies it (transformers/distributed: mixin.maybe_distribute_model): the model's own ep plan
+    shards each experts module's 3-D weights on the expert dim over the `ep` mesh (grouped_gemm) and routes its
+    tokens with AllToAllEP (ep_dispatch_experts); then each experts module is fully_shard-ed over the `efsdp`
+    mesh (world / ep ranks holding the same experts), resharded after forward, as fsdp.apply_fully_sharded_data_
+    parallelism does. The dense modules are sharded afterwards by the caller, as for ep = 1."""
+    from torch.distributed.fsdp import fully_shard
+    from transformers.distributed.configuration_utils import DistributedConfig
+    from transformers.distributed.expert_parallel import apply_expert_parallelism
+    from transformers.distributed.utils import initialize_distributed_mesh
+
+    config = DistributedConfig(fsdp_size=world, ep_size=ep, ep_implementation="all_to_all")
+    _, meshes = initialize_distributed_mesh(config)
+    _, ep_plan, _ = model._resolve_parallel_plans(config)
+    apply_expert_parallelism(model, meshes.get_mesh("ep"), meshes.get_mesh("tp"), ep_plan, "all_to_all")
+    for name, module in model.named_modules():
+        if ep_plan.get(name) == "ep_dispatch_experts":
+            fully_shard(module, **{**fsdp_kwargs, "mesh": meshes.get_mesh("efsdp"), "reshard_after_forward": True})
+            module.set_gradient_divide_factor(float(world))
+            if config.efsdp_size > 1:
+                module.set_force_sum_reduction_for_comms(True)
 
 
 @contextlib.contextmanager
@@ -129,6 +185,7 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
     from measure.runner import _notes, _warm_up_cuda
 
     world, stage = check_sharded(scenario)
+    ep = check_expert_parallel(scenario, device)
     t = scenario.training
     fake = device == "fake"
     dev = torch.device("cuda" if device == "cuda" else "cpu")
@@ -154,6 +211,9 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": stage == 3}
         if mp_policy is not None:
             kwargs["mp_policy"] = mp_policy
+        if ep > 1:
+            stack.enter_context(rank0_routes_for_every_rank())
+            apply_expert_parallel(model, world, ep, kwargs)
         for layer in decoder_layers(model):
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
@@ -183,6 +243,10 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         notes = [n for n in _notes(w, device) if "master" not in n]
         notes.append(f"FSDP2 over a fake process group of {world} ranks (rank 0 measured): fully_shard per "
                      f"decoder layer and on the root, reshard_after_forward={stage == 3} (ZeRO-{stage} analogue)")
+        if ep > 1:
+            notes.append(f"expert parallelism {ep}: transformers' ep plan (grouped_gemm + ep_dispatch_experts, "
+                         f"AllToAllEP) with experts fully_shard-ed over efsdp = {world // ep} ranks; the fake group "
+                         "delivers rank 0's own token counts (every rank routes as rank 0)")
         if mp_policy is not None:
             notes.append(f"MixedPrecisionPolicy(param_dtype={mp_policy.param_dtype}, reduce_dtype=float32): "
                          "sharded fp32 params and grads are the masters")
