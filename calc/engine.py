@@ -764,7 +764,8 @@ def fsdp2_states(sc: Scenario) -> States:
                   forward_all_gather=fsdp2_forward_all_gather(spec, n, ep) * compute,
                   # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
                   # copies, then copied into the flat reduce-scatter input (foreach_reduce)
-                  reduce_scatter_input=spec.layer_params() * (8 if p.is_mixed else store))
+                  # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
+                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (8 if p.is_mixed else store))
 
 
 def fsdp2_forward_all_gather(spec: ModelSpec, n: int, ep: int) -> int:

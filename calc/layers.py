@@ -670,8 +670,9 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
     placed = g.op(xa * rows * h, ins=(back, order), saves=(order,), grad_ins=(back,), name="restore (token, slot) order")
     wbytes = max(xa, wb)  # tensor-tensor type promotion
     weighted = g.op(wbytes * rows * h, ins=(placed, weights), saves=(placed, weights), name="* routing weights")
-    g.keep(recv, expert_out)  # locals of AllToAllEP.__call__ until it returns
     out = g.op(wbytes * t * h, ins=(weighted,), name="sum over top-k")
+    g.keep(back)  # recv_out: a local of _combine_tokens until it returns
+    g.keep(recv, expert_out)  # locals of AllToAllEP.__call__ until it returns
     return out if wbytes == c.r else g.op(c.r * t * h, ins=(out,), name="to the hidden dtype")
 
 

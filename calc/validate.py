@@ -155,7 +155,7 @@ GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "shar
 
 def workload_tags(sc) -> list[str]:
     """Regimes a record exercises, each reported as its own group: attention masks kept by
-    checkpointing, sliding windows at or past the window, how the loop holds the outputs."""
+    checkpointing, sliding windows at or past the window, expert parallelism, how the loop holds the outputs."""
     t = sc.training
     tags = []
     if t.attention.value == "eager" and t.activation_checkpointing.value != "none":
@@ -163,6 +163,8 @@ def workload_tags(sc) -> list[str]:
     window = sc.spec.sliding_window
     if window is not None and t.seq_len >= window:
         tags.append(f"window reached ({t.attention.value})")
+    if t.expert_parallel > 1:
+        tags.append("expert parallel")
     if sc.mode == Mode.train:
         tags.append(f"keep_outputs {str(getattr(t, 'keep_outputs', False)).lower()}")
     return tags

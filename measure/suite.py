@@ -92,6 +92,19 @@ LLAMA4 = {"model_type": "llama4_text", "vocab_size": V, "hidden_size": 128, "int
           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
           "num_local_experts": 4, "num_experts_per_tok": 1, "attention_chunk_size": 64,
           "max_position_embeddings": 2048}  # three chunked RoPE layers, then a NoPE layer; every token x every expert
+# expert parallelism: experts wide enough that the MoE block, not the logits, sets the peak
+QWEN3_MOE_EP = {"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 512,
+                "moe_intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 64, "num_experts": 16, "num_experts_per_tok": 4,
+                "norm_topk_prob": True, "max_position_embeddings": 2048}
+MIXTRAL_EP = {"model_type": "mixtral", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 256,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,
+              "num_experts_per_tok": 2, "max_position_embeddings": 2048}
+DEEPSEEK_V3_EP = {"model_type": "deepseek_v3", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 512,
+                  "moe_intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+                  "num_key_value_heads": 4, "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4,
+                  "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "q_lora_rank": 64, "kv_lora_rank": 32,
+                  "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32, "max_position_embeddings": 2048}
 # GLM-4.5-Air's shapes as a config dict (zai-org/GLM-4.5-Air config.json; the records before the preset)
 GLM45_AIR = {"model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944,
              "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
@@ -517,8 +530,38 @@ def _sharded_entries() -> list[Entry]:
     ]
 
 
+def _expert_parallel_entries() -> list[Entry]:
+    """transformers' expert parallelism (AllToAllEP) under FSDP2 over a fake process group, real CPU tensors
+    (measure/sharded.py). The `ep-heldout-` entries were measured after the engine change
+    (data/measured_ep_heldout.jsonl)."""
+    cpu = ("cpu",)
+
+    def ep(name: str, model: dict[str, Any], gpus: int, **kw: Any) -> Entry:
+        return Entry(name, model, _t(**{"zero_stage": 3, "sharding": "fsdp2", "seq_len": 512, **kw}),
+                     hardware={"num_gpus": gpus}, devices=cpu)
+
+    return [
+        ep("ep-qwen3-moe-ep1-ws8-fp32", QWEN3_MOE_EP, 8, precision="fp32"),
+        ep("ep-qwen3-moe-ep2-ws8-fp32", QWEN3_MOE_EP, 8, precision="fp32", expert_parallel=2),
+        ep("ep-qwen3-moe-ep8-ws8-fp32", QWEN3_MOE_EP, 8, precision="fp32", expert_parallel=8),
+        ep("ep-qwen3-moe-ep4-ws8-bf16-mixed", QWEN3_MOE_EP, 8, precision="bf16-mixed", expert_parallel=4),
+        ep("ep-qwen3-moe-ep2-ws4-zero2-fp32", QWEN3_MOE_EP, 4, precision="fp32", zero_stage=2, expert_parallel=2),
+        ep("ep-mixtral-ep4-ws4-bf16", MIXTRAL_EP, 4, precision="bf16", expert_parallel=4),
+        ep("ep-mixtral-ep2-ws4-fp32", MIXTRAL_EP, 4, precision="fp32", expert_parallel=2),
+        ep("ep-deepseek-v3-ep8-ws8-fp32", DEEPSEEK_V3_EP, 8, precision="fp32", expert_parallel=8),
+        ep("ep-heldout-qwen3-moe-ep4-ws4-bf16-b1", QWEN3_MOE_EP, 4, precision="bf16", expert_parallel=4,
+           micro_batch_size=1, seq_len=256),
+        ep("ep-heldout-deepseek-v3-ep2-ws4-bf16-mixed", DEEPSEEK_V3_EP, 4, precision="bf16-mixed", expert_parallel=2),
+        ep("ep-heldout-mixtral-ep8-ws8-fp32-s1024", MIXTRAL_EP, 8, precision="fp32", expert_parallel=8, seq_len=1024),
+        ep("ep-heldout-qwen3-moe-ep4-ws8-zero2-bf16-mixed", QWEN3_MOE_EP, 8, precision="bf16-mixed", zero_stage=2,
+           expert_parallel=4),
+        ep("ep-heldout-deepseek-v3-ep4-ws8-fp32-full", DEEPSEEK_V3_EP, 8, precision="fp32", expert_parallel=4,
+           activation_checkpointing="full"),
+    ]
+
+
 def entries() -> list[Entry]:
-    return _small_entries() + _fake_entries() + _gpu_entries() + _sharded_entries()
+    return _small_entries() + _fake_entries() + _gpu_entries() + _sharded_entries() + _expert_parallel_entries()
 
 
 def _clean_up(device: str) -> None:

@@ -380,3 +380,21 @@ def test_zero0_mixed_precision_runs_under_deepspeed_or_plain_pytorch():
     assert at.query_params.get("shard") in ("torch", ["torch"])  # a shared link keeps it
     _widget(at, "sc_zero").set_value(2).run()  # ZeRO 2: the box is gone, the scenario is DeepSpeed's again
     assert not [w for w in at.selectbox if w.key == "sc_runner0"] and scenario(at).training.sharding == "deepspeed"
+
+
+def test_expert_parallel_control_only_for_moe_models():
+    at = open_app()
+    assert not [w for w in at.number_input if w.key == "sc_ep"]  # the default model is dense
+    steps = (("sc_model", "qwen3-30b-a3b"), ("sc_num_gpus", 8), ("sc_zero", 3), ("sc_sharding", "fsdp2"),
+             ("sc_ep", 4))
+    for key, value in steps:
+        _widget(at, key).set_value(value)
+        at.run()
+    expected = _update(state.DEFAULT_SCENARIO, model="qwen3-30b-a3b", hardware__num_gpus=8,
+                       training__zero_stage=3, training__sharding="fsdp2", training__expert_parallel=4)
+    check_numbers(at, expected)
+    assert at.query_params.get("ep") == "4"
+    _widget(at, "sc_ep").set_value(3)  # 3 does not divide the 128 experts: said next to the control
+    at.run()
+    par = [e for e in at.sidebar.expander if e.label == "Parallelism"][0]
+    assert any("must divide the 128 experts" in e.value for e in par.error)

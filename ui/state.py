@@ -70,6 +70,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "tp": ("training", "tensor_parallel"),
     "pp": ("training", "pipeline_parallel"),
     "sp": ("training", "sequence_parallel"),
+    "ep": ("training", "expert_parallel"),
     "keep": ("training", "keep_outputs"),
     "ce": ("training", "cross_entropy"),
     "lora_r": ("training", "lora", "rank"),

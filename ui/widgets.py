@@ -83,6 +83,7 @@ MODE_LABELS = {Mode.train: N_("train"), Mode.inference: N_("inference")}
 CROSS_ENTROPY_LABELS = {"standard": N_("standard (full logits)"),
                         "liger-fused": N_("Liger fused linear cross-entropy (modelled from source)")}
 KEEP_OUTPUTS_LABEL = N_("my loop keeps the model outputs (outputs = model(...))")
+EXPERT_PARALLEL_LABEL = N_("Split the experts over this many GPUs (expert parallel)")
 LORA_TARGET_LABELS = {"all-linear": N_("all linear layers"), "attention": N_("attention projections only")}
 LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": N_("nf4 4-bit (QLoRA)")}
 MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
@@ -96,7 +97,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "model": ("model preset", "config", "model_type", "family", "vocab", "hidden_size", "attention heads"),
     "hardware": ("gpu preset", "cluster preset", "memory_bytes", "cpu_ram"),
     "lora": ("lora", "quantized", "base weights", "int8/nf4"),
-    "parallel": ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "num_gpus"),
+    "parallel": ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "expert_parallel", "num_gpus"),
     "savers": ("offload", "zero_stage", "checkpoint"),
     "precision": ("optimizer", "precision", "adamw-8bit"),
     "batch": ("micro_batch", "seq_len", "gradient_accumulation"),
@@ -189,6 +190,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_tp": t.tensor_parallel,
         "sc_pp": t.pipeline_parallel,
         "sc_sp": t.sequence_parallel,
+        "sc_ep": t.expert_parallel,
         "sc_keep": t.keep_outputs,
         "sc_ce": t.cross_entropy,
         "sc_lora": lora is not None,
@@ -305,6 +307,16 @@ def _propose_inference_precision() -> None:
     ss["sc_precision"] = Precision(ss["sc_precision"]).for_inference(bf16).value
 
 
+def _is_moe(model: str | dict[str, Any] | None) -> bool:
+    """Whether the chosen model is a mixture of experts (the expert-parallel control is shown only then)."""
+    if model is None:
+        return False
+    try:
+        return resolve_model(model).num_experts > 1
+    except ValueError:
+        return False
+
+
 def scenario_sidebar() -> Scenario | None:
     """The scenario editor. Returns the validated Scenario (also stored as current), or None when
     the widgets describe an impossible scenario; the message is shown next to the widget."""
@@ -383,11 +395,18 @@ def scenario_sidebar() -> Scenario | None:
                                        help=_("Needs ZeRO stage 3."))
         slots["savers"] = st.empty()
 
-    par_open = current.training.tensor_parallel > 1 or current.training.pipeline_parallel > 1
+    t0 = current.training
+    par_open = t0.tensor_parallel > 1 or t0.pipeline_parallel > 1 or t0.expert_parallel > 1
     with sb.expander(_("Parallelism"), expanded=par_open, icon=":material/lan:"):
         tc["tensor_parallel"] = int(st.number_input(_("Tensor parallel"), 1, 1024, step=1, key="sc_tp"))
         tc["pipeline_parallel"] = int(st.number_input(_("Pipeline parallel"), 1, 1024, step=1, key="sc_pp"))
         tc["sequence_parallel"] = bool(st.checkbox(_("Sequence parallel (Megatron, with TP)"), key="sc_sp"))
+        tc["expert_parallel"] = 1
+        if training and _is_moe(model):
+            tc["expert_parallel"] = int(st.number_input(
+                tr(EXPERT_PARALLEL_LABEL), 1, 1024, step=1, key="sc_ep",
+                help=_("Each GPU keeps only its share of the experts and exchanges tokens with the others "
+                       "(transformers' expert parallelism, with FSDP2 sharding the rest: ZeRO stage 2 or 3).")))
         st.caption(_("Data parallel = GPUs / (tensor x pipeline)."))
         slots["parallel"] = st.empty()
 
