@@ -106,7 +106,8 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
         micro_batch_size=mb, gradient_accumulation_steps=ga, precision=c.precision, optimizer=c.optimizer,
         optimizer_impl=impl, activation_checkpointing=c.ckpt, checkpoint_every=c.every if c.ckpt == Checkpointing.full
         else 1, attention=c.attention, zero_stage=c.zero, offload_optimizer=c.off_opt, offload_params=c.off_par,
-        tensor_parallel=c.tp, pipeline_parallel=c.pp, sequence_parallel=t.sequence_parallel and c.tp > 1, lora=c.lora)
+        tensor_parallel=c.tp, pipeline_parallel=c.pp, sequence_parallel=t.sequence_parallel and c.tp > 1, lora=c.lora,
+        expert_parallel=t.expert_parallel if c.zero in (2, 3) else 1)  # the user's EP, where FSDP2 shards
 
 
 def _divisors(n: int) -> list[int]:
