@@ -337,12 +337,17 @@ st.markdown("\n" + _("**Sequence parallelism, two different things.** Megatron's
                 "fine-tuning up to ~70B on one or a few nodes, FSDP2 or DeepSpeed ZeRO-3 is usually enough.") + "\n")
 if f["experts"] > 1:
     st.markdown(_("**Expert parallel.** {name} has {experts} experts per layer: {params} parameters in total, {active} "
-                  "active per token. Expert parallelism places different experts on different GPUs; the engine does not "
-                  "model it yet, so its figures keep all experts on each GPU.", name=f["name"], experts=f["experts"],
-                  params=f"{n:,}", active=f"{f['active_params']:,}"))
+                  "active per token. Expert parallelism (transformers' `ep_size`) gives each GPU only its share of every "
+                  "layer's experts and sends each token to its experts' GPUs with an all-to-all. Under FSDP2 the stored "
+                  "shards stay the same; what shrinks is each layer's gathered experts, while every MoE layer adds the "
+                  "dispatch and combine buffers (tokens x top_k x hidden). Per GPU, FSDP2 ZeRO-3, balanced routing:",
+                  name=f["name"], experts=f["experts"], params=f"{n:,}", active=f"{f['active_params']:,}"))
+    st.table([{_("experts split over"): r["ep"], _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
+               _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
+              for r in f["expert_parallel"]], hide_index=True)
 else:
     st.markdown(_("**Expert parallel** places the experts of mixture-of-experts models (e.g. Mixtral) on different GPUs; "
-                  "this model is dense. The engine does not model expert parallelism yet."))
+                  "this model is dense."))
 
 # ---- quantization and LoRA ------------------------------------------------------------------
 header(9)

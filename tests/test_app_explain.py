@@ -209,3 +209,15 @@ def test_bytes_per_parameter_table_by_zero_stage():
         assert (row["held (model states)"], row["at the optimizer step"]) == (f"{b.held:,.2f}", f"{b.at_step:,.2f}")
         assert f"per GPU under ZeRO-{stage} over 8 data-parallel GPUs" in all_text(at)
     assert rows["bf16-mixed · adamw (foreach)"]["held (model states)"] == "2.00"  # 16 B / 8 at stage 3
+
+
+def test_expert_parallel_table_is_the_engines_for_a_moe_model():
+    sc = Scenario(model="mixtral-8x7b", hardware={"cluster": "8x-h100-sxm"}, training={"zero_stage": 3})
+    at = open_app("explain", state.scenario_to_params(sc))
+    table = _table(at, "experts split over")
+    assert list(table["experts split over"]) == [1, 2, 4, 8]
+    for ep, shown in zip((1, 2, 4, 8), table["peak"], strict=True):
+        expected = estimate(_variant(sc, sharding="fsdp2", expert_parallel=ep)).peak_allocated_bytes
+        assert shown == fmt.gib(expected)
+    dense = open_app("explain", state.scenario_to_params(MIXED_7B))
+    assert not [t for t in dense.table if "experts split over" in t.value.columns]

@@ -257,6 +257,25 @@ def parallel_rows(sc: Scenario) -> list[dict[str, Any]]:
     return rows
 
 
+EXPERT_PARALLEL_GPUS = 8  # the expert-parallel table's GPU count (one node)
+
+
+def expert_parallel_rows(sc: Scenario) -> list[dict[str, Any]]:
+    """A MoE model on one node of 8 GPUs under FSDP2 ZeRO-3, its experts split over 1, 2, 4 and 8 of them."""
+    spec = sc.spec
+    if spec.num_experts == 1:
+        return []
+    hw, _ = multi_gpu_hardware(sc, EXPERT_PARALLEL_GPUS)
+    rows = []
+    for ep in (d for d in (1, 2, 4, 8) if spec.num_experts % d == 0):
+        v_sc = what_if(sc, hardware=hw, zero_stage=3, sharding="fsdp2", expert_parallel=ep, tensor_parallel=1,
+                       pipeline_parallel=1, sequence_parallel=False, **NO_OFFLOAD, **_train(sc))
+        v = run(v_sc)
+        if v is not None:
+            rows.append({"ep": ep, "hardware": hardware_label(v_sc), "run": v})
+    return rows
+
+
 def lora_rows(sc: Scenario) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     t = sc.training
     full_p = Precision.amp_bf16 if t.precision.is_mixed else t.precision
@@ -315,5 +334,6 @@ def figures(scenario_json: str) -> dict[str, Any]:
     except ValueError:
         out["nvme_bytes_per_s"] = None
     out["parallel"] = parallel_rows(sc)
+    out["expert_parallel"] = expert_parallel_rows(sc)
     out["lora"], out["inference"] = lora_rows(sc)
     return out
