@@ -313,6 +313,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
     lora = t.lora
     common = dict(spec=sc.spec, batch=t.micro_batch_size, seq=t.seq_len, cuda=target == "cuda",
                   tp=t.tensor_parallel, sp=t.sequence_parallel, ep=t.expert_parallel,
+                  cast_expert_inputs=fsdp and t.precision.is_mixed and t.expert_parallel > 1,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
                   train=sc.mode == Mode.train)
     if lora is None:

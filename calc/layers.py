@@ -35,6 +35,7 @@ class Ctx:
     sliding: bool = True  # this layer attends through the spec's sliding window (Gemma 3's local layers)
     dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
     ep: int = 1  # expert parallelism: this rank runs num_experts / ep experts on tokens sent by all-to-all
+    cast_expert_inputs: bool = False  # FSDP2 mixed precision on the experts' own group: float inputs cast to 16 bits
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
@@ -651,12 +652,16 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
     """transformers' expert parallelism (DistributedConfig(ep_size=...), AllToAllEP in
     transformers/distributed/expert_parallel.py): the (token, expert) pairs are sorted by expert, sent to the
     experts' ranks with an all-to-all, run top-1 through this rank's num_experts / ep experts and sent back with a
-    second all-to-all, restored to (token, slot) order, weighted and summed. Balanced routing: every rank
+    second all-to-all, restored to (token, slot) order, weighted and summed. Under FSDP2 mixed precision the
+    experts module is an FSDP group of its own, whose pre-forward casts its float inputs, the routing weights
+    among them, to the 16-bit param dtype (MixedPrecisionPolicy.cast_forward_inputs). Balanced routing: every rank
     receives as many rows as it sends, tokens x top_k (the actual split follows the trained router)."""
     s = c.spec
     t, k, h = c.tokens, s.experts_per_token, s.hidden_size
     rows = t * k
     xa = 4 if c.amp else c.a
+    if c.cast_expert_inputs and wb != c.a:  # MixedPrecisionPolicy(cast_forward_inputs=True) on the experts module
+        weights, wb = g.op(c.a * t * k, ins=(weights,), name="FSDP casts the routing weights"), c.a
     order = g.op(8 * rows, ins=(idx,), grad=False, name="argsort expert ids")
     token_of_row = g.op(8 * rows, ins=(order,), grad=False, name="order // top_k")
     send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="rows to send")

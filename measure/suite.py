@@ -105,6 +105,11 @@ DEEPSEEK_V3_EP = {"model_type": "deepseek_v3", "vocab_size": 512, "hidden_size":
                   "num_key_value_heads": 4, "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4,
                   "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "q_lora_rank": 64, "kv_lora_rank": 32,
                   "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32, "max_position_embeddings": 2048}
+GLM4_MOE_EP = {"model_type": "glm4_moe", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 512,
+               "moe_intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 64, "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4,
+               "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "attention_bias": True, "use_qk_norm": True,
+               "max_position_embeddings": 2048}
 # GLM-4.5-Air's shapes as a config dict (zai-org/GLM-4.5-Air config.json; the records before the preset)
 GLM45_AIR = {"model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944,
              "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
@@ -557,6 +562,11 @@ def _expert_parallel_entries() -> list[Entry]:
            expert_parallel=4),
         ep("ep-heldout-deepseek-v3-ep4-ws8-fp32-full", DEEPSEEK_V3_EP, 8, precision="fp32", expert_parallel=4,
            activation_checkpointing="full"),
+        # measured after the FSDP2 input cast of the experts module was modelled
+        ep("ep-heldout-mixtral-ep4-ws8-bf16-mixed", MIXTRAL_EP, 8, precision="bf16-mixed", expert_parallel=4),
+        ep("ep-heldout-glm4-moe-ep2-ws2-zero2-fp32", GLM4_MOE_EP, 2, precision="fp32", zero_stage=2,
+           expert_parallel=2),
+        ep("ep-heldout-qwen3-moe-ep4-ws4-amp-bf16", QWEN3_MOE_EP, 4, precision="amp-bf16", expert_parallel=4),
     ]
 
 
