@@ -567,7 +567,7 @@ def _expert_parallel_entries() -> list[Entry]:
         ep("ep-heldout-glm4-moe-ep2-ws2-zero2-fp32", GLM4_MOE_EP, 2, precision="fp32", zero_stage=2,
            expert_parallel=2),
         ep("ep-heldout-qwen3-moe-ep4-ws4-amp-bf16", QWEN3_MOE_EP, 4, precision="amp-bf16", expert_parallel=4),
-        # measured after the experts' all-gather kept from the checkpoint recompute was modelled
+        # full checkpointing under EP, measured last
         ep("ep-heldout-qwen3-moe-ep2-ws8-bf16-full", QWEN3_MOE_EP, 8, precision="bf16", expert_parallel=2,
            activation_checkpointing="full"),
     ]
