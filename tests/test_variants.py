@@ -34,14 +34,17 @@ NON_DEFAULT: dict[str, dict] = {
     "lora": {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},
     "cross_entropy": {"cross_entropy": "liger-fused"},
     "keep_outputs": {"keep_outputs": True},
+    "expert_parallel": {"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2", "expert_parallel": 2},
 }
+MOE_FIELDS = {"expert_parallel"}  # fields that need a mixture-of-experts model
 # the fields each variant maker sets on purpose (everything else must come through unchanged)
 WATERFALL_SETS = {"precision", "attention", "activation_checkpointing", "checkpoint_every", "zero_stage",
-                  "offload_optimizer", "offload_params", "optimizer", "lora"}
+                  "offload_optimizer", "offload_params", "optimizer", "lora", "expert_parallel"}
 
 
 def base(field: str) -> Scenario:
-    return Scenario(model="llama-3.2-1b", hardware={"cluster": "8x-a100-80gb"}, training=NON_DEFAULT[field])
+    model = "qwen3-30b-a3b" if field in MOE_FIELDS else "llama-3.2-1b"
+    return Scenario(model=model, hardware={"cluster": "8x-a100-80gb"}, training=NON_DEFAULT[field])
 
 
 def test_every_field_is_walked():
@@ -65,6 +68,9 @@ def test_waterfall_keeps_every_field_it_does_not_turn_on(field):
                 continue  # bitsandbytes has no for-loop implementation: that one step uses foreach
             assert getattr(step.scenario.training, name) == getattr(sc.training, name), (step.name, name)
         assert step.scenario.hardware == sc.hardware and step.scenario.mode == sc.mode
+        # expert parallelism needs FSDP2 sharding: kept from the ZeRO-2 step on, 1 before it
+        sharded = step.scenario.training.zero_stage in (2, 3) and sc.training.sharding == "fsdp2"
+        assert step.scenario.training.expert_parallel == (sc.training.expert_parallel if sharded else 1)
 
 
 @pytest.mark.parametrize("field", sorted(NON_DEFAULT))

@@ -97,7 +97,9 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     prev: Estimate | None = None
     for i, (name, change, upd, method) in enumerate(plan):
         cur.update(upd)
-        s2 = sc.with_training(**cur)
+        # the scenario's expert parallelism where FSDP2 shards (ZeRO 2/3), 1 before that
+        ep = t.expert_parallel if fsdp and cur["zero_stage"] in (2, 3) else 1
+        s2 = sc.with_training(**cur, expert_parallel=ep)
         est = estimate(s2)
         need = est.device_total_bytes.expected
         sp = None
