@@ -31,6 +31,7 @@ from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_h
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import cluster_presets, gpu_presets
 from calc.result import (
+    ALL_GATHER_LAYER,
     BACKWARD_LAYER,
     FORWARD_LAYER,
     INFERENCE_LAYER,
@@ -497,7 +498,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         o = fwd_other + amp_cache + peak - s_i
         if gl:  # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
             before = w + gl * (i if keep_gathered else 0)
-            rows.append((f"all-gather layer {i}", "forward", before + 2 * gl, ga_grads, opt, cur, fwd_other + amp_cache))
+            rows.append((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur, fwd_other + amp_cache))
         rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
                      cur + s_i,
                      o if o > 0 else 0))

@@ -35,12 +35,14 @@ BACKWARD_LAYER = N_("backward layer {layer}")
 RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")
 INFERENCE_LAYER = N_("layer {layer}")
 REDUCE_SCATTER_LAYER = N_("reduce-scatter layer {layer}")  # FSDP2
+ALL_GATHER_LAYER = N_("all-gather layer {layer}")  # FSDP2
 
 
 @cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
-                 for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER))
+                 for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
+                           ALL_GATHER_LAYER))
 
 
 def event_text(event: str) -> Text:
