@@ -34,16 +34,18 @@ NON_DEFAULT: dict[str, dict] = {
     "lora": {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},
     "cross_entropy": {"cross_entropy": "liger-fused"},
     "keep_outputs": {"keep_outputs": True},
-    "expert_parallel": {"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2", "expert_parallel": 2},
+    "expert_parallel": {"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2", "expert_parallel": 2,
+                        "attention": "eager"},
 }
-MOE_FIELDS = {"expert_parallel"}  # fields that need a mixture-of-experts model
+# fields that need a mixture-of-experts model (gpt-oss: the MoE family whose LoRA all-linear the waterfall can try)
+MOE_FIELDS = {"expert_parallel"}
 # the fields each variant maker sets on purpose (everything else must come through unchanged)
 WATERFALL_SETS = {"precision", "attention", "activation_checkpointing", "checkpoint_every", "zero_stage",
                   "offload_optimizer", "offload_params", "optimizer", "lora", "expert_parallel"}
 
 
 def base(field: str) -> Scenario:
-    model = "qwen3-30b-a3b" if field in MOE_FIELDS else "llama-3.2-1b"
+    model = "gpt-oss-20b" if field in MOE_FIELDS else "llama-3.2-1b"
     return Scenario(model=model, hardware={"cluster": "8x-a100-80gb"}, training=NON_DEFAULT[field])
 
 
