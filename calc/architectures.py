@@ -37,6 +37,15 @@ QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text")  # per-head RMSNorm on 
 # experts' 3-D weights and the router via target_parameters, and none on modules named gate_proj / up_proj /
 # down_proj (shared experts, dense layers). Not modelled, so LoRA all-linear is refused there.
 PEFT_EXPERT_ADAPTER_FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe")
+# Families where LoRA all-linear is refused (above; and Llama 4, whose router peft wraps and breaks): their
+# adapters go on the attention projections.
+ALL_LINEAR_LORA_REFUSED = (*PEFT_EXPERT_ADAPTER_FAMILIES, "llama4_text")
+
+
+def default_lora_targets(family: str) -> str:
+    """The LoRA targets a recommendation uses: every linear layer, or the attention projections where
+    all-linear is refused (ALL_LINEAR_LORA_REFUSED)."""
+    return "attention" if family in ALL_LINEAR_LORA_REFUSED else "all-linear"
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 

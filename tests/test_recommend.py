@@ -335,3 +335,19 @@ def test_waterfall_says_why_a_step_needs_more_memory():
         assert (s.why_more is not None) == rose
         if rose:
             assert "more per GPU than the step before" in s.why_more
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite", "llama-4-scout"])
+def test_adapters_on_families_that_refuse_lora_all_linear(model):
+    """peft's all-linear is refused on these MoE families (calc.architectures.ALL_LINEAR_LORA_REFUSED): the
+    recommender and the waterfall put their adapters on the attention projections instead of failing."""
+    from calc.architectures import ALL_LINEAR_LORA_REFUSED
+
+    sc = Scenario.model_validate({"model": model, "hardware": {"cluster": "8x-a100-80gb"}})
+    assert sc.spec.family in ALL_LINEAR_LORA_REFUSED
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=3))
+    adapters = [c for c in rec.candidates if c.group == "adapters"]
+    assert adapters and all(c.scenario.training.lora.targets == "attention" for c in adapters)
+    steps = optimization_waterfall(sc)
+    lora_steps = [s for s in steps if s.scenario.training.lora is not None]
+    assert lora_steps and all(s.scenario.training.lora.targets == "attention" for s in lora_steps)

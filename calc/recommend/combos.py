@@ -11,11 +11,10 @@ from typing import Any
 from calc.presets import gpu_presets
 from calc.recommend.models import (
     CHECKPOINTING,
-    DEFAULT_LORA,
-    DEFAULT_QLORA,
     OFFLOADS_STAGE3,
     OFFLOADS_STAGE12,
     Group,
+    default_lora,
 )
 from calc.scenario import (
     Attention,
@@ -177,7 +176,8 @@ def methods_for(sc: Scenario, group: Group, widen: bool) -> list[Method]:
         return [(amp, t.optimizer, t.lora.model_copy(update={"base_weights": "nf4"}))]
     if widen:
         return []
-    return [(same_p, full_opt, DEFAULT_LORA), (amp, full_opt, DEFAULT_QLORA)]
+    family = sc.spec.family
+    return [(same_p, full_opt, default_lora(family)), (amp, full_opt, default_lora(family, "nf4"))]
 
 
 def groups_for(sc: Scenario) -> list[Group]:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from calc.architectures import default_lora_targets
 from calc.i18n import N_
 from calc.recommend.phrase import Phrase
 from calc.scenario import Checkpointing, LoraConfig, Offload, Scenario
@@ -28,6 +29,12 @@ OFFLOADS_STAGE3 = OFFLOADS_STAGE12 + ((Offload.nvme, Offload.none), (Offload.cpu
                                       (Offload.nvme, Offload.nvme))
 DEFAULT_LORA = LoraConfig(rank=16, alpha=32, targets="all-linear", base_weights="bf16")
 DEFAULT_QLORA = LoraConfig(rank=16, alpha=32, targets="all-linear", base_weights="nf4")
+
+
+def default_lora(family: str, base_weights: str = "bf16") -> LoraConfig:
+    """DEFAULT_LORA / DEFAULT_QLORA for a model family (attention-only where all-linear is refused)."""
+    base = DEFAULT_LORA if base_weights == "bf16" else DEFAULT_QLORA
+    return base.model_copy(update={"targets": default_lora_targets(family), "base_weights": base_weights})
 
 # The table's default workload: 2,048-token sequences and a ~1M-token global batch (512 sequences),
 # the order of magnitude of published fine-tuning and pre-training batches (Llama 2 used 4M tokens).

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from calc.engine import estimate
 from calc.i18n import N_
 from calc.presets import gpu_presets
-from calc.recommend.models import DEFAULT_LORA, DEFAULT_QLORA, DEFAULT_SAFETY_MARGIN
+from calc.recommend.models import DEFAULT_SAFETY_MARGIN, default_lora
 from calc.recommend.phrase import T_, Phrase, joined
 from calc.result import CATEGORIES, Estimate
 from calc.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
@@ -92,7 +92,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
         plan.append((T_("ZeRO-3"), T_("+ 16-bit weights sharded"), {"zero_stage": 3}, False))
     if not fsdp:
         plan += _offload_steps(no_offload_zero, pp1)
-    plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl)
+    plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl, sc.spec.family)
     out: list[WaterfallStep] = []
     prev: Estimate | None = None
     for i, (name, change, upd, method) in enumerate(plan):
@@ -129,17 +129,20 @@ def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[Phrase, Phrase
     return steps
 
 
-def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision, impl: OptimizerImpl
-                  ) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
+def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision, impl: OptimizerImpl,
+                  family: str) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
     back = {"offload_optimizer": Offload.none, "offload_params": Offload.none, "zero_stage": no_offload_zero}
     bnb_impl = OptimizerImpl.foreach if impl == OptimizerImpl.for_loop else impl  # bitsandbytes has no for-loop
+    lora, qlora = default_lora(family), default_lora(family, "nf4")
+    adapters = T_("frozen bf16 base weights, rank-16 adapters on all linear layers") \
+        if lora.targets == "all-linear" else T_("frozen bf16 base weights, rank-16 adapters on the attention projections")
     return [
         (T_("8-bit optimizer"), T_("bitsandbytes AdamW8bit: 2 x 1-byte states on the GPU instead of offload"),
          {**back, "optimizer": Optimizer.adamw_8bit, "optimizer_impl": bnb_impl}, True),
-        (T_("LoRA"), T_("frozen bf16 base weights, rank-16 adapters on all linear layers"),
-         {**back, "optimizer": opt, "optimizer_impl": impl, "lora": DEFAULT_LORA, "precision": amp if no_offload_zero == 0 else mixed}, True),
+        (T_("LoRA"), adapters,
+         {**back, "optimizer": opt, "optimizer_impl": impl, "lora": lora, "precision": amp if no_offload_zero == 0 else mixed}, True),
         (T_("QLoRA"), T_("frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)"),
-         {**back, "optimizer": opt, "lora": DEFAULT_QLORA, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
+         {**back, "optimizer": opt, "lora": qlora, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
          True),
     ]
 
