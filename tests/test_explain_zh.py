@@ -36,7 +36,7 @@ def test_explain_in_chinese_headings_prose_and_claims():
     # the anchors stay the English ones, so links and shared URLs work in both languages
     assert [h.proto.anchor for h in at.header][0] == "where-memory-goes"
     text = all_text(at)
-    assert "为什么 bf16-mixed 的梯度先是每参数 2.00 B，后来变成 4.00 B" in text
+    assert "为什么 bf16-mixed 的梯度先是每参数 2.00 B，后来变成 6.00 B" in text
     assert "其中最省的是 **bf16 · adamw-8bit (foreach)**" in text
     # the claims: the article's own words, a Chinese gist, verdict and claimed unit
     claims = [r for t in at.table if "引擎（设定）" in t.value.columns for r in t.value.to_dict("records")]
