@@ -49,7 +49,7 @@ def test_explain_in_chinese_headings_prose_and_claims():
     assert adam["结论"] == "成立" and "每参数" in adam["引擎（设定）"]
     # tables: Chinese column names over the same numbers
     bpp = {r["精度 · 优化器（实现）"]: r for r in _table(at, "优化器步时").to_dict("records")}
-    assert bpp["bf16-mixed · adamw (foreach)"]["优化器步时"] == "22.00"
+    assert bpp["bf16-mixed · adamw (foreach)"]["优化器步时"] == "24.00"
     ck = _table(at, "额外 FLOPs（重计算）").to_dict("records")
     assert [r["梯度检查点"] for r in ck][:2] == ["无", "每一层"]
 
