@@ -5,8 +5,9 @@
 The workload of issue 12: Llama-2-70B (80 layers), training, bf16 mixed precision, ZeRO-3, 64x A100-80GB,
 micro-batch 1 x 4096 tokens. Each figure is the median over --rounds rounds of the CPU time
 (time.process_time) per call, so other work on a shared machine does not inflate it. vramcalc is timed
-twice: a repeated scenario (its memo answers) and a new shape on every call (every cache cleared first,
-so the block profiles and the 165-event timeline are built again).
+three times: a repeated scenario (its memo answers), a new shape on every call (every cache cleared first,
+so the block profiles are replayed and the timeline composed again) and a new parallel layout of the same
+shape on every call (GPU count x ZeRO stage; the block profiles cached, as in a search).
 
 Peers are measured when they are importable and skipped otherwise; this script installs nothing:
 - llm-analysis (PyPI `llm-analysis`; it pins transformers < 5, so install it with --no-deps into a
@@ -32,10 +33,10 @@ LAYERS, HIDDEN, HEADS, VOCAB = 80, 8192, 64, 32000
 GPUS, BATCH, SEQ = 64, 1, 4096
 
 
-def scenario(batch: int = BATCH, seq: int = SEQ) -> Scenario:
+def scenario(batch: int = BATCH, seq: int = SEQ, gpus: int = GPUS, zero: int = 3) -> Scenario:
     return Scenario.model_validate({
-        "model": "llama-2-70b", "hardware": {"gpu": "a100-80gb", "num_gpus": GPUS},
-        "training": {"micro_batch_size": batch, "seq_len": seq, "precision": "bf16-mixed", "zero_stage": 3,
+        "model": "llama-2-70b", "hardware": {"gpu": "a100-80gb", "num_gpus": gpus},
+        "training": {"micro_batch_size": batch, "seq_len": seq, "precision": "bf16-mixed", "zero_stage": zero,
                      "activation_checkpointing": "full"}})
 
 
@@ -59,7 +60,14 @@ def vramcalc_cases() -> dict[str, Callable[[], object]]:
         clear_memo()
         return estimate(next(shapes))
 
-    return {"vramcalc, repeated scenario": lambda: estimate(sc), "vramcalc, new shape each call": new_shape}
+    layouts = itertools.cycle([scenario(gpus=g, zero=z) for g in (8, 16, 32, 64, 128, 256) for z in (0, 1, 2, 3)])
+
+    def new_layout() -> object:  # what a search asks: the same shape on another parallel layout
+        clear_memo(profiles=False)
+        return estimate(next(layouts))
+
+    return {"vramcalc, repeated scenario": lambda: estimate(sc), "vramcalc, new shape each call": new_shape,
+            "vramcalc, new layout each call": new_layout}
 
 
 def llm_analysis_case() -> Callable[[], object] | None:

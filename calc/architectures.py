@@ -5,8 +5,9 @@ transformers implementation (checked by tests/test_presets.py on the meta device
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -722,3 +723,22 @@ def _routed_moe_fields(cfg: dict[str, Any]) -> dict[str, Any]:
                 dense_layers=min(_count(cfg, "first_k_dense_replace"), _int(cfg, "num_hidden_layers")),
                 shared_experts=_count(cfg, "n_shared_experts"), router_groups=_count(cfg, "n_group"),
                 router_renorm=_flag(cfg, "norm_topk_prob"))
+
+
+T = TypeVar("T")
+_PER_SPEC: dict[tuple[int, Any], tuple[ModelSpec, Any]] = {}
+
+
+def per_spec(spec: ModelSpec, what: Any, fn: Callable[[], T]) -> T:
+    """fn() memoized by the spec's identity and `what` (the entry keeps the spec alive, so its id is not
+    reused while it lives): hashing a ModelSpec, or listing its linears, costs more than the arithmetic
+    of a step-time or memory estimate, and a search asks thousands of times about the same spec. The
+    result is shared: treat it as read-only."""
+    hit = _PER_SPEC.get((id(spec), what))
+    if hit is not None:
+        return hit[1]
+    out = fn()
+    if len(_PER_SPEC) >= 4096:
+        _PER_SPEC.clear()
+    _PER_SPEC[(id(spec), what)] = (spec, out)
+    return out

@@ -6,7 +6,9 @@ Prints numbers; it is not a timed test. Times are CPU time of this process (time
 so other work on a shared machine does not inflate them. The engine memoizes estimates and caches
 block profiles per shape, so the first estimate of a shape costs more ("cold": every cache cleared
 before each round of 96 new shapes) than a repeated one ("warm": the same scenario again); a sweep
-that varies batch, sequence and precision sees mostly cold estimates.
+that varies batch, sequence and precision sees mostly cold estimates, a search over parallel layouts
+mostly "new layout" ones (a new ZeRO stage, GPU count and optimizer for a shape whose block profiles
+are cached).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from calc.engine import clear_memo, estimate
 from calc.scenario import Scenario
 
 
-def _scenario(batch: int = 1, seq: int = 4096, precision: str = "bf16-mixed", ckpt: str = "full") -> Scenario:
+def _scenario(batch: int = 1, seq: int = 4096, precision: str = "bf16-mixed", ckpt: str = "full", zero: int = 3,
+              gpus: int = 64, optimizer: str = "adamw") -> Scenario:
     return Scenario.model_validate({
-        "model": "llama-2-70b", "hardware": {"gpu": "a100-80gb", "num_gpus": 64},
-        "training": {"micro_batch_size": batch, "seq_len": seq, "precision": precision, "zero_stage": 3,
-                     "activation_checkpointing": ckpt}})
+        "model": "llama-2-70b", "hardware": {"gpu": "a100-80gb", "num_gpus": gpus},
+        "training": {"micro_batch_size": batch, "seq_len": seq, "precision": precision, "zero_stage": zero,
+                     "activation_checkpointing": ckpt, "optimizer": optimizer}})
 
 
 def _rate(fn, seconds: float) -> tuple[int, float]:
@@ -42,7 +45,7 @@ def main() -> None:
     est = estimate(sc)
     print(f"model: {est.model.name}, {est.model.num_layers} layers, timeline of {len(est.timeline.events)} events")
     n, dt = _rate(lambda: estimate(sc), args.seconds)
-    print(f"warm (same scenario):  {n / dt:8.0f} estimates/s  ({dt / n * 1e6:6.1f} us each)")
+    print(f"warm (same scenario):         {n / dt:8.0f} estimates/s  ({dt / n * 1e6:6.1f} us each)")
     variants = [_scenario(b, s, p, c) for b, s, p, c in itertools.product(
         [1, 2, 4, 8], [1024, 2048, 4096, 8192], ["bf16-mixed", "bf16", "amp-bf16"], ["none", "full"])]
 
@@ -53,7 +56,18 @@ def main() -> None:
 
     n, dt = _rate(cold, args.seconds)
     per = dt / (n * len(variants))
-    print(f"cold (new shapes):     {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
+    print(f"cold (new shapes):            {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
+    layouts = [_scenario(zero=z, gpus=g, optimizer=o) for z, g, o in itertools.product(
+        [0, 1, 2, 3], [8, 16, 32, 64, 128, 256], ["adamw", "sgd", "adafactor", "adamw-8bit"])]
+
+    def new_layout() -> None:
+        clear_memo(profiles=False)
+        for v in layouts:
+            estimate(v)
+
+    n, dt = _rate(new_layout, args.seconds)
+    per = dt / (n * len(layouts))
+    print(f"new layout (profiles cached): {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from math import prod
 from typing import Literal, TypeVar
 
 from calc import parallel, precision
-from calc.architectures import GEMMA_FAMILIES, ModelSpec
+from calc.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
 from calc.graph import BlockProfile
 from calc.i18n import N_
 from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
@@ -89,10 +89,23 @@ class States:
     flattens_step_grads: bool = False  # DeepSpeed FP16_Optimizer (ZeRO-0 fused): fp32 copies flattened first
 
 
+def _count(spec: ModelSpec, method: str) -> int:
+    """spec.<method>() (a parameter count), memoized per spec: listing a model's linears costs more than
+    composing a new shape's timeline."""
+    return per_spec(spec, method, getattr(spec, method))
+
+
 def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int,
                 first: bool = True) -> list[tuple[tuple[int, ...], int]]:
     """LoRA A (r x in) and B (out x r) for each targeted linear of each layer (peft; the layer list is
-    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice)."""
+    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice). Shared: treat as
+    read-only."""
+    return per_spec(spec, ("lora_shapes", rank, targets, layers, tp, first),
+                    lambda: _lora_shapes(spec, rank, targets, layers, tp, first))
+
+
+def _lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int,
+                 first: bool) -> list[tuple[tuple[int, ...], int]]:
     dense = min(layers, spec.dense_layers) if first else 0
     shapes: list[tuple[tuple[int, ...], int]] = []
     for kind, n in ((False, layers - dense), (True, dense)):
@@ -106,6 +119,11 @@ def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int,
 def local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> int:
     """Parameters on one GPU: layer weights / tp (norms replicated), the vocab-parallel embedding
     on the first pipeline stage and the final norm + lm_head on the last."""
+    return per_spec(spec, ("local_params", tp, layers, first, last),
+                    lambda: _local_params(spec, tp, layers, first, last))
+
+
+def _local_params(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> int:
     n = layers * (spec.layer_matmul_params() // tp + spec.layer_norm_params())
     if first:  # a MoE model's first layers are dense
         n += min(layers, spec.dense_layers) * spec.dense_layer_delta() // tp
@@ -131,8 +149,9 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     shard = parallel.zero_sharding(t.zero_stage, dp)
     comps: list[Component] = []
     if t.lora is not None:
+        which = ("lora", t.lora.rank, t.lora.targets, layers, tp, first)  # names `shapes` in the per-spec memo
         shapes = lora_shapes(spec, t.lora.rank, t.lora.targets, layers, tp, first)
-        trainable = sum(prod(s) * c for s, c in shapes)
+        trainable = per_spec(spec, (which, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
         base_b = _QUANT_BYTES[t.lora.base_weights]
         ad = adapter_bytes(p)
         weights = round(n_local * base_b * shard.weights) + ad * trainable
@@ -142,7 +161,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
                                         "x {lora_bytes} B"), base=f"{n_local:,}", base_bytes=f"{base_b:g}",
                           quant=t.lora.base_weights, lora=f"{trainable:,}", lora_bytes=ad)
     else:
-        shapes = [(s, c) for s, c in _local_shapes(spec, tp, layers, first, last)]
+        which = ("local", tp, layers, first, last)
+        shapes = _local_shapes(spec, tp, layers, first, last)
         trainable = n_local
         wb = precision.weight_bytes_per_param(p)
         weights = round(n_local * wb * shard.weights)
@@ -153,22 +173,26 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     # ZeRO-2 does and keeps only this rank's partition (stage_1_and_2.py, process_gradients)
     zero12 = deepspeed and (t.zero_stage == 2 or (t.zero_stage == 1 and parallel.OVERLAP_COMM))
     grads = round(trainable * grad_b * (shard.optimizer if zero12 else shard.gradients))
-    states = round(precision.optimizer_state_bytes(t.optimizer, state_p, shapes) * shard.optimizer)
+    # sums over the parameter shapes, once per spec: a new batch shape or parallel layout does not change them
+    states = round(per_spec(spec, (which, t.optimizer, state_p),
+                            lambda: precision.optimizer_state_bytes(t.optimizer, state_p, shapes)) * shard.optimizer)
     master = round(trainable * precision.master_bytes_per_param(p) * shard.optimizer)
     if t.zero_stage >= 1 and not master:
         # DeepSpeed ZeRO-1/2/3 always hand the optimizer a clone of this rank's partition in the master
         # dtype (fp32; bf16 under bf16_master_weights_and_grads), even when the model is fp32
         # (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)
         master = round(trainable * (2 if p == Precision.bf16 else 4) * shard.optimizer)
-    temp = round(precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes) * shard.optimizer)
+    temp = round(per_spec(spec, (which, t.optimizer, t.optimizer_impl, state_p),
+                          lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes))
+                 * shard.optimizer)
     grad32 = round(trainable * 4 * shard.optimizer) if p.is_mixed else 0
     buckets = parallel.reduce_bucket_bytes(grad_b, t.zero_stage, autocast_bytes=2 if p.is_amp else 0,
                                            elements=t.reduce_bucket_size)
     # ZeRO-3's bucket lives from initialisation on; ZeRO-1/2's from the first gradient hook to the end of
     # backward (stage_1_and_2.py setup_buckets, _release_ipg_buffers)
     zero_buf, reduce_buckets = (0, buckets) if t.zero_stage in (1, 2) else (buckets, 0)
-    layer_p = (spec.layer_params()) // tp
-    edge = max(spec.embedding_params(), spec.lm_head_params()) // tp
+    layer_p = _count(spec, "layer_params") // tp
+    edge = max(_count(spec, "embedding_params"), _count(spec, "lm_head_params")) // tp
     # released again before the optimizer step (measured: ZeRO-3 step peaks hold no gathered weights)
     gathered = parallel.stage3_live_param_bytes(layer_p, edge, precision.weight_bytes_per_param(p), t.zero_stage, dp,
                                                 params_offloaded=t.offload_params != Offload.none, total_params=n_local)
@@ -189,7 +213,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
             cpu += parallel.pinned_bytes(grads, target)
         if t.zero_stage in (1, 2):  # the gradients go straight to the host's fp32 partition
             zero12 = False
-            largest = max((prod(s) for s, _ in shapes), default=0)
+            largest = per_spec(spec, (which, "largest"), lambda: max((prod(s) for s, _ in shapes), default=0))
             dev_buf, host_buf = parallel.zero12_offload_buffers(part, largest, grad_b, target)
             zero_buf += dev_buf
             cpu += host_buf
@@ -206,7 +230,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         zero_buf += cpu
     comps.append(Component(key="weights", category="parameters", label=N_("Model weights"), bytes=weights,
                            **w_formula, source=N_("parameter count x bytes per weight (calc.precision)")))
-    largest_all = max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0)
+    largest_all = per_spec(spec, ("local", tp, layers, first, last, "largest"),
+                           lambda: max((prod(s) for s, _ in _local_shapes(spec, tp, layers, first, last)), default=0))
     load = parallel.model_load_host_bytes(n_local, largest_all, precision.weight_bytes_per_param(p), t.zero_stage)
     # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
     # (stage3.py, grad_partitions_flat_buffer), so the gradients are there in every phase
@@ -223,7 +248,14 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
-    """Parameter shapes on this GPU (layer counts scaled to this stage; TP splits the first dim)."""
+    """Parameter shapes on this GPU (layer counts scaled to this stage; TP splits the first dim). Shared:
+    treat as read-only."""
+    return per_spec(spec, ("local_shapes", tp, layers, first, last),
+                    lambda: _count_local_shapes(spec, tp, layers, first, last))
+
+
+def _count_local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) \
+        -> list[tuple[tuple[int, ...], int]]:
     out = []
     per_layer = spec.num_layers
     for shape, count in spec.param_shapes():
@@ -280,6 +312,8 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     """fn of each layer's context, called once per kind of layer: layer_ctxs gives the layers of one
     kind the same Ctx object, and hashing a Ctx (its ModelSpec) for every one of 80 layers costs more
     than building a new shape's profiles."""
+    if ctxs.count(ctxs[0]) == len(ctxs):  # one kind of layer (count compares identity first)
+        return [fn(ctxs[0])] * len(ctxs)
     once = {id(c): c for c in ctxs}
     out = {k: fn(c) for k, c in once.items()}
     return [out[id(c)] for c in ctxs]
@@ -328,7 +362,7 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
 
 def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
     """16-bit copies of one layer's matmul weights and biases (everything but the norms)."""
-    return 2 * spec.layer_matmul_params() // ctx.tp
+    return 2 * _count(spec, "layer_matmul_params") // ctx.tp
 
 
 def autocast_weight_copies_bytes(sc: Scenario) -> int:
@@ -418,21 +452,123 @@ def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
 
 # ---- timeline ----------------------------------------------------------------------------
 
+Row = tuple  # (event, phase, parameters, gradients, optimizer_states, activations, other)
+
+
 class _Timeline:
-    """Rows of (event, phase, parameters, gradients, optimizer_states, activations, other)."""
+    """The step's moments in order: single rows, and runs of per-layer rows.
+
+    A run asks one function for layer i's rows (`rows(i)`, a tuple of `width` rows), for the layers in
+    `order`. The run's layers fall into pieces (ranges of layer indices, see _pieces): within a piece every
+    column of a row is affine in the piece's own index, or the larger of such a term and a constant (the
+    clamp at 0, the gradients' floor), so a row's total is convex along the piece: it is largest at one of
+    the piece's two ends, and where it is largest first also at an end. `peak()` therefore asks rows(i)
+    only at the ends of the pieces (a closed form per phase, from the same row definitions); `build()`
+    asks it for every layer (the chart, and the reference that the tests compare peak() with)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self.parts: list[tuple] = []  # (row,) or (order, rows, width, pieces)
 
     def add(self, event: str, phase: str, params: int, grads: int, opt: int, acts: int, other: int) -> None:
-        self.rows.append((event, phase, params, grads, opt, acts, other if other > 0 else 0))
+        self.parts.append(((event, phase, params, grads, opt, acts, other if other > 0 else 0),))
+
+    def run(self, order: range, rows: Callable[[int], tuple[Row, ...]], width: int, pieces: list[range]) -> None:
+        """Layer rows for each i in `order`; `pieces` cover the layers of `order`."""
+        self.parts.append((order, rows, width, pieces))
+
+    def peak(self) -> tuple[int, Row]:
+        """(index, row) of the first largest total, asking each run only at its pieces' ends."""
+        best, best_at, best_row = -1, 0, None
+        at = 0
+        for part in self.parts:
+            if len(part) == 1:
+                row = part[0]
+                total = row[2] + row[3] + row[4] + row[5] + row[6]
+                if total > best:
+                    best, best_at, best_row = total, at, row
+                at += 1
+                continue
+            order, rows, width, pieces = part
+            ends = {p[0] for p in pieces} | {p[-1] for p in pieces}
+            for i in ends:
+                base = at + order.index(i) * width
+                for j, row in enumerate(rows(i)):
+                    total = row[2] + row[3] + row[4] + row[5] + row[6]
+                    if total > best or (total == best and base + j < best_at):
+                        best, best_at, best_row = total, base + j, row
+            at += len(order) * width
+        assert best_row is not None
+        return best_at, best_row
+
+    def all_rows(self) -> list[Row]:
+        out: list[Row] = []
+        for part in self.parts:
+            if len(part) == 1:
+                out.append(part[0])
+            else:
+                rows = part[1]
+                for i in part[0]:
+                    out.extend(rows(i))
+        return out
 
     def build(self) -> Timeline:
-        totals = [r[2] + r[3] + r[4] + r[5] + r[6] for r in self.rows]
+        """Every row, and the peak as the first largest total over all of them."""
+        rows = self.all_rows()
+        totals = [r[2] + r[3] + r[4] + r[5] + r[6] for r in rows]
         peak = max(range(len(totals)), key=totals.__getitem__)
-        ev, ph, p, g, o, a, x = (list(c) for c in zip(*self.rows, strict=True))
+        ev, ph, p, g, o, a, x = (list(c) for c in zip(*rows, strict=True))
         return Timeline.model_construct(events=ev, phases=ph, parameters=p, gradients=g, optimizer_states=o,
                                         activations=a, other=x, peak_index=peak)
+
+
+def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None) -> bool:
+    """Every layer's profile is equal (list.count compares identity first, then values), and so is what
+    selective checkpointing drops from it."""
+    n = len(lay)
+    return lay.count(lay[0]) == n and (sel_drop is None or sel_drop.count(sel_drop[0]) == n)
+
+
+def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None) -> list[range]:
+    """The pieces of a run of layers (see _Timeline): layer 0 alone (rows treat it apart), then, when every
+    layer is alike, the rest as one piece, or under checkpointing of every k-th layer one piece per residue
+    of i mod k (the activations and gradients before layer i grow by one period's sum every k layers);
+    otherwise a new piece wherever the layer's profile, its checkpointing or its selective drop changes."""
+    n = len(lay)
+    if n == 1:
+        return [range(1)]
+    if _identical_layers(lay, sel_drop):
+        if every <= 1:
+            return [range(1), range(1, n)]
+        return [range(1)] + [p for r in range(every) if (p := range(r or every, n, every))]
+
+    def key(i: int) -> tuple:
+        return id(lay[i]), bool(every) and i % every == 0, sel_drop[i] if sel_drop else 0
+
+    starts = [0, 1] + [i for i in range(2, n) if key(i) != key(i - 1)] + [n]
+    return [range(a, b) for a, b in zip(starts, starts[1:], strict=False)]
+
+
+def _split(pieces: list[range], differs: Callable[[int, int], bool]) -> list[range]:
+    """The pieces cut again between neighbours a, b of a piece where differs(a, b): a row's term steps there
+    (DeepSpeed ZeRO-1/2's gradient partition appearing at the first bucket reduction)."""
+    out = []
+    for p in pieces:
+        start = p[0]
+        for a, b in zip(p, p[1:], strict=False):
+            if differs(a, b):
+                out.append(range(start, b, p.step))
+                start = b
+        out.append(range(start, p[-1] + p.step, p.step))
+    return out
+
+
+def _per_layer_values(fn: Callable[[int], int], layers: int, period: int) -> list[int]:
+    """fn(i) for each layer, asked for one period and repeated when the layers repeat (`period` 1: identical
+    layers; k: identical layers with every k-th checkpointed); 0: asked for every layer."""
+    if not period:
+        return [fn(i) for i in range(layers)]
+    once = [fn(i) for i in range(min(period, layers))]
+    return (once * -(-layers // len(once)))[:layers]
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
@@ -447,19 +583,25 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
-    out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
         else [0] * layers
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
+    pieces = _pieces(lay, every, sel_drop)
+    alike = _identical_layers(lay, sel_drop)
+    if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
+        lay = [lay[0]] * layers
+    period = (every if every > 1 else 1) if alike else 0  # per-layer values repeat with this period
+    kinds = [lay[0]] if alike else list({id(p): p for p in lay}.values())  # each kind of layer once
+    out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
 
     def saved(i: int) -> int:
         if every and i % every == 0:
             return h_bytes  # the checkpoint keeps only the layer input
         return lay[i].saved - sel_drop[i] + (h_bytes if sel_drop[i] else 0)  # + the stored attention input
 
-    saved_by_layer = [saved(i) for i in range(layers)]
+    saved_by_layer = _per_layer_values(saved, layers, period)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -468,7 +610,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
-    layer_pgrads = sum(p.param_grad_bytes for p in lay)
+    layer_pgrads = sum(_per_layer_values(lambda i: lay[i].param_grad_bytes, layers, period))
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
@@ -478,31 +620,34 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur = acts
+    cur_before = list(accumulate(saved_by_layer, initial=acts))  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
-    sel_cache = 2 * sc.spec.attention_params() // ctx.tp if ctx.amp and sel_drop[0] else 0
-    amp_cache = 0
-    rows = tl.rows
+    sel_cache = 2 * _count(sc.spec, "attention_params") // ctx.tp if ctx.amp and sel_drop[0] else 0
+
+    def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
+        return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
+
+    amp_after = list(accumulate(_per_layer_values(amp_cache_of, layers, period)))  # cache after layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
-    for i in range(layers):
+
+    def forward_rows(i: int) -> tuple[Row]:
         s_i = saved_by_layer[i]
-        if every and i % every == 0:
-            amp_cache += cache_per_layer
-            peak = lay[i].fwd_peak_nosave
-        else:
-            amp_cache += sel_cache + lay[i].cached_unsaved  # + KV-cache copies nobody saved
-            peak = lay[i].fwd_peak
-        o = fwd_other + amp_cache + peak - s_i
-        if gl:  # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
-            before = w + gl * (i if keep_gathered else 0)
-            rows.append((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur, fwd_other + amp_cache))
-        rows.append((names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
-                     cur + s_i,
-                     o if o > 0 else 0))
-        cur += s_i
+        peak = lay[i].fwd_peak_nosave if every and i % every == 0 else lay[i].fwd_peak
+        o = fwd_other + amp_after[i] + peak - s_i
+        layer_row = (names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
+                     cur_before[i] + s_i, o if o > 0 else 0)
+        if not gl:
+            return (layer_row,)
+        # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
+        before = w + gl * (i if keep_gathered else 0)
+        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur_before[i],
+                 fwd_other + amp_after[i]), layer_row)
+
+    tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
+    cur, amp_cache = cur_before[layers], amp_after[-1]
     if last:
         w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
         tl.add("lm_head + loss", "loss", w_all + ag, ga_grads, opt, cur + head.saved,
@@ -542,14 +687,22 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             again = (layer.bwd_peak_pgrad if again[0] else 0,) + again[1:]
         return plain, again
 
-    moments = {k: backward_moments(p) for k, p in {id(p): p for p in lay}.items()}  # once per kind of layer
+    moments = {id(p): backward_moments(p) for p in kinds}
     tied = sc.spec.tie_word_embeddings and first and last
     reduced = _first_reduction(st, head if last else None, lay, emb if first else None, scale_g, tied)
     # a tied lm_head's gradient is summed with the embedding's inside autograd: it is alive from the head's
     # backward on, but reaches the gradient hook (and the bucket) only with the embedding's
     tied_partial = head.param_grad_bytes if tied else 0
-    for i in reversed(range(layers)):
-        cur -= saved_by_layer[i]
+
+    def grads_of(i: int) -> int:
+        return round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
+
+    # grads_from_top[k]: gradients alive once the top k layers have run their backward
+    grads_from_top = list(accumulate(reversed(_per_layer_values(grads_of, layers, period)), initial=grads))
+
+    def backward_rows(i: int) -> tuple[Row, ...]:
+        cur = cur_before[i]  # layer i's saved tensors are released by its own backward
+        grads = grads_from_top[layers - 1 - i]
         ckpt_i = every and i % every == 0
         plain, again = moments[id(lay[i])]
         pg, alive, o = again if ckpt_i else plain
@@ -559,13 +712,18 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
         gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
         o += kept + out.backward(i + 1)
-        rows.append((names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + ge,
-                     g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0))
-        if gl:  # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
-            left = gl * (i if keep_gathered else (1 if i else 0))
-            rows.append((REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
-                         cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input))
-        grads += round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
+        row = (names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + ge,
+               g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0)
+        if not gl:
+            return (row,)
+        # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
+        left = gl * (i if keep_gathered else (1 if i else 0))
+        return row, (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
+                     cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input)
+
+    tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1,
+           pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b)))
+    cur, grads = cur_before[0], grads_from_top[layers]
     if first:
         cur -= emb.saved
         g_e = round(emb.param_grad_bytes * scale_g)
@@ -656,9 +814,12 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     # autocast caches a 16-bit copy of every fp32 weight that requires grad, even under no_grad,
     # until the autocast region ends (aten/src/ATen/autocast_mode.cpp, cached_cast)
     cache = _amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
-    for i in range(layers):
-        tl.add(INFERENCE_LAYER.format(layer=i), "inference", st.weights, 0, 0, i * kv_layer,
-               base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i))
+
+    def layer_rows(i: int) -> tuple[Row]:
+        o = base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i)
+        return ((INFERENCE_LAYER.format(layer=i), "inference", st.weights, 0, 0, i * kv_layer, o if o > 0 else 0),)
+
+    tl.run(range(layers), layer_rows, 1, _pieces(lay))
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
            base - mask + layers * cache + _inference_head_peak(ctx))
     return tl
@@ -700,16 +861,26 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     return est
 
 
-def clear_memo() -> None:
-    """Forget memoized estimates and cached block profiles (benchmarks of new shapes)."""
+def clear_memo(profiles: bool = True) -> None:
+    """Forget memoized estimates and, unless profiles=False, the cached block profiles (benchmarks of new
+    shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks)."""
     _memo.clear()
+    if not profiles:
+        return
     _profiles.cache_clear()
     _layer_profile.cache_clear()
     _attention_saved.cache_clear()
     _inference_head_peak.cache_clear()
 
 
-def _estimate(sc: Scenario, target: Target, sharding: Sharder | None) -> Estimate:
+def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
+    """estimate() the long way (no memo): every moment of the timeline listed and the peak taken as the
+    largest of them, where estimate() asks each run of identical layers only at its ends. The tests
+    check that both give the same bytes."""
+    return _estimate(sc, target, sharding, reference=True)
+
+
+def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False) -> Estimate:
     sharding = sharding or sc.training.sharding
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
@@ -721,17 +892,26 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None) -> Estimat
     fsdp = sharding == "fsdp2" and training and sc.data_parallel > 1 and t.zero_stage in (2, 3)
     ctx = _ctx(sc, target, fsdp)
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
-    best: tuple[int, Timeline, States] | None = None
+    best: tuple[int, Row, Callable[[], Timeline], States] | None = None
     for first, last in stages:
         st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
         tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
-              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws)).build()
-        peak = tl.total(tl.peak_index)
+              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws))
+        if reference:
+            full = tl.build()
+            i = full.peak_index
+            row = (full.events[i], full.phases[i], full.parameters[i], full.gradients[i], full.optimizer_states[i],
+                   full.activations[i], full.other[i])
+            listing: Callable[[], Timeline] = lambda full=full: full  # noqa: E731 - already listed
+        else:
+            _, row = tl.peak()
+            listing = tl.build
+        peak = row[2] + row[3] + row[4] + row[5] + row[6]
         if best is None or peak > best[0]:
-            best = (peak, tl, st)
+            best = (peak, row, listing, st)
     assert best is not None
-    peak, tl, st = best
-    return _result(sc, spec, hw, gpu, peak, tl, st, layers, ws, training)
+    peak, row, listing, st = best
+    return _result(sc, spec, hw, gpu, peak, row, listing, st, layers, ws, training)
 
 
 def fsdp2_states(sc: Scenario) -> States:
@@ -799,10 +979,10 @@ def _inference_states(st: States) -> States:
     return States(st.weights, 0, 0, 0, 0, 0, 0, 0, st.params_local, 0, 0, st.components)
 
 
-def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, training) -> Estimate:
-    i = tl.peak_index
-    bd = Breakdown(parameters=tl.parameters[i], gradients=tl.gradients[i], optimizer_states=tl.optimizer_states[i],
-                   activations=tl.activations[i], other=tl.other[i])
+def _result(sc, spec, hw, gpu, peak, row: Row, listing: Callable[[], Timeline], st: States, layers, ws,
+            training) -> Estimate:
+    event, phase, params, grads, opt, acts, other = row
+    bd = Breakdown(parameters=params, gradients=grads, optimizer_states=opt, activations=acts, other=other)
     ov = device_overhead(peak, hw.num_gpus)
     dt = DeviceTotal(
         low=peak + ov.context["low"] + ov.nccl["low"] + ov.reserve["low"],
@@ -813,47 +993,48 @@ def _result(sc, spec, hw, gpu, peak, tl: Timeline, st: States, layers, ws, train
         reserve_high_bytes=ov.reserve["high"],
     )
     mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
-    phase = tl.phases[i]
     step = 1 if (phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()
     # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
     cpu_ram = max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0
     nvme = st.offloaded_nvme * per_node
     verdict = make_verdict(dt.expected, mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
-    return Estimate(
-        model=ModelSummary(name=spec.name or spec.family, family=spec.family, total_params=spec.total_params(),
+    est = Estimate(
+        model=ModelSummary(name=spec.name or spec.family, family=spec.family, total_params=_count(spec, "total_params"),
                            trainable_params=st.trainable if training else 0, params_on_this_gpu=st.params_local,
                            num_layers=spec.num_layers, layers_on_this_gpu=layers),
-        peak_allocated_bytes=peak, peak_phase=phase, peak_event=tl.events[i], peak_step=step,
-        breakdown=bd, components=peak_components(sc, st, tl, ws), timeline=tl, device_total_bytes=dt,
+        peak_allocated_bytes=peak, peak_phase=phase, peak_event=event, peak_step=step,
+        breakdown=bd, device_total_bytes=dt,
         gpu_memory_bytes=mem, fits=verdict.fits, headroom_bytes=verdict.gpu_headroom_bytes,
         cpu_ram_bytes=cpu_ram, nvme_bytes=nvme, verdict=verdict,
     )
+    est._build_components = lambda: peak_components(sc, st, row, ws)
+    est._build_timeline = listing
+    return est
 
 
-def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Component]:
+def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Component]:
     """The breakdown at the peak as named terms, each with its formula and source; they sum to
     the peak allocated bytes."""
-    i = tl.peak_index
+    event, phase, params, grads, opt, acts, other = row
     t = sc.training
     p = t.precision
     out = list(st.components)  # weights
-    gathered = tl.parameters[i] - sum(c.bytes for c in out if c.category == "parameters")
+    gathered = params - sum(c.bytes for c in out if c.category == "parameters")
     if gathered > 0:  # FSDP2: the root module's and the running layers' all-gathered full 16-bit weights
         out.append(Component(key="gathered_weights", category="parameters", label=N_("Gathered full weights (FSDP2)"),
                              bytes=gathered, formula=N_("root weights (embedding, final norm, lm_head) gathered "
                              "through forward and backward + the running (and prefetched) decoder layers' full weights"),
                              source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
                                        "and reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)")))
-    grads = tl.gradients[i]
-    if tl.events[i] in FLATTEN_EVENTS:
+    if event in FLATTEN_EVENTS:
         out.append(Component(key="gradients", category="gradients",
                              label=N_("Gradients flattened and cast to fp32 for the optimizer step"), bytes=grads,
-                             formula=FLATTEN_EVENTS[tl.events[i]],
+                             formula=FLATTEN_EVENTS[event],
                              source=N_("DeepSpeed's source (calc.engine._optimizer_rows)")))
-        return out + _states_and_rest(sc, st, tl, ws)
+        return out + _states_and_rest(sc, st, row, ws)
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
-    fp32_copies = tl.phases[i] == "optimizer" and st.grad_fp32_step > 0
+    fp32_copies = phase == "optimizer" and st.grad_fp32_step > 0
     both = fp32_copies and st.keeps_16bit_step_grads  # DeepSpeed ZeRO-0: the 16-bit grads stay beside them
     label = N_("Parameter gradients (.grad)")
     if fp32_copies:
@@ -870,7 +1051,7 @@ def peak_components(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Com
         source=precision.step_gradients_why(st.keeps_16bit_step_grads) if fp32_copies else
         N_("AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the "
            "step")))
-    return out + _states_and_rest(sc, st, tl, ws)
+    return out + _states_and_rest(sc, st, row, ws)
 
 
 # The moments before DeepSpeed's optimizer step where gradients are flattened (calc.engine._optimizer_rows)
@@ -882,13 +1063,13 @@ FLATTEN_EVENTS = {
 }
 
 
-def _states_and_rest(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Component]:
+def _states_and_rest(sc: Scenario, st: States, row: Row, ws: int) -> list[Component]:
     """The peak's optimizer states, master weights, activations and other terms (peak_components)."""
-    i = tl.peak_index
+    event, phase, params, grads, opt, acts, other = row
     t = sc.training
     out: list[Component] = []
-    master = st.master if tl.optimizer_states[i] else 0
-    states = tl.optimizer_states[i] - master
+    master = st.master if opt else 0
+    states = opt - master
     out.append(Component(key="optimizer_states", category="optimizer_states", label=N_("Optimizer states"),
                          bytes=states, **words("formula", N_("{optimizer} states for {params} params{zero}; created "
                                                             "lazily in step 1"), optimizer=t.optimizer.value,
@@ -901,22 +1082,21 @@ def _states_and_rest(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Co
                                                    zero=_zero_note(t.zero_stage, 1, sc)),
                              source=N_("ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)")))
     out.append(Component(key="activations", category="activations", label=N_("Activations saved for backward"),
-                         bytes=tl.activations[i],
+                         bytes=acts,
                          **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in calc.layers)"),
-                                 event=tl.events[i]),
+                                 event=event),
                          source=N_("replay of the transformers ops in the autograd simulator (calc.graph)")))
-    other = tl.other[i]
     inputs = 8 * t.micro_batch_size * t.seq_len
     named = [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
               N_("the token batch on the device")),
              ("cublas_workspace", N_("cuBLAS workspaces"), ws, N_("one per matmul thread (forward + autograd)"),
               N_("CUBLAS_WORKSPACE_CONFIG defaults (calc.overhead)")),
              ("zero_buffers", N_("ZeRO buckets / gathered weights"),
-              st.zero_buffers + (st.zero3_gathered if tl.phases[i] != "optimizer" else 0),
+              st.zero_buffers + (st.zero3_gathered if phase != "optimizer" else 0),
               N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
                  "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
               N_("DeepSpeed defaults in calc.parallel; partition_parameters._no_gather_coalesced for one rank"))]
-    if tl.events[i] == "optimizer step":
+    if event == "optimizer step":
         named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), st.opt_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.precision.optimizer_temp_bytes"),
                   ]
@@ -927,7 +1107,7 @@ def _states_and_rest(sc: Scenario, st: States, tl: Timeline, ws: int) -> list[Co
             other -= n
     if other:
         out.append(Component(key="transients", category="other", **words("label", N_("Transients at '{event}'"),
-                                                                          event=tl.events[i]),
+                                                                          event=event),
                              bytes=other, formula=N_("block-local temporaries alive at this moment (logits and loss "
                              "gradients, activation gradients, autocast copies, attention scores)"),
                              source=N_("autograd simulator (calc.graph) over calc.layers")))

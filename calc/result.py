@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from functools import cache
+from collections.abc import Callable
+from functools import cache, cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
 from calc.i18n import DEFAULT_LANG, N_, Lang, Text, translate
 from calc.verdict import Verdict
@@ -179,8 +180,6 @@ class Estimate(BaseModel):
     peak_event: str
     peak_step: int = Field(description="training step (1-3) in which the peak falls")
     breakdown: Breakdown
-    components: list[Component]
-    timeline: Timeline
     device_total_bytes: DeviceTotal
     gpu_memory_bytes: int | None = Field(None, description="the GPU's total memory, if a GPU is chosen")
     fits: bool | None = Field(None, description="verdict.fits: every limit (GPU, host RAM, NVMe) met; None when "
@@ -191,3 +190,37 @@ class Estimate(BaseModel):
     verdict: Verdict = Field(description="does it fit: GPU memory per GPU, host RAM and NVMe per node "
                              "(calc.verdict); every page and the recommender read this")
     notes: list[str] = Field(default_factory=list)
+    # The engine finds the peak without listing every moment or naming every term: the components and the
+    # timeline are built from the same numbers when first read (cached properties; the JSON still has them,
+    # after the other fields).
+    _build_components: Callable[[], list[Component]] | None = PrivateAttr(None)
+    _build_timeline: Callable[[], Timeline] | None = PrivateAttr(None)
+
+    @computed_field(description="the breakdown at the peak as named terms, each with its formula and source; "
+                    "they sum to peak_allocated_bytes")
+    @cached_property
+    def components(self) -> list[Component]:
+        return _built(self._build_components)
+
+    @computed_field(description="live bytes per category at each event")
+    @cached_property
+    def timeline(self) -> Timeline:
+        return _built(self._build_timeline)
+
+    def __eq__(self, other: object) -> bool:
+        # the fields, the components and the timeline, not the builders (closures, new in every estimate)
+        return (type(other) is type(self) and all(getattr(self, f) == getattr(other, f) for f in type(self).model_fields)
+                and self.components == other.components and self.timeline == other.timeline)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # pickled (st.cache_data): the components and the timeline are built first, the builders stay behind
+        self.components, self.timeline  # noqa: B018 - fills the cached properties
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {"_build_components": None, "_build_timeline": None}
+        return state
+
+
+def _built(build: Callable[[], Any] | None) -> Any:
+    if build is None:
+        raise ValueError("this estimate was not made by calc.engine")
+    return build()

@@ -39,14 +39,13 @@ Calibration of the default `mfu` = 0.40 (bf16 dense decoder training, A100/H100 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from calc import precision as prec
-from calc.architectures import ModelSpec
+from calc.architectures import ModelSpec, per_spec
 from calc.i18n import N_
 from calc.parallel import REDUCE_BUCKET_ELEMENTS, layers_on_stage
 from calc.presets import ClusterPreset, GpuPreset, cluster_presets, gpu_presets
@@ -218,23 +217,6 @@ def peak_flops_per_s(gpu: GpuPreset, p: Precision) -> tuple[float, str]:
     return gpu.fp32_tflops * 1e12, "fp32 (no bf16 units)"
 
 
-_PER_SPEC: dict[tuple[int, Any], tuple[ModelSpec, Any]] = {}
-
-
-def _per_spec(spec: ModelSpec, what: Any, fn: Callable[[], T]) -> T:
-    """fn() memoized by the spec's identity and `what` (the entry keeps the spec alive, so its id is not
-    reused while it lives): hashing a ModelSpec, or listing its linears, costs more than the step time's
-    own arithmetic, and a search asks thousands of times about the same spec."""
-    hit = _PER_SPEC.get((id(spec), what))
-    if hit is not None:
-        return hit[1]
-    out = fn()
-    if len(_PER_SPEC) >= 4096:
-        _PER_SPEC.clear()
-    _PER_SPEC[(id(spec), what)] = (spec, out)
-    return out
-
-
 def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int, int]:
     """(matmul weights per layer touched per token, all matmul weights per layer, LM head V*H,
     d_attn = heads x head_dim, all parameters)."""
@@ -244,7 +226,7 @@ def _shape_numbers(spec: ModelSpec) -> tuple[int, int, int, int, int]:
         inactive = (spec.num_experts - spec.experts_run_per_token) * spec.mlp_params_per_expert()
         return layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width, spec.total_params()
 
-    return _per_spec(spec, "shape", numbers)
+    return per_spec(spec, "shape", numbers)
 
 
 def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
@@ -252,7 +234,7 @@ def _lora_params_per_layer(spec: ModelSpec, t: Any) -> int:
     if t.lora is None:
         return 0
     rank, targets = t.lora.rank, t.lora.targets
-    return _per_spec(spec, ("lora", rank, targets), lambda: spec.lora_params_per_layer(rank, targets))
+    return per_spec(spec, ("lora", rank, targets), lambda: spec.lora_params_per_layer(rank, targets))
 
 
 def _lora_params_total(spec: ModelSpec, t: Any) -> int:
@@ -260,13 +242,13 @@ def _lora_params_total(spec: ModelSpec, t: Any) -> int:
     if t.lora is None:
         return 0
     rank, targets = t.lora.rank, t.lora.targets
-    return _per_spec(spec, ("lora total", rank, targets), lambda: spec.lora_params(rank, targets))
+    return per_spec(spec, ("lora total", rank, targets), lambda: spec.lora_params(rank, targets))
 
 
 def _linears_per_layer(spec: ModelSpec) -> int:
     """Weights per decoder layer that ZeRO-3 partitions and fetches (ModelSpec.linear_layers: fused
     projections and 3-D expert tensors are one weight each)."""
-    return _per_spec(spec, "linears", lambda: len(spec.linear_layers()))
+    return per_spec(spec, "linears", lambda: len(spec.linear_layers()))
 
 
 def _fmt_s(x: float) -> str:
