@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 import sys
 import zlib
 from pathlib import Path
@@ -61,12 +62,45 @@ def short(message: str) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+# pydantic's own messages, by error type, for the other languages (English keeps pydantic's words).
+PYDANTIC_WORDS: dict[str, str] = {
+    "greater_than_equal": N_("must be at least {ge}"),
+    "greater_than": N_("must be greater than {gt}"),
+    "less_than_equal": N_("must be at most {le}"),
+    "less_than": N_("must be less than {lt}"),
+    "literal_error": N_("must be one of {expected}"),
+    "enum": N_("must be one of {expected}"),
+    "missing": N_("is required"),
+    "extra_forbidden": N_("is not a known field"),
+    "int_parsing": N_("must be a whole number"),
+    "int_type": N_("must be a whole number"),
+    "int_from_float": N_("must be a whole number"),
+    "float_parsing": N_("must be a number"),
+    "float_type": N_("must be a number"),
+    "finite_number": N_("must be a finite number"),
+    "bool_parsing": N_("must be true or false"),
+    "bool_type": N_("must be true or false"),
+    "string_type": N_("must be text"),
+    "string_too_long": N_("must be at most {max_length} characters"),
+    "dict_type": N_("must be an object"),
+    "model_type": N_("must be an object"),
+    "list_type": N_("must be a list"),
+}
+
+
 def problem(err: Any, lang: Lang = DEFAULT_LANG) -> str:
     """The message of one pydantic error (an item of `errors()`) in `lang`: a validator's own UserError
-    (kept in the error's ctx) has its words in both languages; pydantic's own messages are English."""
-    cause = (err.get("ctx") or {}).get("error")
+    (kept in the error's ctx) has its words in both languages; pydantic's own messages are worded by
+    their error type (PYDANTIC_WORDS) outside English."""
+    ctx = err.get("ctx") or {}
+    cause = ctx.get("error")
     if isinstance(cause, UserError):
         return cause.render(lang)
+    msgid = PYDANTIC_WORDS.get(err.get("type", ""))
+    if lang != DEFAULT_LANG and msgid is not None:
+        names = [n for _, n, _, _ in string.Formatter().parse(msgid) if n]
+        if all(n in ctx for n in names):
+            return translate(msgid, lang, **{n: str(ctx[n])[:200] for n in names})  # short() bounds the line
     return str(err["msg"]).removeprefix("Value error, ")
 
 

@@ -154,3 +154,21 @@ def test_validator_messages_render_in_both_languages():
     assert "不是数值" in error_message(bad.value, "zh") and error_message(bad.value) == str(bad.value)
     again = pickle.loads(pickle.dumps(bad.value))  # pickles as its English line
     assert str(again) == str(bad.value) and again.render("zh") == str(bad.value)
+
+
+def test_pydantic_messages_in_chinese_by_error_type():
+    """pydantic's own messages (range, type, choice, unknown field) are worded in Chinese by their error type;
+    English keeps pydantic's words."""
+    from pydantic import ValidationError
+
+    from calc.boundary import error_message
+    from calc.scenario import Scenario
+
+    cases = [({"training": {"micro_batch_size": 0}}, "不能小于 1", "greater than or equal to 1"),
+             ({"training": {"seq_len": "abc"}}, "必须是整数", "valid integer"),
+             ({"training": {"precision": "fp7"}}, "必须是以下之一：'fp32'", "Input should be 'fp32'"),
+             ({"bogus": 1}, "不是已知字段", "Extra inputs are not permitted")]
+    for extra, zh, en in cases:
+        with pytest.raises(ValidationError) as info:
+            Scenario.model_validate({"model": "gpt2", **extra})
+        assert zh in error_message(info.value, "zh") and en in error_message(info.value)
