@@ -143,12 +143,7 @@ def format_table(est: Any, lang: Lang = DEFAULT_LANG) -> str:
     if est.cpu_ram_bytes or est.nvme_bytes:
         rows.append((N_("offload (per node)"), translate(N_("CPU RAM {ram}, NVMe {nvme}"), lang,
                                                          ram=fmt_gib(est.cpu_ram_bytes), nvme=fmt_gib(est.nvme_bytes))))
-    if lang == DEFAULT_LANG:
-        rows.append((N_("verdict"), headline(est.verdict)))
-    else:
-        from calc.recommend.words import verdict_words
-
-        rows.append((N_("verdict"), verdict_words(est.verdict, lang, whole=True)))
+    rows.append((N_("verdict"), headline(est.verdict, lang)))
     return _rows_text(rows, lang) + "\n" + translate(N_("(1 GiB = 2^30 bytes)"), lang)
 
 

@@ -87,6 +87,13 @@ def translate(msgid: str, lang: Lang, **fields: object) -> str:
     return text.format(**fields) if fields else text
 
 
+def render(value: object, lang: Lang = DEFAULT_LANG) -> str:
+    """Any text in `lang`: a Text, anything else that renders itself (calc.recommend.phrase.Phrase), or a
+    plain string shown as it is."""
+    fn = getattr(value, "render", None)
+    return fn(lang) if callable(fn) else str(value)
+
+
 class Text(BaseModel):
     """A sentence the engine says, kept translatable: the message id and its fields, already
     formatted (numbers go through one formatter in both languages) or themselves a Text (a phrase
@@ -98,8 +105,7 @@ class Text(BaseModel):
     fields: dict[str, str | Text] = {}
 
     def render(self, lang: Lang = DEFAULT_LANG) -> str:
-        return translate(self.msgid, lang, **{k: v.render(lang) if isinstance(v, Text) else v
-                                              for k, v in self.fields.items()})
+        return translate(self.msgid, lang, **{k: render(v, lang) for k, v in self.fields.items()})
 
     def __str__(self) -> str:
         return self.render(DEFAULT_LANG)

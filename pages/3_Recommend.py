@@ -9,7 +9,8 @@ import streamlit as st
 from calc.presets import cluster_presets, gpu_presets, model_presets
 from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, speed_ratio_words, table_assumptions
 from calc.recommend.phrase import Phrase
-from calc.recommend.words import verdict_words
+from calc.verdict import headline as verdict_headline
+from calc.verdict import short as verdict_short
 from ui import charts, compute, fmt, state
 from ui.i18n import _, current, say
 from ui.widgets import cluster_short_name, hardware_name, page_setup, scenario_or_stop
@@ -38,14 +39,14 @@ def _named(steps: list) -> list:
     return [s.model_copy(update={"name": Phrase(say(s.name))}) for s in steps]
 
 
-def short(verdict) -> str:
+def short(v) -> str:
     """calc.verdict.short in the session's language (a table cell)."""
-    return verdict_words(verdict, current())
+    return verdict_short(v, current())
 
 
-def headline(verdict) -> str:
+def headline(v) -> str:
     """calc.verdict.headline in the session's language."""
-    return verdict_words(verdict, current(), whole=True)
+    return verdict_headline(v, current())
 
 
 # ---- what to turn on next ----------------------------------------------------------------

@@ -209,12 +209,3 @@ def column_scenario(base: Scenario, col) -> tuple[Scenario, object | None]:
         return sc, None
     cand = fastest_fitting(sc.model_dump_json())
     return (cand.scenario, cand) if cand is not None else (sc, None)
-
-
-# ---- Export ----------------------------------------------------------------------------------
-
-def launch_lines(sc: Scenario) -> str:
-    """Shell commands that start the exported run (calc.export.launch_lines: the lines of launch.sh)."""
-    from calc.export import launch_lines as export_launch_lines
-
-    return export_launch_lines(sc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, translate
+from calc.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, render, translate
 
 LANG = "vc_lang"  # session state: the session's language
 LANG_PARAM = "lang"  # URL query parameter
@@ -48,10 +48,8 @@ def tr(msgid: str, **fields: object) -> str:
 
 
 def say(text: Text | str) -> str:
-    """An engine sentence in the session's language: a calc.i18n.Text, or anything else that renders
-    itself (calc.recommend.phrase.Phrase); a plain string is shown as it is."""
-    render = getattr(text, "render", None)
-    return render(current()) if callable(render) else str(text)
+    """An engine sentence in the session's language (calc.i18n.render: a Text, a Phrase, a plain string)."""
+    return render(text, current())
 
 
 def _switched() -> None:

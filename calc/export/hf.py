@@ -401,10 +401,9 @@ def accelerate_config(sc: Scenario, deepspeed_config_path: str = DS_CONFIG_FILE,
         cfg["main_process_ip"] = "MAIN_NODE_IP"
         cfg["main_process_port"] = 29500
     name = sc.spec.name or sc.spec.family
-    head = translate(N_("# accelerate config for {name}: {gpus} GPUs on {machines} machine(s).\n"
-                        "# Set machine_rank per node.\n"), lang, name=name, gpus=hw.num_gpus, machines=machines) \
-        if machines == 1 else \
-        translate(N_("# accelerate config for {name}: {gpus} GPUs on {machines} machine(s).\n"
-                     "# Set machine_rank per node and main_process_ip.\n"), lang, name=name, gpus=hw.num_gpus,
-                  machines=machines)
+    msgid = N_("# accelerate config for {name}: {gpus} GPUs on {machines} machine(s).\n"
+               "# Set machine_rank per node.\n") if machines == 1 else \
+        N_("# accelerate config for {name}: {gpus} GPUs on {machines} machine(s).\n"
+           "# Set machine_rank per node and main_process_ip.\n")
+    head = translate(msgid, lang, name=name, gpus=hw.num_gpus, machines=machines)
     return head + yaml.safe_dump(cfg, sort_keys=True)

@@ -8,8 +8,8 @@ from calc.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.recommend.models import Recommendation, RecommendRequest
 from calc.recommend.phrase import pad, render
 from calc.recommend.search import recommend
-from calc.recommend.words import verdict_words
 from calc.units import GiB, fmt_gib
+from calc.verdict import short
 
 
 def load_request(path: str, top: int | None = None) -> RecommendRequest:
@@ -40,7 +40,7 @@ def format_recommendation(rec: Recommendation, lang: Lang = DEFAULT_LANG) -> str
         cands = [c for c in rec.candidates if c.group == g.group]
         for c in cands:
             lines.append(f"{c.rank:>2}  {c.tokens_per_s_per_gpu:>10,.0f}  {c.step_s:>8.3g}  "
-                         f"{c.device_total_expected_bytes / GiB:>9.2f} GiB  {pad(verdict_words(c.verdict, lang), 7)}  "
+                         f"{c.device_total_expected_bytes / GiB:>9.2f} GiB  {pad(short(c.verdict, lang), 7)}  "
                          f"{render(c.label, lang)}" + ("  " + t(N_("[method change]")) if c.method_change else ""))
         if not cands:
             lines.append("    " + t(N_("(nothing fits)")))

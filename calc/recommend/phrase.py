@@ -15,12 +15,7 @@ from typing import Any
 
 from pydantic_core import core_schema
 
-from calc.i18n import DEFAULT_LANG, N_, Lang, translate
-
-
-def _render(value: object, lang: Lang) -> str:
-    render = getattr(value, "render", None)
-    return render(lang) if callable(render) else str(value)
+from calc.i18n import DEFAULT_LANG, N_, Lang, render, translate
 
 
 class Phrase(str):
@@ -30,7 +25,7 @@ class Phrase(str):
     fields: dict[str, object]
 
     def __new__(cls, msgid: str, **fields: object) -> Phrase:
-        english = translate(msgid, DEFAULT_LANG, **{k: _render(v, DEFAULT_LANG) for k, v in fields.items()})
+        english = translate(msgid, DEFAULT_LANG, **{k: render(v, DEFAULT_LANG) for k, v in fields.items()})
         self = super().__new__(cls, english)
         self.msgid, self.fields = msgid, fields
         return self
@@ -38,7 +33,7 @@ class Phrase(str):
     def render(self, lang: Lang = DEFAULT_LANG) -> str:
         if lang == DEFAULT_LANG:
             return str.__str__(self)
-        return translate(self.msgid, lang, **{k: _render(v, lang) for k, v in self.fields.items()})
+        return translate(self.msgid, lang, **{k: render(v, lang) for k, v in self.fields.items()})
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled by st.cache_data: keep the id and fields
         return (_rebuild, (type(self), self.msgid, self.fields, str.__str__(self)))
@@ -58,14 +53,14 @@ class Joined(Phrase):
     """Parts joined by a separator that is a message id of its own (N_("; ") is "；" in Chinese)."""
 
     def __new__(cls, sep: str, parts: list[object]) -> Joined:
-        self = str.__new__(cls, sep.join(_render(p, DEFAULT_LANG) for p in parts))
+        self = str.__new__(cls, sep.join(render(p, DEFAULT_LANG) for p in parts))
         self.msgid, self.fields = sep, {"parts": list(parts)}
         return self
 
     def render(self, lang: Lang = DEFAULT_LANG) -> str:
         if lang == DEFAULT_LANG:
             return str.__str__(self)
-        return translate(self.msgid, lang).join(_render(p, lang) for p in self.fields["parts"])  # type: ignore[attr-defined]
+        return translate(self.msgid, lang).join(render(p, lang) for p in self.fields["parts"])  # type: ignore[attr-defined]
 
 
 class _LowerFirst(Phrase):
@@ -78,7 +73,7 @@ class _LowerFirst(Phrase):
         return self
 
     def render(self, lang: Lang = DEFAULT_LANG) -> str:
-        return str.__str__(self) if lang == DEFAULT_LANG else _render(self.fields["text"], lang)
+        return str.__str__(self) if lang == DEFAULT_LANG else render(self.fields["text"], lang)
 
 
 def _rebuild(cls: type[Phrase], msgid: str, fields: dict[str, object], english: str) -> Phrase:
@@ -101,11 +96,6 @@ def joined(sep: str, parts: list[object]) -> Phrase:
 def lower_first(text: object) -> Phrase:
     """`text` to follow a semicolon: the English lowercases its first letter, Chinese is unchanged."""
     return _LowerFirst(text)
-
-
-def render(value: object, lang: Lang) -> str:
-    """Any recommender text in `lang`: a Phrase, a calc.i18n.Text, or a plain (untranslated) str."""
-    return _render(value, lang)
 
 
 SEPARATORS = (N_("; "),)  # ", " is calc.verdict's; " + " needs no translation

@@ -55,12 +55,11 @@ from calc.recommend.words import (
     label,
     overall_explanation,
     slow_words,
-    verdict_reasons,
 )
 from calc.result import Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
 from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, step_time, to_estimate
-from calc.verdict import gib_short
+from calc.verdict import gib_short, reason_texts
 
 
 @dataclass
@@ -134,7 +133,7 @@ class _Search:
             f = _Fit(est, False, T_("needs {need} per GPU, over the usable {usable} (GPU memory less the safety "
                                     "margin)", need=gib_short(need), usable=gib_short(self.usable)))
         elif est.verdict.fits is False:  # host RAM or NVMe: the verdict's own sentence ("offload needs ...")
-            f = _Fit(est, False, joined("; ", verdict_reasons(est.verdict)))
+            f = _Fit(est, False, joined("; ", reason_texts(est.verdict)))
         else:
             f = _Fit(est, True)
         self.cache[key] = f

@@ -5,28 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from calc import verdict as _verdict
 from calc.engine import estimate
-from calc.i18n import DEFAULT_LANG, Lang
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
 from calc.recommend.phrase import T_, Phrase, joined, lower_first
 from calc.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
 from calc.speed import _Raw, estimate_speed
-from calc.verdict import Verdict, gib_short
+from calc.verdict import gib_short
 
 if TYPE_CHECKING:
     from calc.recommend.search import _Fit, _Found, _Search
-
-def verdict_reasons(v: Verdict) -> list[object]:
-    """The verdict's sentences (calc.verdict.reason_texts, translatable), for use inside the recommender's own."""
-    return list(_verdict.reason_texts(v))
-
-
-def verdict_words(v: Verdict, lang: Lang = DEFAULT_LANG, *, whole: bool = False) -> str:
-    """calc.verdict.short (a table cell) or, with whole=True, calc.verdict.headline, in `lang`."""
-    return (_verdict.headline if whole else _verdict.short)(v, lang)
-
 
 def _ckpt_words(c: Combo) -> Phrase:
     if c.ckpt == Checkpointing.none:
