@@ -171,10 +171,13 @@ STAGES = {
 }
 DIAGONAL = {"python": 0, "deepspeed": 2, "accelerate": 3}
 DIAGONAL_EXTRA = {"deepspeed": dict(gradient_accumulation_steps=2, activation_checkpointing="full")}
+# One case runs the Chinese bundle (comments, docstrings, --help and accelerate.yaml's header in Chinese; the
+# same code, tests/test_export_language.py), so the Chinese files are run too, at no extra cost.
+CHINESE = ("accelerate", 0)
 
 
 def launch_cases() -> list:
-    """(launcher, world, training, warm-up steps) for each launcher x stage (the module is marked slow)."""
+    """(launcher, world, training, warm-up steps, language) for each launcher x stage (the module is marked slow)."""
     out = []
     for launcher, diag in DIAGONAL.items():
         for stage, training in STAGES.items():
@@ -182,7 +185,9 @@ def launch_cases() -> list:
             world = 2 if on and launcher != "python" else 1
             extra = DIAGONAL_EXTRA.get(launcher, {}) if on else {}
             warmup = 3 if on and launcher == "deepspeed" else 0
-            out.append(pytest.param(launcher, world, {**training, **extra}, warmup, id=f"{launcher}-zero{stage}"))
+            lang = "zh" if (launcher, stage) == CHINESE else "en"
+            out.append(pytest.param(launcher, world, {**training, **extra}, warmup, lang,
+                                    id=f"{launcher}-zero{stage}" + ("-zh" if lang == "zh" else "")))
     return out
 
 
@@ -217,13 +222,13 @@ def trainer_learning_rates(o: ExportOptions, steps: int) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize(("launcher", "world", "training", "warmup"), LAUNCHES)
-def test_trainer_script_runs_under_each_launcher(tmp_path, launcher, world, training, warmup):
+@pytest.mark.parametrize(("launcher", "world", "training", "warmup", "lang"), LAUNCHES)
+def test_trainer_script_runs_under_each_launcher(tmp_path, launcher, world, training, warmup, lang):
     sc = scenario("llama-3.2-1b" if launcher != "deepspeed" else "qwen2.5-0.5b", world, **training)
     options = ExportOptions(warmup_steps=warmup)
-    files, _ = export_bundle(sc, options)
+    files, _ = export_bundle(sc, options, lang=lang)
     for name, text in files.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text, encoding="utf-8")
     steps = 4 if warmup else 2
     cmd = launch_command(launcher, world, free_port()) + ["--max_steps", str(steps), "--use_cpu", "true"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)

@@ -86,7 +86,7 @@ def cli_main(args: Any) -> int:
         os.makedirs(args.output, exist_ok=True)
         for name, text in files.items():
             path = os.path.join(args.output, name)
-            with open(path, "w") as fh:
+            with open(path, "w", encoding="utf-8") as fh:  # Chinese comments under any locale
                 fh.write(text)
             if name == LAUNCH_SCRIPT:
                 os.chmod(path, 0o755)
