@@ -172,3 +172,11 @@ def test_pydantic_messages_in_chinese_by_error_type():
         with pytest.raises(ValidationError) as info:
             Scenario.model_validate({"model": "gpt2", **extra})
         assert zh in error_message(info.value, "zh") and en in error_message(info.value)
+
+
+def test_cluster_names_in_column_names_follow_the_language():
+    """Compare's column names carry the cluster's short name in the session's language ('1x RTX 4090 工作站')."""
+    at = open_app("compare", {"lang": "zh"})
+    shown = " ".join(visible_text(at))
+    assert "1x RTX 4090 工作站" in shown and "workstation" not in shown
+    assert "1x RTX 4090 workstation" in " ".join(visible_text(open_app("compare")))

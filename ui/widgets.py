@@ -9,6 +9,7 @@ shown next to the widget that caused it. Widget values are seeded from the sessi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -531,10 +532,11 @@ def compare_columns_editor() -> list[state.CompareColumn]:
 
 
 def cluster_short_name(cluster_id: str) -> str:
-    """'8x A100 80GB': a cluster preset's name without its description in brackets."""
+    """'8x A100 80GB', '1x RTX 4090 工作站': a cluster preset's name in the session's language, without its
+    description in brackets (ASCII or full-width)."""
     from calc.presets import cluster_presets
 
-    return cluster_presets()[cluster_id].name.split(" (")[0]
+    return re.split(r" \(|（", tr(cluster_presets()[cluster_id].name))[0]
 
 
 def column_name(i: int, col: state.CompareColumn) -> str:
