@@ -25,11 +25,23 @@ from typing import Literal, TypeVar
 
 from calc import parallel, precision
 from calc.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
-from calc.graph import BlockProfile
+from calc.graph import BlockProfile, Graph
 from calc.i18n import N_
-from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
+from calc.layers import (
+    Ctx,
+    attention_block,
+    decoder_layer,
+    embedding_block,
+    head_block,
+    inference_head_block,
+    layer_norm,
+    liger_head_block,
+    rms_norm,
+    sdpa_needs_mask,
+)
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import cluster_presets, gpu_presets
+from calc.profiles import block_profile, forget_recordings
 from calc.result import (
     ALL_GATHER_LAYER,
     BACKWARD_LAYER,
@@ -273,14 +285,16 @@ def _count_local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last
 # ---- activations -------------------------------------------------------------------------
 
 @lru_cache(maxsize=4096)
-def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
-    head = liger_head_block(ctx) if fused_ce else head_block(ctx)
-    return _layer_profile(ctx, eager), embedding_block(ctx).profile(), head.profile()
+def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
+              replay: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
+    head = liger_head_block if fused_ce else head_block
+    return (_layer_profile(ctx, eager, replay), block_profile(embedding_block, ctx, replay=replay),
+            block_profile(head, ctx, replay=replay))
 
 
 @lru_cache(maxsize=4096)
-def _layer_profile(ctx: Ctx, eager: bool) -> BlockProfile:
-    return decoder_layer(ctx, eager).profile()
+def _layer_profile(ctx: Ctx, eager: bool, replay: bool = False) -> BlockProfile:
+    return block_profile(decoder_layer, ctx, eager, replay=replay)
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
@@ -320,18 +334,21 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
 
 
 @lru_cache(maxsize=4096)
-def _attention_saved(ctx: Ctx, eager: bool) -> int:
+def _attention_saved(ctx: Ctx, eager: bool, replay: bool = False) -> int:
     """Bytes the attention sub-block saves (what selective checkpointing drops), from a graph of
     the layer without its MLP half."""
-    from calc.graph import Graph
-    from calc.layers import attention_block, layer_norm, rms_norm
+    return (block_profile(_norm_and_attention, ctx, eager, replay=replay).saved
+            - block_profile(_norm_and_attention, ctx, None, replay=replay).saved)
 
+
+def _norm_and_attention(ctx: Ctx, eager: bool | None) -> Graph:
+    """A layer's input norm and (unless eager is None) its attention module."""
     g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size, input_requires_grad=ctx.input_grad)
     norm = layer_norm if ctx.spec.uses_layernorm else rms_norm
     y, _ = norm(g, 0, ctx.r, ctx)
-    before = g.profile().saved
-    attention_block(g, y, ctx, eager)
-    return g.profile().saved - before
+    if eager is not None:
+        attention_block(g, y, ctx, eager)
+    return g
 
 
 def adapter_bytes(p: Precision) -> int:
@@ -572,20 +589,20 @@ def _per_layer_values(fn: Callable[[int], int], layers: int, period: int) -> lis
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
-                    ws: int) -> _Timeline:
+                    ws: int, replay: bool = False) -> _Timeline:
     t = sc.training
     eager = t.attention == Attention.eager
     fused_ce = t.cross_entropy == "liger-fused"
-    layer, emb, head = _profiles(ctx, eager, fused_ce)
+    layer, emb, head = _profiles(ctx, eager, fused_ce, replay)
     ckpt = t.activation_checkpointing
     ctxs = layer_ctxs(ctx, layers, first_input_grad=not first or embeddings_need_grad(ctx, ckpt))
-    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))  # layers of one kind share a profile
+    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager, replay))  # layers of one kind share a profile
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
-    sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
+    sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager, replay)) if ckpt == Checkpointing.selective \
         else [0] * layers
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
     pieces = _pieces(lay, every, sel_drop)
@@ -793,15 +810,15 @@ def _layer_names(layers: int) -> tuple[list[str], list[str], list[str]]:
             [RECOMPUTED_LAYER.format(layer=i) for i in range(layers)])
 
 
-def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:
+def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int, replay: bool = False) -> _Timeline:
     """no_grad forward with use_cache=True: weights + the KV cache growing layer by layer + one
     layer's transients; at the end the logits (B x S x V in compute dtype) are returned."""
     from calc.layers import stack_locals_bytes
 
     t = sc.training
     eager = t.attention == Attention.eager
-    layer, emb, head = _profiles(ctx, eager)
-    lay = per_layer(layer_ctxs(ctx, layers), lambda c: _layer_profile(c, eager))
+    layer, emb, head = _profiles(ctx, eager, replay=replay)
+    lay = per_layer(layer_ctxs(ctx, layers), lambda c: _layer_profile(c, eager, replay))
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
     # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
@@ -821,15 +838,13 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
 
     tl.run(range(layers), layer_rows, 1, _pieces(lay))
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
-           base - mask + layers * cache + _inference_head_peak(ctx))
+           base - mask + layers * cache + _inference_head_peak(ctx, replay))
     return tl
 
 
 @lru_cache(maxsize=1024)
-def _inference_head_peak(ctx: Ctx) -> int:
-    from calc.layers import inference_head_block
-
-    return inference_head_block(ctx).profile().fwd_peak_nosave
+def _inference_head_peak(ctx: Ctx, replay: bool = False) -> int:
+    return block_profile(inference_head_block, ctx, replay=replay).fwd_peak_nosave
 
 
 # ---- entry point -------------------------------------------------------------------------
@@ -861,10 +876,13 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     return est
 
 
-def clear_memo(profiles: bool = True) -> None:
-    """Forget memoized estimates and, unless profiles=False, the cached block profiles (benchmarks of new
-    shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks)."""
+def clear_memo(profiles: bool = True, recordings: bool = False) -> None:
+    """Forget memoized estimates and, unless profiles=False, the block profiles cached per shape (benchmarks of
+    new shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks); recordings=True
+    also forgets the blocks recorded per shape-free context (calc.profiles: a model and options never seen)."""
     _memo.clear()
+    if recordings:
+        forget_recordings()
     if not profiles:
         return
     _profiles.cache_clear()
@@ -895,8 +913,8 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
     best: tuple[int, Row, Callable[[], Timeline], States] | None = None
     for first, last in stages:
         st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
-        tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
-              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws))
+        tl = (_train_timeline(sc, st, ctx, layers, first, last, ws, reference) if training
+              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws, reference))
         if reference:
             full = tl.build()
             i = full.peak_index

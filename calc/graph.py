@@ -21,6 +21,9 @@ memory reached inside the block during forward and during backward.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import mul
+
+from calc.symbolic import Dim, as_poly
 
 OUT = -1  # placeholder in `saves` for the op's own output
 
@@ -78,8 +81,7 @@ class Graph:
            grad_ins: tuple[int, ...] | None = None) -> int:
         """Add an op creating a new tensor of `out_bytes`; returns its id."""
         tid = len(self.sizes)
-        r = self.round_to
-        self.sizes.append(-(-out_bytes // r) * r)
+        self.sizes.append(out_bytes)  # rounded to the allocator's block size when the plan is evaluated
         if ins and pgrad == 0 and not any(self.needs_grad[i] for i in ins):
             # no input and no parameter requires grad: autograd records no node, so nothing is
             # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
@@ -101,6 +103,20 @@ class Graph:
 
     # ---- simulation ------------------------------------------------------------------
     def profile(self) -> BlockProfile:
+        """The profile of a block recorded with concrete sizes (or at the shape it was recorded for)."""
+        return self.plan().at(*self._shape())
+
+    def _shape(self) -> tuple[int, int]:
+        for x in self.sizes:
+            if isinstance(x, Dim):
+                return x.trace.batch.value, x.trace.seq.value
+        return 1, 1
+
+    def plan(self) -> Plan:
+        """Run PyTorch's lifetime rules over the block once, with every byte count kept as a linear form in
+        the sizes' polynomials (and their rounding), so that the profile of any (B, S) is a few sums."""
+        r = self.round_to
+        sizes = [_size_form(x, 1 if tid == 0 else r) for tid, x in enumerate(self.sizes)]
         savers: dict[int, int] = {}
         last_read: dict[int, int] = {}
         for k, op in enumerate(self.ops):
@@ -115,69 +131,194 @@ class Graph:
         for k, op in enumerate(self.ops):  # an output nothing reads (layer norm's mean / rstd under
             if op.out >= 0 and op.out not in last_read and op.out != self.output:  # no_grad) dies at once
                 frees[k].append(op.out)
-        fwd_peak = self._forward(savers, frees)
-        fwd_peak_nosave = self._forward({}, frees)
         saved_ids = set(savers)
-        saved_bytes = sum(self.sizes[t] for t in saved_ids)
-        (bwd_peak, bwd_saved, bwd_pgrad), in_grad, pgrads = self._backward(savers, saved_ids)
-        return BlockProfile(
-            saved=saved_bytes,
-            fwd_peak=fwd_peak,
-            bwd_peak=bwd_peak,
-            out_bytes=self.sizes[self.output] if self.output not in saved_ids else 0,
-            in_grad_bytes=in_grad,
-            param_grad_bytes=pgrads,
-            input_saved=0 in saved_ids,
-            fwd_peak_nosave=fwd_peak_nosave,
-            bwd_peak_saved=bwd_saved,
-            bwd_peak_pgrad=bwd_pgrad,
-            cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
-            cached_total=sum(self.sizes[t] for t in set(self.cached)),
-        )
+        saved = _sum(sizes[t] for t in saved_ids)
+        bwd, in_grad, pgrads = self._backward(sizes, savers, saved)
+        cached = set(self.cached)
+        return Plan(r, fwd=self._forward(sizes, savers, frees), nosave=self._forward(sizes, {}, frees), bwd=bwd,
+                    fields=dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else {},
+                                in_grad_bytes=in_grad, cached_unsaved=_sum(sizes[t] for t in cached - saved_ids),
+                                cached_total=_sum(sizes[t] for t in cached)),
+                    param_grad_bytes=pgrads, input_saved=0 in saved_ids)
 
-    def _forward(self, savers: dict[int, int], frees: list[list[int]]) -> int:
-        """Peak live bytes of the block during forward, its input included."""
-        sizes = self.sizes
-        live_bytes = sizes[0]
-        peak = live_bytes
+    def _forward(self, sizes: list[Form], savers: dict[int, int], frees: list[list[int]]) -> list[Form]:
+        """The moments that can be the block's forward peak (live bytes, its input included)."""
+        live = dict(sizes[0])
+        peaks = _Frontier()
+        peaks.add(dict(live))
         for op, gone in zip(self.ops, frees, strict=True):
             if op.out >= 0:
-                live_bytes += sizes[op.out]
-            if live_bytes + op.ws_fwd > peak:
-                peak = live_bytes + op.ws_fwd
+                _acc(live, sizes[op.out])
+            peaks.add(_acc(dict(live), as_form(op.ws_fwd)))
             for i in gone:
                 if i not in savers:
-                    live_bytes -= sizes[i]
-        return peak
+                    _acc(live, sizes[i], -1)
+        return peaks.forms
 
-    def _backward(self, savers: dict[int, int], saved_ids: set[int]) -> tuple[tuple[int, int, int], int, int]:
+    def _backward(self, sizes: list[Form], savers: dict[int, int], saved: Form) \
+            -> tuple[list[tuple[Form, Form, int]], Form, int]:
+        """The moments that can be the first backward peak, each as (live bytes, saved still alive, parameter
+        gradients created), the input's gradient and the parameter gradients."""
         remaining = dict(savers)
-        live_saved = sum(self.sizes[t] for t in saved_ids)
-        grads: dict[int, int] = {self.output: self.sizes[self.output]}  # grad of the block output
-        grad_bytes = self.sizes[self.output]
+        live_saved = dict(saved)
+        grads: dict[int, Form] = {self.output: sizes[self.output]}  # grad of the block output
+        grad_bytes = dict(sizes[self.output])
         pgrads = 0
-        peak = (live_saved + grad_bytes, live_saved, 0)
+        peaks = _Frontier(first=True)
+        peaks.add(_acc(dict(live_saved), grad_bytes), (dict(live_saved), 0))
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
-            new = 0
-            transient = 0
+            now = _acc(_acc(dict(live_saved), grad_bytes), as_form(op.ws_bwd))
             for i in op.grad_ins:
-                if i in grads:
-                    transient += self.sizes[i]
-                else:
-                    grads[i] = self.sizes[i]
-                    new += self.sizes[i]
+                _acc(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
+                if i not in grads:
+                    grads[i] = sizes[i]
+                    _acc(grad_bytes, sizes[i])
             pgrads += op.pgrad
-            now = live_saved + grad_bytes + new + transient + pgrads + op.ws_bwd
-            if now > peak[0]:
-                peak = (now, live_saved, pgrads)
-            grad_bytes += new
+            peaks.add(_acc(now, {_ONE: pgrads}), (dict(live_saved), pgrads))
             if op.out >= 0 and op.out in grads and op.out != 0:
-                grad_bytes -= grads.pop(op.out)
+                _acc(grad_bytes, grads.pop(op.out), -1)
             for s in op.saves:
                 remaining[s] -= 1
                 if remaining[s] == 0:
-                    live_saved -= self.sizes[s]
-        in_grad = grads.get(0, 0)
-        return peak, in_grad, pgrads
+                    _acc(live_saved, sizes[s], -1)
+        return [(f, *rest) for f, rest in zip(peaks.forms, peaks.extra, strict=True)], grads.get(0, {}), pgrads
+
+
+# ---- byte counts as linear forms -------------------------------------------------------
+# A form maps basis elements to coefficients: a monomial B^b S^s ("m", b, s), or the allocator's rounding of
+# a size polynomial p, ("d", r, p): round_up(p, r) - p = (-p) mod r. For B, S >= 1 a monomial is at least 1 and a
+# rounding between 0 and r - 1, which bounds the difference of two forms from below (_margin).
+
+Form = dict[tuple, int]
+_ONE = ("m", 0, 0)
+
+
+def as_form(x: Dim | int) -> Form:
+    return {("m", *m): c for m, c in as_poly(x).items()}
+
+
+def _size_form(x: Dim | int, r: int) -> Form:
+    """A tensor's bytes rounded up to a multiple of r (CUDA's caching allocator: 512)."""
+    p = as_poly(x)
+    if r == 1 or all(c % r == 0 for c in p.values()):
+        return as_form(x)
+    if list(p) == [(0, 0)]:
+        return {_ONE: -(-p[(0, 0)] // r) * r}
+    return {**as_form(x), ("d", r, tuple(sorted(p.items()))): 1}
+
+
+def _acc(form: Form, other: Form, sign: int = 1) -> Form:
+    for k, c in other.items():
+        v = form.get(k, 0) + sign * c
+        if v:
+            form[k] = v
+        else:
+            form.pop(k, None)
+    return form
+
+
+def _sum(forms) -> Form:
+    out: Form = {}
+    for f in forms:
+        _acc(out, f)
+    return out
+
+
+def _margin(a: Form, b: Form) -> int | None:
+    """A lower bound of a - b over every shape, or None when a - b has no lower bound (a monomial's coefficient is
+    smaller): each monomial is at least 1, each rounding of a size to r bytes between 0 and r - 1."""
+    margin = 0
+    for k in a.keys() | b.keys():
+        d = a.get(k, 0) - b.get(k, 0)
+        if k[0] == "m":
+            if d < 0:
+                return None
+            margin += d
+        elif d < 0:
+            margin += d * (k[1] - 1)
+    return margin
+
+
+def _at_least(a: Form, b: Form) -> bool:
+    """a >= b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m >= 0
+
+
+def _above(a: Form, b: Form) -> bool:
+    """a > b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m > 0
+
+
+class _Frontier:
+    """The candidates for the largest of a sequence of forms: a form another bounds can never be the largest.
+    first=True keeps the first of equal values (a later form must be strictly larger to replace one)."""
+
+    def __init__(self, first: bool = False) -> None:
+        self.first = first
+        self.forms: list[Form] = []
+        self.extra: list[tuple] = []
+
+    def add(self, form: Form, extra: tuple = ()) -> None:
+        if any(_at_least(f, form) for f in self.forms):
+            return
+        drop = _above if self.first else _at_least
+        keep = [i for i, f in enumerate(self.forms) if not drop(form, f)]
+        if len(keep) < len(self.forms):
+            self.forms = [self.forms[i] for i in keep]
+            self.extra = [self.extra[i] for i in keep]
+        self.forms.append(form)
+        self.extra.append(extra)
+
+
+class Plan:
+    """A block's profile for any (B, S): each field a linear form over the block's basis, the forward peaks
+    the largest of a few forms and the backward peak the first largest of a few."""
+
+    def __init__(self, r: int, fwd: list[Form], nosave: list[Form], bwd: list[tuple[Form, Form, int]],
+                 fields: dict[str, Form], param_grad_bytes: int, input_saved: bool) -> None:
+        keys = {k for f in (*fwd, *nosave, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
+        monos = sorted({k for k in keys if k[0] == "m"} | {("m", *m) for k in keys if k[0] == "d" for m, _ in k[2]}
+                       | {_ONE})
+        rounded = sorted(k for k in keys if k[0] == "d")
+        basis = {k: i for i, k in enumerate(monos + rounded)}
+
+        def dense(f: Form) -> tuple[int, ...]:
+            out = [0] * len(basis)
+            for k, c in f.items():
+                out[basis[k]] = c
+            return tuple(out)
+
+        self.r = r
+        self.monos = [k[1:] for k in monos]
+        mono_at = {k[1:]: i for i, k in enumerate(monos)}
+        self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
+                        for k in rounded]
+        self.fwd = [dense(f) for f in fwd]
+        self.nosave = [dense(f) for f in nosave]
+        self.bwd = [(dense(now), dense(saved), pg) for now, saved, pg in bwd]
+        self.fields = {name: dense(f) for name, f in fields.items()}
+        self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
+
+    def at(self, batch: int, seq: int) -> BlockProfile:
+        mono = [batch ** b * seq ** s for b, s in self.monos]
+        basis = mono + [-sum(map(mul, p, mono)) % self.r for p in self.rounded]
+
+        def value(f: tuple[int, ...]) -> int:
+            return sum(map(mul, f, basis))
+
+        best, best_saved, best_pgrad = None, 0, 0
+        for now, saved, pgrad in self.bwd:
+            v = value(now)
+            if best is None or v > best:
+                best, best_saved, best_pgrad = v, saved, pgrad
+        f = self.fields
+        return BlockProfile(
+            saved=value(f["saved"]), fwd_peak=max(map(value, self.fwd)), bwd_peak=best,
+            out_bytes=value(f["out_bytes"]), in_grad_bytes=value(f["in_grad_bytes"]),
+            param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved,
+            fwd_peak_nosave=max(map(value, self.nosave)), bwd_peak_saved=value(best_saved), bwd_peak_pgrad=best_pgrad,
+            cached_unsaved=value(f["cached_unsaved"]), cached_total=value(f["cached_total"]))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import OUT, Graph
+from calc.symbolic import fixed
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class Ctx:
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
+
+    def shape_free(self) -> tuple:
+        """Every field but batch and seq, as a key (cheaper than a Ctx copy and its hash)."""
+        fields = self.__dict__.copy()
+        del fields["batch"], fields["seq"]
+        return tuple(fields.values())
 
     @property
     def e(self) -> int:
@@ -1021,7 +1028,7 @@ def liger_head_block(c: Ctx) -> Graph:
     gw = 0 if c.frozen_base else (4 if c.amp else c.w) * v * h
     grad_in = g.op(yb * t * h, grad=False, name="grad_input buffer")
     grad_w = g.op(gw, grad=False, name="grad_weight buffer (filled in forward)")
-    chunk = liger_chunk_tokens(t, h, v)
+    chunk = fixed(liger_chunk_tokens, t, h, v)  # no polynomial of the tokens: recorded per chunk size
     ws = 4 * t + xb * chunk * (v + h)  # fp32 loss per token + one chunk's logits and grad_input product
     # backward hands grad_input over as the input gradient and grad_weight to .grad: no new bytes
     loss = g.op(4, ins=(y, grad_in, grad_w, *((w16,) if w16 is not None else ())), saves=(grad_in, grad_w),
