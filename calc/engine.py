@@ -41,7 +41,7 @@ from calc.layers import (
 )
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import cluster_presets, gpu_presets
-from calc.profiles import block_profile, forget_recordings
+from calc.profiles import block_profile, forget_recordings, forget_shapes
 from calc.result import (
     ALL_GATHER_LAYER,
     BACKWARD_LAYER,
@@ -284,7 +284,6 @@ def _count_local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last
 
 # ---- activations -------------------------------------------------------------------------
 
-@lru_cache(maxsize=4096)
 def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
               replay: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
     head = liger_head_block if fused_ce else head_block
@@ -292,7 +291,6 @@ def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
             block_profile(head, ctx, replay=replay))
 
 
-@lru_cache(maxsize=4096)
 def _layer_profile(ctx: Ctx, eager: bool, replay: bool = False) -> BlockProfile:
     return block_profile(decoder_layer, ctx, eager, replay=replay)
 
@@ -333,7 +331,6 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     return [out[id(c)] for c in ctxs]
 
 
-@lru_cache(maxsize=4096)
 def _attention_saved(ctx: Ctx, eager: bool, replay: bool = False) -> int:
     """Bytes the attention sub-block saves (what selective checkpointing drops), from a graph of
     the layer without its MLP half."""
@@ -588,6 +585,23 @@ def _per_layer_values(fn: Callable[[int], int], layers: int, period: int) -> lis
     return (once * -(-layers // len(once)))[:layers]
 
 
+class _PrefixSums:
+    """start + the sum of the first i per-layer values, for i = 0 .. layers. Values that repeat with a period
+    (`period` 1: identical layers; k: every k-th checkpointed) are summed over one period and the sums composed
+    (listing 81 running sums per column costs more than the rest of a new shape's timeline); 0: listed."""
+
+    def __init__(self, values: list[int], period: int, start: int = 0) -> None:
+        self.period = period if 0 < period < len(values) else 0
+        self.sums = list(accumulate(values[:self.period] if self.period else values, initial=start))
+        self.start = start
+
+    def __getitem__(self, i: int) -> int:
+        if not self.period:
+            return self.sums[i]
+        q, r = divmod(i, self.period)
+        return self.sums[r] + q * (self.sums[-1] - self.start)
+
+
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
                     ws: int, replay: bool = False) -> _Timeline:
     t = sc.training
@@ -637,7 +651,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur_before = list(accumulate(saved_by_layer, initial=acts))  # activations alive before layer i
+    cur_before = _PrefixSums(saved_by_layer, period, acts)  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
@@ -646,14 +660,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_after = list(accumulate(_per_layer_values(amp_cache_of, layers, period)))  # cache after layer i
+    amp_sums = _PrefixSums(_per_layer_values(amp_cache_of, layers, period), period)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
     def forward_rows(i: int) -> tuple[Row]:
         s_i = saved_by_layer[i]
         peak = lay[i].fwd_peak_nosave if every and i % every == 0 else lay[i].fwd_peak
-        o = fwd_other + amp_after[i] + peak - s_i
+        o = fwd_other + amp_sums[i + 1] + peak - s_i
         layer_row = (names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
                      cur_before[i] + s_i, o if o > 0 else 0)
         if not gl:
@@ -661,10 +675,10 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
         before = w + gl * (i if keep_gathered else 0)
         return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur_before[i],
-                 fwd_other + amp_after[i]), layer_row)
+                 fwd_other + amp_sums[i + 1]), layer_row)
 
     tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
-    cur, amp_cache = cur_before[layers], amp_after[-1]
+    cur, amp_cache = cur_before[layers], amp_sums[layers]
     if last:
         w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
         tl.add("lm_head + loss", "loss", w_all + ag, ga_grads, opt, cur + head.saved,
@@ -714,12 +728,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def grads_of(i: int) -> int:
         return round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
 
-    # grads_from_top[k]: gradients alive once the top k layers have run their backward
-    grads_from_top = list(accumulate(reversed(_per_layer_values(grads_of, layers, period)), initial=grads))
+    # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
+    # are grads + grads_below[layers] - grads_below[layers - k]
+    grads_below = _PrefixSums(_per_layer_values(grads_of, layers, period), period)
+    grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:
         cur = cur_before[i]  # layer i's saved tensors are released by its own backward
-        grads = grads_from_top[layers - 1 - i]
+        grads = grads_top + grads_of_all - grads_below[i + 1]
         ckpt_i = every and i % every == 0
         plain, again = moments[id(lay[i])]
         pg, alive, o = again if ckpt_i else plain
@@ -740,7 +756,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1,
            pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b)))
-    cur, grads = cur_before[0], grads_from_top[layers]
+    cur, grads = cur_before[0], grads_top + grads_of_all
     if first:
         cur -= emb.saved
         g_e = round(emb.param_grad_bytes * scale_g)
@@ -842,7 +858,6 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
     return tl
 
 
-@lru_cache(maxsize=1024)
 def _inference_head_peak(ctx: Ctx, replay: bool = False) -> int:
     return block_profile(inference_head_block, ctx, replay=replay).fwd_peak_nosave
 
@@ -883,12 +898,8 @@ def clear_memo(profiles: bool = True, recordings: bool = False) -> None:
     _memo.clear()
     if recordings:
         forget_recordings()
-    if not profiles:
-        return
-    _profiles.cache_clear()
-    _layer_profile.cache_clear()
-    _attention_saved.cache_clear()
-    _inference_head_peak.cache_clear()
+    if profiles:
+        forget_shapes()
 
 
 def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:

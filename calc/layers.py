@@ -46,9 +46,11 @@ class Ctx:
         return self.batch * self.seq
 
     def shape_free(self) -> tuple:
-        """Every field but batch and seq, as a key (cheaper than a Ctx copy and its hash)."""
+        """Every field but batch and seq, the spec by identity (hashing a ModelSpec costs more than evaluating a
+        block), as a key: whoever keeps it keeps the spec alive too, so that its id is not reused."""
         fields = self.__dict__.copy()
         del fields["batch"], fields["seq"]
+        fields["spec"] = id(self.spec)
         return tuple(fields.values())
 
     @property
