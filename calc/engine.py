@@ -866,6 +866,8 @@ def _inference_head_peak(ctx: Ctx, replay: bool = False) -> int:
 
 _MEMO_SIZE = 1024
 _memo: dict[tuple, tuple[ModelSpec, dict, dict, Estimate]] = {}
+_SHAPE_FIELDS = {"training": {"micro_batch_size", "seq_len"}}
+_states_memo: dict[tuple, tuple[tuple, States]] = {}  # the entry holds what the key's ids stand for
 
 
 def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
@@ -879,25 +881,30 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
     # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
     # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the JSON.
-    key = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters), sc.model_dump_json(), target,
-           sharding)
+    # The batch shape is apart: the rest is the key of what does not depend on it (the model states).
+    t = sc.training
+    shape_free = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters),
+                  sc.model_dump_json(exclude=_SHAPE_FIELDS), target, sharding)
+    key = (shape_free, t.micro_batch_size, t.seq_len)
     hit = _memo.get(key)
     if hit is not None:
         return hit[3]
-    est = _estimate(sc, target, sharding)
+    est = _estimate(sc, target, sharding, states_key=shape_free, keep=(spec, gpus, clusters))
     if len(_memo) >= _MEMO_SIZE:
         del _memo[next(iter(_memo))]  # oldest first
     _memo[key] = (spec, gpus, clusters, est)
     return est
 
 
-def clear_memo(profiles: bool = True, recordings: bool = False) -> None:
+def clear_memo(profiles: bool = True, shape_free: bool = False) -> None:
     """Forget memoized estimates and, unless profiles=False, the block profiles cached per shape (benchmarks of
-    new shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks); recordings=True
-    also forgets the blocks recorded per shape-free context (calc.profiles: a model and options never seen)."""
+    new shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks); shape_free=True
+    also forgets what is kept per shape-free scenario: the blocks recorded per context (calc.profiles) and the
+    model states (a model and options never seen)."""
     _memo.clear()
-    if recordings:
+    if shape_free:
         forget_recordings()
+        _states_memo.clear()
     if profiles:
         forget_shapes()
 
@@ -909,7 +916,24 @@ def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder 
     return _estimate(sc, target, sharding, reference=True)
 
 
-def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False) -> Estimate:
+def _states(key: tuple | None, keep: tuple, first: bool, last: bool, make: Callable[[], States]) -> States:
+    """make(), memoized on the scenario without its batch shape (`key` as estimate() makes it; None: not
+    memoized) and the pipeline stage: model states do not depend on the micro-batch or the sequence. The entry
+    holds `keep`, what the key's ids stand for. Shared: treat as read-only."""
+    if key is None:
+        return make()
+    hit = _states_memo.get((key, first, last))
+    if hit is not None:
+        return hit[1]
+    st = make()
+    if len(_states_memo) >= _MEMO_SIZE:
+        del _states_memo[next(iter(_states_memo))]  # oldest first
+    _states_memo[(key, first, last)] = (keep, st)
+    return st
+
+
+def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False,
+              states_key: tuple | None = None, keep: tuple = ()) -> Estimate:
     sharding = sharding or sc.training.sharding
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
@@ -923,7 +947,8 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Row, Callable[[], Timeline], States] | None = None
     for first, last in stages:
-        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
+        st = _states(states_key, keep, first, last, lambda first=first, last=last: fsdp2_states(sc) if fsdp else
+                     model_states(sc, layers, first, last, target, sharding == "deepspeed"))
         tl = (_train_timeline(sc, st, ctx, layers, first, last, ws, reference) if training
               else _inference_timeline(sc, _inference_states(st), ctx, layers, ws, reference))
         if reference:
