@@ -576,23 +576,14 @@ def _split(pieces: list[range], differs: Callable[[int, int], bool]) -> list[ran
     return out
 
 
-def _per_layer_values(fn: Callable[[int], int], layers: int, period: int) -> list[int]:
-    """fn(i) for each layer, asked for one period and repeated when the layers repeat (`period` 1: identical
-    layers; k: identical layers with every k-th checkpointed); 0: asked for every layer."""
-    if not period:
-        return [fn(i) for i in range(layers)]
-    once = [fn(i) for i in range(min(period, layers))]
-    return (once * -(-layers // len(once)))[:layers]
-
-
 class _PrefixSums:
-    """start + the sum of the first i per-layer values, for i = 0 .. layers. Values that repeat with a period
-    (`period` 1: identical layers; k: every k-th checkpointed) are summed over one period and the sums composed
-    (listing 81 running sums per column costs more than the rest of a new shape's timeline); 0: listed."""
+    """start + fn(0) + ... + fn(i - 1), for i = 0 .. layers. Values that repeat with a period (`period` 1:
+    identical layers; k: every k-th checkpointed) are asked for one period and the sums composed (listing 81
+    running sums per column costs more than the rest of a new shape's timeline); 0: asked for every layer."""
 
-    def __init__(self, values: list[int], period: int, start: int = 0) -> None:
-        self.period = period if 0 < period < len(values) else 0
-        self.sums = list(accumulate(values[:self.period] if self.period else values, initial=start))
+    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> None:
+        self.period = period if 0 < period < layers else 0
+        self.sums = list(accumulate(map(fn, range(self.period or layers)), initial=start))
         self.start = start
 
     def __getitem__(self, i: int) -> int:
@@ -600,6 +591,10 @@ class _PrefixSums:
             return self.sums[i]
         q, r = divmod(i, self.period)
         return self.sums[r] + q * (self.sums[-1] - self.start)
+
+    def value(self, i: int) -> int:
+        """fn(i)."""
+        return self[i + 1] - self[i]
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
@@ -632,7 +627,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             return h_bytes  # the checkpoint keeps only the layer input
         return lay[i].saved - sel_drop[i] + (h_bytes if sel_drop[i] else 0)  # + the stored attention input
 
-    saved_by_layer = _per_layer_values(saved, layers, period)
+    saved_by_layer = _PrefixSums(saved, layers, period)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -641,17 +636,17 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
-    layer_pgrads = sum(_per_layer_values(lambda i: lay[i].param_grad_bytes, layers, period))
+    layer_pgrads = _PrefixSums(lambda i: lay[i].param_grad_bytes, layers, period)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
-    acts = (in_flight - 1) * (sum(saved_by_layer) + (emb.saved if first else 0))
+    acts = (in_flight - 1) * (saved_by_layer[layers] + (emb.saved if first else 0))
     acts += rope
     if first:
         tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur_before = _PrefixSums(saved_by_layer, period, acts)  # activations alive before layer i
+    cur_before = _PrefixSums(saved, layers, period, acts)  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
@@ -660,12 +655,12 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_sums = _PrefixSums(_per_layer_values(amp_cache_of, layers, period), period)  # [i]: before layer i
+    amp_sums = _PrefixSums(amp_cache_of, layers, period)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
     def forward_rows(i: int) -> tuple[Row]:
-        s_i = saved_by_layer[i]
+        s_i = saved_by_layer.value(i)
         peak = lay[i].fwd_peak_nosave if every and i % every == 0 else lay[i].fwd_peak
         o = fwd_other + amp_sums[i + 1] + peak - s_i
         layer_row = (names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
@@ -730,7 +725,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
     # are grads + grads_below[layers] - grads_below[layers - k]
-    grads_below = _PrefixSums(_per_layer_values(grads_of, layers, period), period)
+    grads_below = _PrefixSums(grads_of, layers, period)
     grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:

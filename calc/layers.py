@@ -8,6 +8,7 @@ this GPU processes (micro-batch x sequence, divided by tensor parallelism where 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import OUT, Graph
@@ -45,9 +46,11 @@ class Ctx:
     def tokens(self) -> int:
         return self.batch * self.seq
 
+    @cached_property
     def shape_free(self) -> tuple:
         """Every field but batch and seq, the spec by identity (hashing a ModelSpec costs more than evaluating a
-        block), as a key: whoever keeps it keeps the spec alive too, so that its id is not reused."""
+        block), as a key: whoever keeps it keeps the spec alive too, so that its id is not reused. Computed
+        once per context (the cache is in the instance's __dict__, outside the dataclass fields)."""
         fields = self.__dict__.copy()
         del fields["batch"], fields["seq"]
         fields["spec"] = id(self.spec)

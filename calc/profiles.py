@@ -23,7 +23,7 @@ from calc.symbolic import Trace, Unsupported
 _MAX_CONTEXTS = 1024  # shape-free contexts whose recordings are kept
 _MAX_RECORDINGS = 16  # recordings per context (one per set of answers to its guards)
 _MAX_SHAPES = 8192  # profiles kept per shape
-# (build, ctx.shape_free(), args) -> (the spec its id stands for, recordings; None: replay every shape)
+# (build, ctx.shape_free, args) -> (the spec its id stands for, recordings; None: replay every shape)
 _recordings: dict[tuple, tuple[ModelSpec, list[tuple[Trace, Plan]] | None]] = {}
 _by_shape: dict[tuple, tuple[ModelSpec, BlockProfile]] = {}
 
@@ -32,7 +32,7 @@ def block_profile(build: Callable[..., Graph], ctx: Ctx, *args: object, replay: 
     """build(ctx, *args)'s profile: from the recording of its shape-free context, or replayed for this shape."""
     if replay:
         return build(ctx, *args).profile()
-    free = (build, ctx.shape_free(), args)
+    free = (build, ctx.shape_free, args)
     key = (free, ctx.batch, ctx.seq)
     hit = _by_shape.get(key)
     if hit is not None:
