@@ -20,6 +20,8 @@ memory reached inside the block during forward and during backward.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import mul
 
@@ -104,19 +106,27 @@ class Graph:
     # ---- simulation ------------------------------------------------------------------
     def profile(self) -> BlockProfile:
         """The profile of a block recorded with concrete sizes (or at the shape it was recorded for)."""
-        return self.plan().at(*self._shape())
-
-    def _shape(self) -> tuple[int, int]:
         for x in self.sizes:
             if isinstance(x, Dim):
-                return x.trace.batch.value, x.trace.seq.value
-        return 1, 1
+                return self.plan().at(x.trace.batch.value, x.trace.seq.value)
+        fwd, nosave, bwd, fields, pgrads, input_saved = self._simulate(_Bytes)
+        (bwd_peak, (bwd_saved, bwd_pgrad)), = bwd
+        return BlockProfile(fwd_peak=fwd[0][0], fwd_peak_nosave=nosave[0][0], bwd_peak=bwd_peak,
+                            bwd_peak_saved=bwd_saved, bwd_peak_pgrad=bwd_pgrad, param_grad_bytes=pgrads,
+                            input_saved=input_saved, **fields)
 
     def plan(self) -> Plan:
-        """Run PyTorch's lifetime rules over the block once, with every byte count kept as a linear form in
-        the sizes' polynomials (and their rounding), so that the profile of any (B, S) is a few sums."""
+        """The profile of any (B, S): the lifetime rules run once over the block with every byte count kept as a
+        linear form in the sizes' polynomials (and their rounding), so that a shape's profile is a few sums."""
+        fwd, nosave, bwd, fields, pgrads, input_saved = self._simulate(_Forms)
+        return Plan(self.round_to, [f for f, _ in fwd], [f for f, _ in nosave],
+                    [(now, saved, pgrad) for now, (saved, pgrad) in bwd], fields, pgrads, input_saved)
+
+    def _simulate(self, alg: type[_Bytes] | type[_Forms]) -> tuple:
+        """PyTorch's lifetime rules over the block, with byte counts in `alg` (numbers, or linear forms): the
+        candidates for the forward peaks and the backward peak, the other fields, the parameter gradients."""
         r = self.round_to
-        sizes = [_size_form(x, 1 if tid == 0 else r) for tid, x in enumerate(self.sizes)]
+        sizes = [alg.size(x, 1 if tid == 0 else r) for tid, x in enumerate(self.sizes)]
         savers: dict[int, int] = {}
         last_read: dict[int, int] = {}
         for k, op in enumerate(self.ops):
@@ -132,58 +142,90 @@ class Graph:
             if op.out >= 0 and op.out not in last_read and op.out != self.output:  # no_grad) dies at once
                 frees[k].append(op.out)
         saved_ids = set(savers)
-        saved = _sum(sizes[t] for t in saved_ids)
-        bwd, in_grad, pgrads = self._backward(sizes, savers, saved)
+        saved = alg.total(sizes[t] for t in saved_ids)
+        bwd, in_grad, pgrads = self._backward(alg, sizes, savers, saved)
         cached = set(self.cached)
-        return Plan(r, fwd=self._forward(sizes, savers, frees), nosave=self._forward(sizes, {}, frees), bwd=bwd,
-                    fields=dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else {},
-                                in_grad_bytes=in_grad, cached_unsaved=_sum(sizes[t] for t in cached - saved_ids),
-                                cached_total=_sum(sizes[t] for t in cached)),
-                    param_grad_bytes=pgrads, input_saved=0 in saved_ids)
+        fields = dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else alg.total(()),
+                      in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
+                      cached_total=alg.total(sizes[t] for t in cached))
+        return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees), bwd, fields, pgrads,
+                0 in saved_ids)
 
-    def _forward(self, sizes: list[Form], savers: dict[int, int], frees: list[list[int]]) -> list[Form]:
-        """The moments that can be the block's forward peak (live bytes, its input included)."""
-        live = dict(sizes[0])
-        peaks = _Frontier()
-        peaks.add(dict(live))
+    def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
+                 frees: list[list[int]]) -> list:
+        """Candidates for the block's forward peak (live bytes, its input included)."""
+        add, sub = alg.add, alg.sub
+        live = sizes[0]
+        peaks = alg.peaks()
+        peaks.add(live)
         for op, gone in zip(self.ops, frees, strict=True):
             if op.out >= 0:
-                _acc(live, sizes[op.out])
-            peaks.add(_acc(dict(live), as_form(op.ws_fwd)))
+                live = add(live, sizes[op.out])
+            peaks.add(add(live, alg.raw(op.ws_fwd)))
             for i in gone:
                 if i not in savers:
-                    _acc(live, sizes[i], -1)
-        return peaks.forms
+                    live = sub(live, sizes[i])
+        return peaks.found
 
-    def _backward(self, sizes: list[Form], savers: dict[int, int], saved: Form) \
-            -> tuple[list[tuple[Form, Form, int]], Form, int]:
-        """The moments that can be the first backward peak, each as (live bytes, saved still alive, parameter
-        gradients created), the input's gradient and the parameter gradients."""
+    def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
+            -> tuple[list, object, int]:
+        """Candidates for the first backward peak, each (live bytes, (saved still alive, parameter gradients
+        created)), the input's gradient and the parameter gradients."""
+        add, sub = alg.add, alg.sub
         remaining = dict(savers)
-        live_saved = dict(saved)
-        grads: dict[int, Form] = {self.output: sizes[self.output]}  # grad of the block output
-        grad_bytes = dict(sizes[self.output])
+        live_saved = saved
+        grads = {self.output: sizes[self.output]}  # grad of the block output
+        grad_bytes = sizes[self.output]
         pgrads = 0
-        peaks = _Frontier(first=True)
-        peaks.add(_acc(dict(live_saved), grad_bytes), (dict(live_saved), 0))
+        peaks = alg.peaks(first=True)
+        peaks.add(add(live_saved, grad_bytes), (live_saved, 0))
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
-            now = _acc(_acc(dict(live_saved), grad_bytes), as_form(op.ws_bwd))
+            now = add(add(live_saved, grad_bytes), alg.raw(op.ws_bwd))
             for i in op.grad_ins:
-                _acc(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
+                now = add(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
                 if i not in grads:
                     grads[i] = sizes[i]
-                    _acc(grad_bytes, sizes[i])
+                    grad_bytes = add(grad_bytes, sizes[i])
             pgrads += op.pgrad
-            peaks.add(_acc(now, {_ONE: pgrads}), (dict(live_saved), pgrads))
+            peaks.add(add(now, alg.raw(pgrads)), (live_saved, pgrads))
             if op.out >= 0 and op.out in grads and op.out != 0:
-                _acc(grad_bytes, grads.pop(op.out), -1)
+                grad_bytes = sub(grad_bytes, grads.pop(op.out))
             for s in op.saves:
                 remaining[s] -= 1
                 if remaining[s] == 0:
-                    _acc(live_saved, sizes[s], -1)
-        return [(f, *rest) for f, rest in zip(peaks.forms, peaks.extra, strict=True)], grads.get(0, {}), pgrads
+                    live_saved = sub(live_saved, sizes[s])
+        return peaks.found, grads.get(0, alg.total(())), pgrads
+
+
+class _Largest:
+    """The first largest of a sequence of numbers, with what came with it."""
+
+    def __init__(self, first: bool = False) -> None:
+        self.found: list[tuple[int, tuple]] = []
+
+    def add(self, value: int, extra: tuple = ()) -> None:
+        if not self.found or value > self.found[0][0]:
+            self.found = [(value, extra)]
+
+
+class _Bytes:
+    """Byte counts as numbers (a block built for one shape)."""
+
+    add, sub, peaks = operator.add, operator.sub, _Largest
+
+    @staticmethod
+    def size(x: int, r: int) -> int:
+        return -(-x // r) * r  # CUDA's caching allocator rounds every block up to 512 bytes
+
+    @staticmethod
+    def raw(x: int) -> int:
+        return x
+
+    @staticmethod
+    def total(xs: Iterable[int]) -> int:
+        return sum(xs)
 
 
 # ---- byte counts as linear forms -------------------------------------------------------
@@ -254,24 +296,38 @@ def _above(a: Form, b: Form) -> bool:
 
 
 class _Frontier:
-    """The candidates for the largest of a sequence of forms: a form another bounds can never be the largest.
-    first=True keeps the first of equal values (a later form must be strictly larger to replace one)."""
+    """The candidates for the largest of a sequence of forms, with what came with each: a form another bounds
+    can never be the largest. first=True keeps the first of equal values (a later form must be strictly larger
+    to replace one)."""
 
     def __init__(self, first: bool = False) -> None:
         self.first = first
-        self.forms: list[Form] = []
-        self.extra: list[tuple] = []
+        self.found: list[tuple[Form, tuple]] = []
 
     def add(self, form: Form, extra: tuple = ()) -> None:
-        if any(_at_least(f, form) for f in self.forms):
+        if any(_at_least(f, form) for f, _ in self.found):
             return
         drop = _above if self.first else _at_least
-        keep = [i for i, f in enumerate(self.forms) if not drop(form, f)]
-        if len(keep) < len(self.forms):
-            self.forms = [self.forms[i] for i in keep]
-            self.extra = [self.extra[i] for i in keep]
-        self.forms.append(form)
-        self.extra.append(extra)
+        self.found = [(f, x) for f, x in self.found if not drop(form, f)]
+        self.found.append((form, extra))
+
+
+class _Forms:
+    """Byte counts as linear forms (a block recorded with symbolic B and S)."""
+
+    size, raw, peaks = staticmethod(_size_form), staticmethod(as_form), _Frontier
+
+    @staticmethod
+    def add(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b)
+
+    @staticmethod
+    def sub(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b, -1)
+
+    @staticmethod
+    def total(forms: Iterable[Form]) -> Form:
+        return _sum(forms)
 
 
 class Plan:
