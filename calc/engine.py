@@ -584,13 +584,11 @@ class _PrefixSums:
     def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> None:
         self.period = period if 0 < period < layers else 0
         self.sums = list(accumulate(map(fn, range(self.period or layers)), initial=start))
-        self.start = start
+        self.step = self.sums[-1] - start  # the sum over one period
 
     def __getitem__(self, i: int) -> int:
-        if not self.period:
-            return self.sums[i]
-        q, r = divmod(i, self.period)
-        return self.sums[r] + q * (self.sums[-1] - self.start)
+        p = self.period
+        return self.sums[i % p] + i // p * self.step if p else self.sums[i]
 
     def value(self, i: int) -> int:
         """fn(i)."""

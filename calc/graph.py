@@ -353,28 +353,27 @@ class Plan:
         mono_at = {k[1:]: i for i, k in enumerate(monos)}
         self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
                         for k in rounded]
-        self.fwd = [dense(f) for f in fwd]
-        self.nosave = [dense(f) for f in nosave]
-        self.bwd = [(dense(now), dense(saved), pg) for now, saved, pg in bwd]
-        self.fields = {name: dense(f) for name, f in fields.items()}
+        # every form in one list, evaluated in one pass: the fields, the forward peaks, the backward candidates
+        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave)] + \
+            [dense(now) for now, _, _ in bwd]
+        self.ends = (len(_FIELDS) + len(fwd), len(_FIELDS) + len(fwd) + len(nosave))
+        self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
         self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
 
     def at(self, batch: int, seq: int) -> BlockProfile:
         mono = [batch ** b * seq ** s for b, s in self.monos]
         basis = mono + [-sum(map(mul, p, mono)) % self.r for p in self.rounded]
+        values = [sum(map(mul, f, basis)) for f in self.forms]
+        fwd_end, nosave_end = self.ends
+        bwd = values[nosave_end:]
+        best = bwd.index(max(bwd))  # the first largest
+        saved, pgrad = self.bwd[best]
+        kept, out, in_grad, cached_unsaved, cached_total = values[:len(_FIELDS)]
+        return BlockProfile(saved=kept, out_bytes=out, in_grad_bytes=in_grad, cached_unsaved=cached_unsaved,
+                            cached_total=cached_total, fwd_peak=max(values[len(_FIELDS):fwd_end]),
+                            fwd_peak_nosave=max(values[fwd_end:nosave_end]), bwd_peak=bwd[best],
+                            bwd_peak_saved=sum(map(mul, saved, basis)), bwd_peak_pgrad=pgrad,
+                            param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved)
 
-        def value(f: tuple[int, ...]) -> int:
-            return sum(map(mul, f, basis))
 
-        best, best_saved, best_pgrad = None, 0, 0
-        for now, saved, pgrad in self.bwd:
-            v = value(now)
-            if best is None or v > best:
-                best, best_saved, best_pgrad = v, saved, pgrad
-        f = self.fields
-        return BlockProfile(
-            saved=value(f["saved"]), fwd_peak=max(map(value, self.fwd)), bwd_peak=best,
-            out_bytes=value(f["out_bytes"]), in_grad_bytes=value(f["in_grad_bytes"]),
-            param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved,
-            fwd_peak_nosave=max(map(value, self.nosave)), bwd_peak_saved=value(best_saved), bwd_peak_pgrad=best_pgrad,
-            cached_unsaved=value(f["cached_unsaved"]), cached_total=value(f["cached_total"]))
+_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total")  # BlockProfile's sums
