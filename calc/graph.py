@@ -15,7 +15,9 @@ PyTorch's own lifetime rules:
 - parameter gradients (`pgrad`) are created when their node runs and stay alive.
 
 The result is a BlockProfile: bytes saved for backward, and the peaks above the surrounding live
-memory reached inside the block during forward and during backward.
+memory reached inside the block during forward and during backward. The rules run over numbers for a
+block built for one shape (`Graph.profile`), or once over linear forms for a block recorded with
+symbolic batch and sequence (calc.symbolic), giving a Plan that yields the profile of any shape.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class Graph:
     round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
     held: list[int] = field(default_factory=list)  # tensors a Python local keeps until the block returns
     cached: list[int] = field(default_factory=list)  # tensors the DynamicCache keeps until forward ends
-    sizes: list[int] = field(default_factory=list)
+    sizes: list[int | Dim] = field(default_factory=list)  # bytes as asked (rounded when evaluated)
     needs_grad: list[bool] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     output: int = 0
