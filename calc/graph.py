@@ -25,7 +25,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import mul
+from operator import itemgetter, mul
 
 from calc.symbolic import Dim, as_poly
 
@@ -127,8 +127,7 @@ class Graph:
     def _simulate(self, alg: type[_Bytes] | type[_Forms]) -> tuple:
         """PyTorch's lifetime rules over the block, with byte counts in `alg` (numbers, or linear forms): the
         candidates for the forward peaks and the backward peak, the other fields, the parameter gradients."""
-        r = self.round_to
-        sizes = [alg.size(x, 1 if tid == 0 else r) for tid, x in enumerate(self.sizes)]
+        sizes = alg.sizes(self.sizes, self.round_to)
         savers: dict[int, int] = {}
         last_read: dict[int, int] = {}
         for k, op in enumerate(self.ops):
@@ -156,74 +155,64 @@ class Graph:
     def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
                  frees: list[list[int]]) -> list:
         """Candidates for the block's forward peak (live bytes, its input included)."""
-        add, sub = alg.add, alg.sub
+        add, sub, raw = alg.add, alg.sub, alg.raw
         live = sizes[0]
-        peaks = alg.peaks()
-        peaks.add(live)
+        moments = [(live, ())]
         for op, gone in zip(self.ops, frees, strict=True):
             if op.out >= 0:
                 live = add(live, sizes[op.out])
-            peaks.add(add(live, alg.raw(op.ws_fwd)))
+            moments.append((add(live, raw(op.ws_fwd)), ()))
             for i in gone:
                 if i not in savers:
                     live = sub(live, sizes[i])
-        return peaks.found
+        return alg.largest(moments)
 
     def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
             -> tuple[list, object, int]:
         """Candidates for the first backward peak, each (live bytes, (saved still alive, parameter gradients
         created)), the input's gradient and the parameter gradients."""
-        add, sub = alg.add, alg.sub
+        add, sub, raw = alg.add, alg.sub, alg.raw
         remaining = dict(savers)
         live_saved = saved
         grads = {self.output: sizes[self.output]}  # grad of the block output
         grad_bytes = sizes[self.output]
         pgrads = 0
-        peaks = alg.peaks(first=True)
-        peaks.add(add(live_saved, grad_bytes), (live_saved, 0))
+        moments = [(add(live_saved, grad_bytes), (live_saved, 0))]
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
-            now = add(add(live_saved, grad_bytes), alg.raw(op.ws_bwd))
+            now = add(add(live_saved, grad_bytes), raw(op.ws_bwd))
             for i in op.grad_ins:
                 now = add(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
                 if i not in grads:
                     grads[i] = sizes[i]
                     grad_bytes = add(grad_bytes, sizes[i])
             pgrads += op.pgrad
-            peaks.add(add(now, alg.raw(pgrads)), (live_saved, pgrads))
+            moments.append((add(now, raw(pgrads)), (live_saved, pgrads)))
             if op.out >= 0 and op.out in grads and op.out != 0:
                 grad_bytes = sub(grad_bytes, grads.pop(op.out))
             for s in op.saves:
                 remaining[s] -= 1
                 if remaining[s] == 0:
                     live_saved = sub(live_saved, sizes[s])
-        return peaks.found, grads.get(0, alg.total(())), pgrads
-
-
-class _Largest:
-    """The first largest of a sequence of numbers, with what came with it."""
-
-    def __init__(self, first: bool = False) -> None:
-        self.found: list[tuple[int, tuple]] = []
-
-    def add(self, value: int, extra: tuple = ()) -> None:
-        if not self.found or value > self.found[0][0]:
-            self.found = [(value, extra)]
+        return alg.largest(moments, first=True), grads.get(0, alg.total(())), pgrads
 
 
 class _Bytes:
     """Byte counts as numbers (a block built for one shape)."""
 
-    add, sub, peaks = operator.add, operator.sub, _Largest
+    add, sub, raw = operator.add, operator.sub, operator.pos  # C functions: a replay stays as fast as before
 
     @staticmethod
-    def size(x: int, r: int) -> int:
-        return -(-x // r) * r  # CUDA's caching allocator rounds every block up to 512 bytes
+    def sizes(sizes: list[int], r: int) -> list[int]:
+        """The input as it is, every tensor the block creates rounded up to a multiple of r (CUDA's caching
+        allocator: 512 bytes)."""
+        return sizes[:1] + [-(-x // r) * r for x in sizes[1:]]
 
     @staticmethod
-    def raw(x: int) -> int:
-        return x
+    def largest(moments: list[tuple[int, tuple]], first: bool = False) -> list[tuple[int, tuple]]:
+        """The first largest moment (max returns the first of equal ones)."""
+        return [max(moments, key=itemgetter(0))]
 
     @staticmethod
     def total(xs: Iterable[int]) -> int:
@@ -317,7 +306,19 @@ class _Frontier:
 class _Forms:
     """Byte counts as linear forms (a block recorded with symbolic B and S)."""
 
-    size, raw, peaks = staticmethod(_size_form), staticmethod(as_form), _Frontier
+    raw = staticmethod(as_form)
+
+    @staticmethod
+    def sizes(sizes: list[Dim | int], r: int) -> list[Form]:
+        return [as_form(sizes[0])] + [_size_form(x, r) for x in sizes[1:]]
+
+    @staticmethod
+    def largest(moments: list[tuple[Form, tuple]], first: bool = False) -> list[tuple[Form, tuple]]:
+        """The moments that can be the (first) largest for some shape."""
+        frontier = _Frontier(first)
+        for form, extra in moments:
+            frontier.add(form, extra)
+        return frontier.found
 
     @staticmethod
     def add(a: Form, b: Form) -> Form:

@@ -6,8 +6,9 @@ with the micro-batch and the sequence length as symbols (calc.symbolic); the sim
 there. A recording whose builder compared a size (seq >= sliding_window, Liger's chunk of tokens) serves
 only the shapes where that answer is the same (its guards); another answer records again. A block the
 symbols cannot describe (Unsupported) is replayed for each shape, as `replay=True` always does (the
-reference that the tests compare with). A recording costs about two replays, so a context is recorded
-when a second shape asks for it (a search over parallel layouts asks most contexts for one shape).
+reference that the tests compare with). Recording a layer costs about seven replays (0.4 ms against
+0.06 ms; evaluating its plan ~5 us), so a context is replayed for its first two shapes and recorded at
+its third (a search over parallel layouts asks most contexts for one or two shapes).
 Profiles are also kept per shape (a new parallel layout of a shape seen before asks for the same
 blocks).
 """
@@ -25,10 +26,10 @@ from calc.symbolic import Trace, Unsupported
 _MAX_CONTEXTS = 1024  # shape-free contexts whose recordings are kept
 _MAX_RECORDINGS = 16  # recordings per context (one per set of answers to its guards)
 _MAX_SHAPES = 8192  # profiles kept per shape
-# (build, ctx.shape_free, args) -> (the spec its id stands for, recordings; _ONCE: asked for one shape so far;
+_RECORD_AT = 3  # a context is recorded when this many shapes have asked for it
+# (build, ctx.shape_free, args) -> (the spec its id stands for, recordings; an int: the shapes replayed so far;
 # None: replay every shape)
-_ONCE: list = []
-_recordings: dict[tuple, tuple[ModelSpec, list[tuple[Trace, Plan]] | None]] = {}
+_recordings: dict[tuple, tuple[ModelSpec, list[tuple[Trace, Plan]] | int | None]] = {}
 _by_shape: dict[tuple, tuple[ModelSpec, BlockProfile]] = {}
 
 
@@ -50,13 +51,13 @@ def block_profile(build: Callable[..., Graph], ctx: Ctx, *args: object, replay: 
 
 def _recorded(build: Callable[..., Graph], ctx: Ctx, args: tuple, free: tuple) -> BlockProfile:
     found = _recordings.get(free)
-    if found is None:  # recording costs about two replays: a context asked for one shape only is replayed
-        if len(_recordings) >= _MAX_CONTEXTS:
-            _recordings.clear()
-        _recordings[free] = (ctx.spec, _ONCE)
-        return build(ctx, *args).profile()
-    recordings = found[1]
-    if recordings is _ONCE:  # a second shape: record
+    if found is None and len(_recordings) >= _MAX_CONTEXTS:
+        _recordings.clear()
+    recordings = 0 if found is None else found[1]
+    if isinstance(recordings, int):  # the first shapes of a context are replayed, the next one records
+        if recordings + 1 < _RECORD_AT:
+            _recordings[free] = (ctx.spec, recordings + 1)
+            return build(ctx, *args).profile()
         recordings = []
         _recordings[free] = (ctx.spec, recordings)
     if recordings is None:  # not describable with symbols
