@@ -130,6 +130,18 @@ def tables(at: AppTest) -> list[pd.DataFrame]:
     return [t.value for t in at.table] + [df for md in at.markdown for df in markdown_tables(str(md.value))]
 
 
+def open_folded(at: AppTest) -> AppTest:
+    """Open every expander that is filled only when opened (st.expander(key=..., on_change="rerun")), as a
+    reader clicking each, and rerun, so that its text is on the page too."""
+    keys = [e.key for e in at.expander if e.key]
+    if keys:
+        for key in keys:
+            at.session_state[key] = True
+        at.run()
+        assert_clean(at)
+    return at
+
+
 def assert_clean(at: AppTest) -> None:
     """No exception element and no traceback text anywhere on the page."""
     assert not at.exception, [e.value for e in at.exception]
