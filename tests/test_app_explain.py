@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from test_app_helpers import all_text, chart, open_app, scenario, tables, traces
+from test_app_helpers import all_text, chart, open_app, open_folded, scenario, tables, traces
 
 from calc.claims import check_all, load_claims
 from calc.engine import estimate
@@ -99,7 +99,7 @@ def test_explain_and_calculator_quote_the_same_gradient_bytes_per_param():
     params = state.scenario_to_params(MIXED_7B)
     est = estimate(MIXED_7B)
     assert est.peak_phase == "optimizer"
-    calc = open_app("calculator", params)
+    calc = open_folded(open_app("calculator", params))  # the term sources are filled when opened
     comps = next(df for df in (d.value for d in calc.dataframe) if "Formula" in df.columns)
     grad = comps[comps["Component"] == "16-bit gradients and their fp32 copies for the optimizer step"].iloc[0]
     n = est.model.trainable_params
