@@ -70,6 +70,9 @@ def test_param_count_matches_transformers(hf, preset_id):
     assert hf_count == preset.spec.total_params(), (
         f"{preset_id}: transformers {hf_count:,} vs ours {preset.spec.total_params():,}"
     )
+    # the order DeepSpeed ZeRO-1/2 partition the parameters in (calc.parallel.zero12_rank0_partition)
+    emb, layer_list, top = preset.spec.param_numel_blocks()
+    assert [p.numel() for p in model.parameters()] == [*emb, *[n for layer in layer_list for n in layer], *top]
 
 
 # ---- (c) our count vs the published count ------------------------------------------------
