@@ -815,6 +815,11 @@ def _optimizer_rows(tl: _Timeline, sc: Scenario, st: States, other: int) -> None
     (stage_1_and_2.py step: flatten, .to(fp32)); FP16_Optimizer (ZeRO-0, FusedAdam) casts each 16-bit grad
     to fp32 and flattens the copies (fp16/fused_optimizer.py step). Modelled from DeepSpeed's source; the
     ZeRO-1/2 one is measured on the CPU."""
+    if st.rank0_partition is not None:
+        # the gradient norm first (get_grad_norm_direct): each of the rank's gradients copied to fp64 in turn
+        # (zero/utils.py get_norm_dtype), beside the partition; measured on the CPU
+        tl.add("gradient norm (fp64 copy)", "optimizer", st.weights,
+               partition_bytes(st) + 8 * st.rank0_partition.largest, st.optimizer, 0, other)
     if st.first_reduction_elements is not None:
         flat = st.grads + st.grad_fp32_step  # the flat copy of the rank's range, and its fp32 cast for a 16-bit model
         tl.add("gradient partition flattened", "optimizer", st.weights, partition_bytes(st) + flat, st.optimizer, 0,
@@ -1108,9 +1113,8 @@ def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Compone
                              source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
                                        "and reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)")))
     if event in FLATTEN_EVENTS:
-        out.append(Component(key="gradients", category="gradients",
-                             label=N_("Gradients flattened and cast to fp32 for the optimizer step"), bytes=grads,
-                             formula=FLATTEN_EVENTS[event],
+        out.append(Component(key="gradients", category="gradients", label=FLATTEN_EVENTS[event][0], bytes=grads,
+                             formula=FLATTEN_EVENTS[event][1],
                              source=N_("DeepSpeed's source (calc.engine._optimizer_rows)")))
         return out + _states_and_rest(sc, st, row, ws)
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
@@ -1134,12 +1138,16 @@ def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Compone
     return out + _states_and_rest(sc, st, row, ws)
 
 
-# The moments before DeepSpeed's optimizer step where gradients are flattened (calc.engine._optimizer_rows)
+# The moments before DeepSpeed's optimizer step where gradients are copied (calc.engine._optimizer_rows): label,
+# formula
+_FLATTENED = N_("Gradients flattened and cast to fp32 for the optimizer step")
 FLATTEN_EVENTS = {
-    "gradient partition flattened": N_("the rank's gradient partition + its flat copy (+ that copy cast to fp32 "
-                                       "for a 16-bit model)"),
-    "gradients cast to fp32 and flattened": N_("the 16-bit gradients + an fp32 copy of each + the flat fp32 tensor "
-                                               "they are joined into"),
+    "gradient norm (fp64 copy)": (N_("Gradients and an fp64 copy for the gradient norm"),
+                                  N_("the rank's gradient partition + an fp64 copy of its largest gradient")),
+    "gradient partition flattened": (_FLATTENED, N_("the rank's gradient partition + its flat copy (+ that copy "
+                                                    "cast to fp32 for a 16-bit model)")),
+    "gradients cast to fp32 and flattened": (_FLATTENED, N_("the 16-bit gradients + an fp32 copy of each + the flat "
+                                                            "fp32 tensor they are joined into")),
 }
 
 

@@ -74,6 +74,7 @@ class Zero12Partition:
     elements: int  # grads_in_partition: every parameter that overlaps rank 0's range, whole
     block: int  # backward block whose hooks run the first reduction holding one of them (see below)
     pending_at_end: int  # elements of an oversized gradient still waiting for the epilogue's reduction
+    largest: int = 0  # the largest of its gradients within its range (the step's fp64 norm copies one at a time)
 
 
 class ParamOrder:
@@ -82,7 +83,10 @@ class ParamOrder:
     per model, asked for any world size and bucket (zero12_rank0_partition)."""
 
     def __init__(self, emb: tuple[int, ...], layers: list[tuple[int, ...]], top: tuple[int, ...]) -> None:
-        self.starts = list(accumulate([*emb, *[x for layer in layers for x in layer], *top], initial=0))
+        flat = [*emb, *[x for layer in layers for x in layer], *top]
+        self.starts = list(accumulate(flat, initial=0))
+        self.numels = flat
+        self.largest_before = list(accumulate(flat, max, initial=0))  # [k]: the largest of the first k tensors
         firsts = list(accumulate([len(emb)] + [len(layer) for layer in layers], initial=0))  # each block's first
         # (first flat index, elements) of each block in backward order: the top, the layers down, the embedding
         self.blocks = ([(firsts[-1], top)] + [(firsts[1 + i], layers[i]) for i in reversed(range(len(layers)))]
@@ -105,7 +109,10 @@ def zero12_rank0_partition(order: ParamOrder, world: int, bucket: int) -> Zero12
     starts = order.starts
     align = 2 * world
     size = -(-starts[-1] // align) * align // world
-    mine = starts[bisect_left(starts, size)] if size < starts[-1] else starts[-1]
+    count = bisect_left(starts, size) if size < starts[-1] else len(order.numels)  # rank 0's tensors
+    mine = starts[count]
+    # the step's gradient norm (get_grad_norm_direct) reads each whole, the last one's part inside the range
+    largest = max(order.largest_before[count - 1], min(order.numels[count - 1], size - starts[count - 1]))
     held = holds_mine = 0
     passed: dict[tuple[int, int], int] = {}  # (id of a layer's tuple, held before) -> held after, none of it mine
     for b, (first, numels) in enumerate(order.blocks):
@@ -117,13 +124,13 @@ def zero12_rank0_partition(order: ParamOrder, world: int, bucket: int) -> Zero12
             n = numels[k]
             if held + n > bucket:
                 if holds_mine:
-                    return Zero12Partition(mine, b, 0)
+                    return Zero12Partition(mine, b, 0, largest)
                 held = holds_mine = 0
             held += n
             holds_mine |= starts[first + k] < size
         if not holds_mine:
             passed[id(numels), before] = held
-    return Zero12Partition(mine, len(order.blocks), held if held > bucket else 0)
+    return Zero12Partition(mine, len(order.blocks), held if held > bucket else 0, largest)
 
 
 def pinned_bytes(nbytes: int, target: str) -> int:
