@@ -32,6 +32,7 @@ from calc.layers import (
     attention_block,
     decoder_layer,
     embedding_block,
+    final_norm_block,
     head_block,
     inference_head_block,
     layer_norm,
@@ -699,11 +700,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                other0 + out.backward(layers) + kept + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
         grads = g_head
         if st.reduce_buckets:
-            # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the head's backward:
-            # the lm_head's gradient and the hidden state's gradient are alive (stage_1_and_2.py setup_buckets)
+            # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the lm_head's backward:
+            # its gradient and the hidden state's gradient are alive, and what the final norm saved (its backward
+            # runs after the hook; a tied lm_head has none, its first hook is the norm's) (stage_1_and_2.py
+            # setup_buckets)
             other0 += st.reduce_buckets
+            norm = 0 if fused_ce or (sc.spec.tie_word_embeddings and first) else block_profile(final_norm_block, ctx, replay=replay).saved
             tl.add("first gradient hook (buckets allocated)", "backward", w, ga_grads + head.param_grad_bytes, opt,
-                   cur, other0 + out.backward(layers) + kept + h_bytes)
+                   cur + norm, other0 + out.backward(layers) + kept + h_bytes)
     else:
         grads = 0
         other0 += st.reduce_buckets  # DeepSpeed ZeRO-1/2: allocated at the first gradient hook
