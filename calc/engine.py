@@ -779,8 +779,10 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                other0 + out.previous + emb.bwd_peak - emb.bwd_peak_pgrad)
     if reduced is not None:
         # the backward epilogue reduces what is left in the bucket into the partition, then frees the buckets;
-        # a gradient larger than the bucket waits as its own tensor until then
-        pending = st.rank0_partition.pending_at_end * st.grad_bytes if st.rank0_partition else 0
+        # a gradient larger than the bucket waits as its own tensor until then, and one of the embedding's whose
+        # hook made the partition appear is alive beside it at that moment
+        rp = st.rank0_partition
+        pending = max(rp.pending_at_end, rp.trigger if rp.block == len(lay) + 1 else 0) * st.grad_bytes if rp else 0
         tl.add("gradient reduction (epilogue)", "backward", st.weights, ga_grads + part + pending, opt, 0,
                other0 + out.previous)
     _optimizer_rows(tl, sc, st, inputs + out.previous + st.zero_buffers)

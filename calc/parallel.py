@@ -75,6 +75,7 @@ class Zero12Partition:
     block: int  # backward block whose hooks run the first reduction holding one of them (see below)
     pending_at_end: int  # elements of an oversized gradient still waiting for the epilogue's reduction
     largest: int = 0  # the largest of its gradients within its range (the step's fp64 norm copies one at a time)
+    trigger: int = 0  # elements of the gradient whose hook ran that reduction (alive beside the new partition)
 
 
 class ParamOrder:
@@ -113,6 +114,8 @@ def zero12_rank0_partition(order: ParamOrder, world: int, bucket: int) -> Zero12
     mine = starts[count]
     # the step's gradient norm (get_grad_norm_direct) reads each whole, the last one's part inside the range
     largest = max(order.largest_before[count - 1], min(order.numels[count - 1], size - starts[count - 1]))
+    last = order.blocks[-1][1][0]  # the embedding's weight: the last gradient to reach a hook
+    pending = last if last > bucket else 0  # an oversized one waits for the epilogue
     held = holds_mine = 0
     passed: dict[tuple[int, int], int] = {}  # (id of a layer's tuple, held before) -> held after, none of it mine
     for b, (first, numels) in enumerate(order.blocks):
@@ -124,13 +127,13 @@ def zero12_rank0_partition(order: ParamOrder, world: int, bucket: int) -> Zero12
             n = numels[k]
             if held + n > bucket:
                 if holds_mine:
-                    return Zero12Partition(mine, b, 0, largest)
+                    return Zero12Partition(mine, b, pending, largest, n)
                 held = holds_mine = 0
             held += n
             holds_mine |= starts[first + k] < size
         if not holds_mine:
             passed[id(numels), before] = held
-    return Zero12Partition(mine, len(order.blocks), held if held > bucket else 0, largest)
+    return Zero12Partition(mine, len(order.blocks), pending, largest)
 
 
 def pinned_bytes(nbytes: int, target: str) -> int:

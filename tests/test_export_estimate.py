@@ -127,7 +127,7 @@ def test_zero12_rank0_partition_holds_whole_tensors_from_the_reduction_that_hold
     assert (two.elements, two.block, two.pending_at_end) == (24, 2, 0)
     # 3 ranks: range [0, 14) -> emb and layer 0's 4 (14 elements), first reduced at the embedding's hook
     three = parallel.zero12_rank0_partition(order, 3, 12)
-    assert (three.elements, three.block) == (14, 3)
+    assert (three.elements, three.block, three.trigger) == (14, 3, 10)
     one = parallel.zero12_rank0_partition(order, 1, 12)  # every tensor is rank 0's: the first reduction
     assert (one.elements, one.block) == (41, 1)
     whole = parallel.zero12_rank0_partition(order, 2, 100)  # one bucket for all: the backward epilogue
