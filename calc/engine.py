@@ -838,7 +838,8 @@ def _optimizer_rows(tl: _Timeline, sc: Scenario, st: States, other: int) -> None
 
 def partition_bytes(st: States) -> int:
     """DeepSpeed ZeRO-1/2 (no offload): the bytes of the rank's gradient partition (grads_in_partition),
-    every parameter overlapping its range whole where the parameter order is known, else its share."""
+    every parameter tensor starting in its range, whole, where the parameter order is known (rank 0),
+    else its share."""
     if st.rank0_partition is None:
         return st.grads
     return st.rank0_partition.elements * st.grad_bytes

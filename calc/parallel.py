@@ -71,7 +71,7 @@ def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0,
 class Zero12Partition:
     """Rank 0's gradient partition under DeepSpeed ZeRO-1/2 with contiguous_gradients (no offload)."""
 
-    elements: int  # grads_in_partition: every parameter that overlaps rank 0's range, whole
+    elements: int  # grads_in_partition: every parameter tensor that starts in rank 0's range, whole
     block: int  # backward block whose hooks run the first reduction holding one of them (see below)
     pending_at_end: int  # elements of an oversized gradient still waiting for the epilogue's reduction
     largest: int = 0  # the largest of its gradients within its range (the step's fp64 norm copies one at a time)
