@@ -705,7 +705,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             # runs after the hook; a tied lm_head has none, its first hook is the norm's) (stage_1_and_2.py
             # setup_buckets)
             other0 += st.reduce_buckets
-            norm = 0 if fused_ce or (sc.spec.tie_word_embeddings and first) else block_profile(final_norm_block, ctx, replay=replay).saved
+            tied_head = sc.spec.tie_word_embeddings and first
+            norm = 0 if fused_ce or tied_head else block_profile(final_norm_block, ctx, replay=replay).saved
             tl.add("first gradient hook (buckets allocated)", "backward", w, ga_grads + head.param_grad_bytes, opt,
                    cur + norm, other0 + out.backward(layers) + kept + h_bytes)
     else:
