@@ -17,18 +17,25 @@ It stays fast by never estimating what cannot win (branch and bound):
    ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
    frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
 4. Every memory estimate is cached by its exact configuration.
+5. A configuration whose weights and optimizer states alone (calc.engine.model_states, a few tens of
+   microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
+   step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
+   Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
+   reads it (`_Fit.est`, `_Fit.reason`).
 """
 
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from calc.engine import estimate
+from calc import parallel
+from calc.engine import estimate, model_states
 from calc.recommend.combos import (
     Combo,
     _complexity,
@@ -62,11 +69,49 @@ from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, step_time, to_e
 from calc.verdict import gib_short, reason_texts
 
 
-@dataclass
 class _Fit:
-    est: Estimate | None
-    ok: bool
-    reason: str = ""  # a Phrase when it does not fit
+    """Whether a configuration fits, its estimate (None for an invalid scenario) and, when it does not fit,
+    why (a Phrase). A fit decided by the states floor (`_Search.fit`) does not fit for GPU memory; its
+    estimate and reason are computed when first read, by `settle`."""
+
+    __slots__ = ("_est", "_reason", "floor", "ok", "settle")
+
+    def __init__(self, est: Estimate | None, ok: bool, reason: Any = "", floor: int = 0,
+                 settle: Callable[[], _Fit] | None = None) -> None:
+        self._est, self.ok, self._reason, self.floor, self.settle = est, ok, reason, floor, settle
+
+    def _settled(self) -> None:
+        if self.settle is not None:
+            exact, self.settle = self.settle(), None
+            assert not exact.ok, "the states floor said it does not fit"
+            self._est, self._reason = exact._est, exact._reason
+
+    @property
+    def est(self) -> Estimate | None:
+        self._settled()
+        return self._est
+
+    @property
+    def reason(self) -> Any:
+        self._settled()
+        return self._reason
+
+    @property
+    def estimable(self) -> bool:
+        """There is an estimate (the scenario is valid), computed or not yet."""
+        return self.settle is not None or self._est is not None
+
+    @property
+    def host_only(self) -> bool:
+        """Fits the GPU, not the host RAM or NVMe (the verdict's "offload needs ..." sentence)."""
+        return self.settle is None and self._reason.startswith("offload")
+
+    @property
+    def need_floor(self) -> int:
+        """The device total it needs (expected), or while unsettled a lower bound of it (the states floor)."""
+        if self.settle is not None:
+            return self.floor
+        return self._est.device_total_bytes.expected if self._est is not None else 1 << 62
 
 
 @dataclass
@@ -126,6 +171,13 @@ class _Search:
             f = _Fit(None, False, T_("invalid: {error}", error=str(exc)))
             self.cache[key] = f
             return f
+        floor = states_floor(sc)
+        f = _Fit(None, False, floor=floor, settle=lambda: self._judge(sc)) if floor > self.usable else self._judge(sc)
+        self.cache[key] = f
+        return f
+
+    def _judge(self, sc: Scenario) -> _Fit:
+        """The estimate and the verdict against the usable memory and the host's limits."""
         self.stats["memory_estimates"] += 1
         est = estimate(sc)
         need = est.device_total_bytes.expected
@@ -136,8 +188,20 @@ class _Search:
             f = _Fit(est, False, joined("; ", reason_texts(est.verdict)))
         else:
             f = _Fit(est, True)
-        self.cache[key] = f
         return f
+
+
+def states_floor(sc: Scenario) -> int:
+    """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
+    optimizer states (with the master weights) on one GPU, which every moment of calc.engine's training
+    timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
+    states calc.engine.fsdp2_states builds). tests/test_recommend.py checks it against the engine."""
+    t = sc.training
+    if sc.mode != Mode.train or t.sharding == "fsdp2":
+        return 0
+    layers = parallel.layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
+    st = model_states(sc, layers, True, t.pipeline_parallel == 1, "cuda", t.sharding == "deepspeed")
+    return st.weights + st.optimizer
 
 
 def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
@@ -184,7 +248,7 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
         fr = _frugal(c, s.base.training.sharding != "fsdp2", s.base.spec.sdpa_supported)
         if fr not in group_ok:
             f_fr = s.fit(fr, mbs[0], ga0)
-            group_ok[fr] = f_fr.ok or f_fr.reason.startswith("offload")
+            group_ok[fr] = f_fr.ok or f_fr.host_only
             if not group_ok[fr]:
                 s.frugal_failures.append((fr, f_fr))
         if not group_ok[fr]:
@@ -192,7 +256,7 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
             continue
         f0 = s.fit(c, mbs[0], ga0)
         if not f0.ok:
-            if f0.reason.startswith("offload"):
+            if f0.host_only:
                 ram_only.add(c)
             s.infeasible.append((ub, c, f0))
             continue
