@@ -38,6 +38,21 @@ def test_random_scenarios_floor_is_below_the_peak(data):
     assert search.states_floor(sc) <= peak
 
 
+@settings(FAST, max_examples=40)
+@given(broad_scenarios(), st.integers(1, 16), st.integers(1, 8), st.sampled_from(["none", "full", "selective"]),
+       st.sampled_from(["eager", "sdpa"]), st.sampled_from([128, 4096]))
+def test_floor_depends_on_the_states_only(data, mb, ga, ckpt, attention, seq):
+    """The search keeps one floor per Combo.states_key: the batch split, checkpointing, attention and sequence
+    length do not change it."""
+    try:
+        sc = Scenario.model_validate(data)
+        other = sc.with_training(micro_batch_size=mb, gradient_accumulation_steps=ga, activation_checkpointing=ckpt,
+                                 attention=attention, seq_len=seq)
+    except ValueError:
+        return
+    assert search.states_floor(other) == search.states_floor(sc)
+
+
 def _answer(rec) -> tuple[dict, str]:
     data = rec.model_dump(mode="json")
     stats = data.pop("stats")

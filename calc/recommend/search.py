@@ -137,6 +137,7 @@ class _Search:
         combinations=0, pruned_dominated=0, pruned_infeasible_group=0, pruned_bound=0, memory_estimates=0,
         speed_evaluations=0))
     cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
+    floors: dict[tuple, int] = field(default_factory=dict)  # states_floor by Combo.states_key
     infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
     frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
     tried_method_change: bool = False
@@ -171,7 +172,9 @@ class _Search:
             f = _Fit(None, False, T_("invalid: {error}", error=str(exc)))
             self.cache[key] = f
             return f
-        floor = states_floor(sc)
+        floor = self.floors.get(c.states_key())
+        if floor is None:
+            floor = self.floors[c.states_key()] = states_floor(sc)
         f = _Fit(None, False, floor=floor, settle=lambda: self._judge(sc)) if floor > self.usable else self._judge(sc)
         self.cache[key] = f
         return f
