@@ -140,7 +140,33 @@ class _Search:
     floors: dict[tuple, int] = field(default_factory=dict)  # states_floor by Combo.states_key
     infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
     frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
+    tried: set[tuple[Combo, int, int]] = field(default_factory=set)  # what fit() was asked, in this visit's order
     tried_method_change: bool = False
+
+    def mark(self) -> tuple:
+        """Where the search stands, for `rewind` (the fits made stay cached)."""
+        return dict(self.stats), len(self.infeasible), len(self.frugal_failures), set(self.tried)
+
+    def rewind(self, mark: tuple) -> None:
+        stats, n_infeasible, n_frugal, tried = mark
+        self.stats = {**stats, "memory_estimates": self.stats["memory_estimates"]}
+        del self.infeasible[n_infeasible:], self.frugal_failures[n_frugal:]
+        self.tried = set(tried)
+
+    def frugal(self, c: Combo) -> Combo:
+        return _frugal(c, self.base.training.sharding != "fsdp2", self.base.spec.sdpa_supported)
+
+    def doomed(self, fr: Combo, mb: int, ga: int) -> bool:
+        """The group of its most frugal member `fr` cannot fit: fr is not a valid scenario, or its model states
+        alone exceed the usable memory (so `fit` would say so without an estimate)."""
+        floor = self.floors.get(fr.states_key())
+        if floor is None:
+            try:
+                sc = scenario_for(self.base, fr, mb, ga)
+            except (ValidationError, ValueError):
+                return True
+            floor = self.floors[fr.states_key()] = states_floor(sc)
+        return floor > self.usable
 
     def split(self, c: Combo) -> tuple[int, list[int]]:
         dp = self.hw.num_gpus // (c.tp * c.pp)
@@ -164,6 +190,7 @@ class _Search:
 
     def fit(self, c: Combo, mb: int, ga: int) -> _Fit:
         key = (c, mb, ga)
+        self.tried.add(key)
         if key in self.cache:
             return self.cache[key]
         try:
@@ -222,17 +249,47 @@ def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
 
 
 def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
-    entries = []
+    """`combos`' fastest fitting configurations (up to 4k, fastest first). A group whose most frugal member
+    does not fit on its model states alone is skipped unranked (no speed evaluations: `_rank`); where then
+    nothing fits, the explanation quotes the smallest configuration tried in the order they were tried
+    (calc.recommend.words._least_need), so the search visits again, skipped groups included, from the fits
+    already made (no estimate is repeated), exactly as it would have without skipping."""
+    mark = s.mark()
+    entries, skipped = _rank(s, combos, skip_doomed=True)
+    found = _visit(s, entries, k)
+    if not found and skipped:
+        s.rewind(mark)
+        found = _visit(s, _rank(s, combos, skip_doomed=False)[0], k)
+    return found
+
+
+_Entry = tuple[float, Combo, int, list[int], dict[int, _Raw]]  # (best tokens/s, combo, per, micro-batches, speeds)
+
+
+def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[list[_Entry], int]:
+    """Every combination worth visiting with its speed at each micro-batch, fastest first; and how many
+    were skipped because their group is doomed (`_Search.doomed`)."""
+    entries: list[_Entry] = []
+    skipped = 0
     for c in combos:
         s.stats["combinations"] += 1
         if c.attention == Attention.eager and s.base.spec.sdpa_supported:
             s.stats["pruned_dominated"] += 1  # SDPA: same FLOPs, no S x S tensors in HBM
             continue
         per, mbs = s.split(c)
+        if skip_doomed and s.doomed(s.frugal(c), mbs[0], per // mbs[0] if s.base.mode == Mode.train else 1):
+            s.stats["pruned_infeasible_group"] += 1
+            skipped += 1
+            continue
         raws = {mb: s.speed(c, mb, per) for mb in mbs}
         ub = max(r.tokens_per_s for r in raws.values())
         entries.append((ub, c, per, mbs, raws))
     entries.sort(key=lambda e: (-e[0], _complexity(e[1])))
+    return entries, skipped
+
+
+def _visit(s: _Search, entries: list[_Entry], k: int) -> list[_Found]:
+    """Branch and bound over the ranked entries (see the module's docstring)."""
     found: list[_Found] = []
     group_ok: dict[Combo, bool] = {}
     ram_only: set[Combo] = set()
@@ -244,11 +301,10 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
         if c.off_opt == Offload.nvme or c.off_par == Offload.nvme:
             cpu_twin = c.with_(off_opt=Offload.cpu if c.off_opt != Offload.none else Offload.none,
                                off_par=Offload.cpu if c.off_par != Offload.none else Offload.none)
-            twin = s.cache.get((cpu_twin, mbs[0], ga0))
-            if twin is not None and cpu_twin not in ram_only:
+            if (cpu_twin, mbs[0], ga0) in s.tried and cpu_twin not in ram_only:
                 s.stats["pruned_dominated"] += 1  # same GPU memory as the CPU twin, slower: only for lack of RAM
                 continue
-        fr = _frugal(c, s.base.training.sharding != "fsdp2", s.base.spec.sdpa_supported)
+        fr = s.frugal(c)
         if fr not in group_ok:
             f_fr = s.fit(fr, mbs[0], ga0)
             group_ok[fr] = f_fr.ok or f_fr.host_only
@@ -263,25 +319,31 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
                 ram_only.add(c)
             s.infeasible.append((ub, c, f0))
             continue
-        lo, hi = 0, len(mbs) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            ga = per // mbs[mid] if s.base.mode == Mode.train else 1
-            if s.fit(c, mbs[mid], ga).ok:
-                lo = mid
-            else:
-                hi = mid - 1
-        best = max(mbs[: lo + 1], key=lambda m: (raws[m].tokens_per_s, m))
-        ga = per // best if s.base.mode == Mode.train else 1
-        f = s.fit(c, best, ga)
-        if not f.ok:  # memory not monotone here (e.g. accumulation on/off): fall back to the largest that fit
-            best = mbs[lo]
-            ga = per // best if s.base.mode == Mode.train else 1
-            f = s.fit(c, best, ga)
-        found.append(_Found(c, best, ga, raws[best], f))
+        found.append(_largest_fitting(s, c, per, mbs, raws))
         found.sort(key=lambda x: (-x.raw.tokens_per_s, _complexity(x.combo)))
         del found[max(k, 1) * 4:]  # keep a few spares for the explanation
     return found
+
+
+def _largest_fitting(s: _Search, c: Combo, per: int, mbs: list[int], raws: dict[int, _Raw]) -> _Found:
+    """c at its fastest micro-batch among those up to the largest that fits (bisection: memory grows with
+    the micro-batch), given that the smallest fits."""
+    lo, hi = 0, len(mbs) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ga = per // mbs[mid] if s.base.mode == Mode.train else 1
+        if s.fit(c, mbs[mid], ga).ok:
+            lo = mid
+        else:
+            hi = mid - 1
+    best = max(mbs[: lo + 1], key=lambda m: (raws[m].tokens_per_s, m))
+    ga = per // best if s.base.mode == Mode.train else 1
+    f = s.fit(c, best, ga)
+    if not f.ok:  # memory not monotone here (e.g. accumulation on/off): fall back to the largest that fit
+        best = mbs[lo]
+        ga = per // best if s.base.mode == Mode.train else 1
+        f = s.fit(c, best, ga)
+    return _Found(c, best, ga, raws[best], f)
 
 
 def _target_sequences(req: RecommendRequest) -> int:
