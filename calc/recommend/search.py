@@ -138,6 +138,7 @@ class _Search:
         speed_evaluations=0))
     cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
     floors: dict[tuple, int] = field(default_factory=dict)  # states_floor by Combo.states_key
+    speeds: dict[tuple[Combo, int, int], _Raw] = field(default_factory=dict)
     infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
     frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
     tried: set[tuple[Combo, int, int]] = field(default_factory=set)  # what fit() was asked, in this visit's order
@@ -149,7 +150,8 @@ class _Search:
 
     def rewind(self, mark: tuple) -> None:
         stats, n_infeasible, n_frugal, tried = mark
-        self.stats = {**stats, "memory_estimates": self.stats["memory_estimates"]}
+        self.stats = {**stats, "memory_estimates": self.stats["memory_estimates"],
+                      "speed_evaluations": self.stats["speed_evaluations"]}
         del self.infeasible[n_infeasible:], self.frugal_failures[n_frugal:]
         self.tried = set(tried)
 
@@ -177,11 +179,16 @@ class _Search:
         return per, list(_small_divisors(per, MAX_MICRO_BATCH))
 
     def speed(self, c: Combo, mb: int, per: int) -> _Raw:
-        """Step time for ranking: numbers only (no formulas: thousands per search)."""
-        self.stats["speed_evaluations"] += 1
-        ga = per // mb if self.base.mode == Mode.train else 1
-        return step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len), self.hw, self.base.mode,
-                         self.assumptions, explain=False)
+        """Step time for ranking: numbers only (no formulas: thousands per search); remembered, for a visit
+        again (`_run`)."""
+        key = (c, mb, per)
+        raw = self.speeds.get(key)
+        if raw is None:
+            self.stats["speed_evaluations"] += 1
+            ga = per // mb if self.base.mode == Mode.train else 1
+            raw = self.speeds[key] = step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len),
+                                               self.hw, self.base.mode, self.assumptions, explain=False)
+        return raw
 
     def explained(self, f: _Found) -> _Raw:
         """The same step time with every term's formula, for a candidate that is shown."""
