@@ -549,6 +549,15 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
                 interconnect, notes)
 
 
+def compute_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions) -> float:
+    """Tokens/s that `gpus` GPUs (dp x tp x pp) reach on the executed FLOPs alone: step_time's compute term
+    (executed FLOPs per token x tokens / (tp x pp) / (peak x MFU)) inverted. Every other term (pipeline bubble,
+    eager attention, dequantisation, exposed communication, offload) only adds time, and the FLOPs per token
+    do not depend on the micro-batch split, so this bounds `raw`'s tokens_per_s at every split of the same
+    tokens per replica from above (with a relative 1e-9 for rounding)."""
+    return gpus * raw.peak_flops * a.mfu / raw.exec_fpt * (1 + 1e-9)
+
+
 def estimate_speed(sc: Scenario, assumptions: SpeedAssumptions | None = None) -> SpeedEstimate:
     """Step time and tokens/s per GPU for `sc`, with every term shown."""
     a = assumptions or SpeedAssumptions()

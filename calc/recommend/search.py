@@ -27,6 +27,7 @@ It stays fast by never estimating what cannot win (branch and bound):
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ from calc.recommend.words import (
 )
 from calc.result import Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
-from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, step_time, to_estimate
+from calc.speed import SpeedAssumptions, _Hw, _Raw, compute_rate_bound, hardware_of, step_time, to_estimate
 from calc.verdict import gib_short, reason_texts
 
 
@@ -232,7 +233,7 @@ def states_floor(sc: Scenario) -> int:
     """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
     optimizer states (with the master weights) on one GPU, which every moment of calc.engine's training
     timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
-    states calc.engine.fsdp2_states builds). tests/test_recommend.py checks it against the engine."""
+    states calc.engine.fsdp2_states builds). tests/test_recommend_shortcuts.py checks it against the engine."""
     t = sc.training
     if sc.mode != Mode.train or t.sharding == "fsdp2":
         return 0
@@ -262,8 +263,8 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
     (calc.recommend.words._least_need), so the search visits again, skipped groups included, from the fits
     already made (no estimate is repeated), exactly as it would have without skipping."""
     mark = s.mark()
-    entries, skipped = _rank(s, combos, skip_doomed=True)
-    found = _visit(s, entries, k)
+    ranking, skipped = _rank(s, combos, skip_doomed=True)
+    found = _visit(s, ranking, k)
     if not found and skipped:
         s.rewind(mark)
         found = _visit(s, _rank(s, combos, skip_doomed=False)[0], k)
@@ -273,10 +274,43 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
 _Entry = tuple[float, Combo, int, list[int], dict[int, _Raw]]  # (best tokens/s, combo, per, micro-batches, speeds)
 
 
-def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[list[_Entry], int]:
-    """Every combination worth visiting with its speed at each micro-batch, fastest first; and how many
-    were skipped because their group is doomed (`_Search.doomed`)."""
-    entries: list[_Entry] = []
+class _Ranking:
+    """Combinations fastest first: by their best tokens/s over the micro-batch splits, then the simpler setup,
+    then the order enumerated. A combination's splits are evaluated only when it could be next: until then it
+    is ranked by the compute-bound rate of its first split (calc.speed.compute_rate_bound), an upper bound of
+    its best, so the order in which combinations come out is the order of their exact best speeds."""
+
+    def __init__(self, s: _Search) -> None:
+        self.s = s
+        self.heap: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def add(self, c: Combo, per: int, mbs: list[int]) -> None:
+        first = self.s.speed(c, mbs[0], per)
+        if len(mbs) == 1:
+            value, raws = first.tokens_per_s, {mbs[0]: first}
+        else:
+            value, raws = compute_rate_bound(first, self.s.hw.num_gpus // (c.tp * c.pp) * c.tp * c.pp,
+                                             self.s.assumptions), None
+        heapq.heappush(self.heap, (-value, _complexity(c), len(self.heap), c, per, mbs, raws))
+
+    def next(self, floor: float | None = None) -> _Entry | None:
+        """The next combination, or None when none is left or none can be faster than `floor`."""
+        while self.heap and (floor is None or -self.heap[0][0] > floor):
+            neg, cx, i, c, per, mbs, raws = heapq.heappop(self.heap)
+            if raws is not None:
+                return -neg, c, per, mbs, raws
+            raws = {mb: self.s.speed(c, mb, per) for mb in mbs}
+            heapq.heappush(self.heap, (-max(r.tokens_per_s for r in raws.values()), cx, i, c, per, mbs, raws))
+        return None
+
+
+def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[_Ranking, int]:
+    """Every combination worth visiting, ranked; and how many were skipped because their group is doomed
+    (`_Search.doomed`)."""
+    ranking = _Ranking(s)
     skipped = 0
     for c in combos:
         s.stats["combinations"] += 1
@@ -288,22 +322,17 @@ def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[list[_Ent
             s.stats["pruned_infeasible_group"] += 1
             skipped += 1
             continue
-        raws = {mb: s.speed(c, mb, per) for mb in mbs}
-        ub = max(r.tokens_per_s for r in raws.values())
-        entries.append((ub, c, per, mbs, raws))
-    entries.sort(key=lambda e: (-e[0], _complexity(e[1])))
-    return entries, skipped
+        ranking.add(c, per, mbs)
+    return ranking, skipped
 
 
-def _visit(s: _Search, entries: list[_Entry], k: int) -> list[_Found]:
-    """Branch and bound over the ranked entries (see the module's docstring)."""
+def _visit(s: _Search, ranking: _Ranking, k: int) -> list[_Found]:
+    """Branch and bound over the ranked combinations (see the module's docstring)."""
     found: list[_Found] = []
     group_ok: dict[Combo, bool] = {}
     ram_only: set[Combo] = set()
-    for i, (ub, c, per, mbs, raws) in enumerate(entries):
-        if len(found) >= k and ub <= found[k - 1].raw.tokens_per_s:
-            s.stats["pruned_bound"] += len(entries) - i
-            break
+    while (entry := ranking.next(found[k - 1].raw.tokens_per_s if len(found) >= k else None)) is not None:
+        ub, c, per, mbs, raws = entry
         ga0 = per // mbs[0] if s.base.mode == Mode.train else 1
         if c.off_opt == Offload.nvme or c.off_par == Offload.nvme:
             cpu_twin = c.with_(off_opt=Offload.cpu if c.off_opt != Offload.none else Offload.none,
@@ -329,6 +358,7 @@ def _visit(s: _Search, entries: list[_Entry], k: int) -> list[_Found]:
         found.append(_largest_fitting(s, c, per, mbs, raws))
         found.sort(key=lambda x: (-x.raw.tokens_per_s, _complexity(x.combo)))
         del found[max(k, 1) * 4:]  # keep a few spares for the explanation
+    s.stats["pruned_bound"] += len(ranking)
     return found
 
 

@@ -1,11 +1,15 @@
-"""The recommender skips the memory estimate of a configuration whose weights and optimizer states alone
-exceed the usable memory (calc.recommend.search.states_floor), and does not rank the members of a group
-whose most frugal member is such a configuration. The floor is a lower bound of the engine's peak (on the
-whole committed data set and on random scenarios), and the search with it answers exactly as the search
-without it: the same candidates, explanations, advice and notes, in both languages; only the counts of
-memory estimates and speed evaluations go down."""
+"""The recommender's shortcuts change nothing but its work. It skips the memory estimate of a configuration
+whose weights and optimizer states alone exceed the usable memory (calc.recommend.search.states_floor), does
+not rank the members of a group whose most frugal member is such a configuration, and evaluates a
+combination's micro-batch splits only when its compute-bound rate (calc.speed.compute_rate_bound) says it
+could be next. The floor is a lower bound of the engine's peak and the rate an upper bound of every split's
+speed (on the committed data set and on random scenarios), and the search with them answers exactly as the
+search without them: the same candidates, explanations, advice and notes, in both languages; only the
+counts of memory estimates and speed evaluations go down."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +21,7 @@ import calc.recommend.search as search
 from calc.engine import estimate
 from calc.recommend import RecommendRequest, format_recommendation, recommend
 from calc.scenario import Mode, Scenario
+from calc.speed import SpeedAssumptions, compute_rate_bound, hardware_of, step_time
 from calc.validate import load_all
 
 
@@ -54,6 +59,25 @@ def test_floor_depends_on_the_states_only(data, mb, ga, ckpt, attention, seq):
     assert search.states_floor(other) == search.states_floor(sc)
 
 
+@settings(FAST, max_examples=60)
+@given(broad_scenarios(), st.sampled_from(["train", "inference"]), st.integers(0, 4))
+def test_compute_rate_bounds_every_split(data, mode, shift):
+    """The rate from one split bounds the speed of every split of the same sequences per replica."""
+    try:
+        sc = Scenario.model_validate({**data, "mode": mode})
+        hw = hardware_of(sc)
+    except ValueError:
+        return
+    t, a = sc.training, SpeedAssumptions()
+    per = t.micro_batch_size * t.gradient_accumulation_steps << shift
+    splits = [mb for mb in range(1, per + 1) if per % mb == 0][:12]
+    gpus = sc.data_parallel * t.tensor_parallel * t.pipeline_parallel
+    raws = [step_time(sc.spec, t.model_copy(update={"micro_batch_size": mb, "gradient_accumulation_steps": per // mb}),
+                      hw, sc.mode, a, explain=False) for mb in splits]
+    for raw in raws:
+        assert all(compute_rate_bound(raw, gpus, a) >= r.tokens_per_s for r in raws)
+
+
 def _answer(rec) -> tuple[dict, str]:
     data = rec.model_dump(mode="json")
     combinations = data.pop("stats")["combinations"]  # the rest counts the work the search did
@@ -64,6 +88,7 @@ def _answer(rec) -> tuple[dict, str]:
 def _both(req: RecommendRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
         m.setattr(search, "states_floor", lambda sc: 0)  # every configuration estimated and ranked: as it was
+        m.setattr(search, "compute_rate_bound", lambda *a: math.inf)  # every split's speed evaluated first
         full = recommend(req)
     floored = recommend(req)
     assert _answer(floored) == _answer(full)
