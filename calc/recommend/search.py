@@ -7,9 +7,11 @@ batch (plus 8-bit AdamW, LoRA and QLoRA when the request allows changing the tra
 what fits on the GPU with a safety margin, and ranks by the speed model (calc.speed).
 
 It stays fast by never estimating what cannot win (branch and bound):
-1. Speed needs no memory estimate (~15 us), so every combination gets an upper bound first: its best
+1. Speed needs no memory estimate (~10 us), so every combination gets an upper bound first: its best
    tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
-   once `max_candidates` fitting results are at least as fast as the next bound.
+   once `max_candidates` fitting results are at least as fast as the next bound. A combination's splits
+   are evaluated only when it could be next (`_Ranking`): until then the compute-bound rate of one split,
+   which bounds them all, stands in for their best.
 2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
    over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
 3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
@@ -21,7 +23,8 @@ It stays fast by never estimating what cannot win (branch and bound):
    microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
    step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
    Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
-   reads it (`_Fit.est`, `_Fit.reason`).
+   reads it (`_Fit.est`, `_Fit.reason`). A group whose most frugal member is such a configuration is not
+   ranked at all (`_run`).
 """
 
 
