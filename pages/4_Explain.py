@@ -487,8 +487,13 @@ st.markdown("\n" + _("Every quantitative claim of the two source articles ({arti
                      articles=_("; ").join(f"**{k}**: {v}" for k, v in names.items()), count=len(claims),
                      counts=_(", ").join(_("{count} {verdict}", count=v, verdict=k)
                                          for k, v in counts.most_common())) + "\n")
+# Each article's table (a row per claim, in the original words) is filled only when opened: the two are most of
+# the page's text, and the browser would lay them out before drawing the page's first chart.
 for art in ("000", "001"):
-    st.subheader(_("Article {number}: {name}", number=art, name=names[art]))
-    st.markdown(fmt.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
+    article = st.expander(_("Article {number}: {name}", number=art, name=names[art]), key=f"explain_claims_{art}",
+                          on_change="rerun")
+    if not article.open:
+        continue
+    article.markdown(fmt.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
                _("claimed"): c["claimed"], _("engine (setting)"): c["engine"], _("verdict"): c["verdict_text"],
                _("why"): c["why"]} for c in claims if c["article"] == art]))

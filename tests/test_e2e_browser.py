@@ -426,6 +426,11 @@ def test_explain_as_a_reader_sees_it(page, server):
     until(lambda t: expect(pg.get_by_role("heading", name="Common claims, checked")).to_be_visible(timeout=t))
     until(lambda t: expect(pg.locator(".js-plotly-plot")).to_have_count(5, timeout=t))
     settle(pg)
+    # the articles' claims tables are folded until the reader opens them
+    for art in ("000", "001"):
+        pg.locator("[data-testid='stExpander'] summary").filter(has_text=f"Article {art}").click()
+        settle(pg)
+    until(lambda t: expect(pg.get_by_text("does not hold").first).to_be_visible(timeout=t))
     no_traceback(pg)
     body = pg.locator("body").inner_text()
     assert "bf16-mixed · adamw (foreach)" in body and "24.00" in body

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from test_app_helpers import all_text, chart, open_app, tables, traces
+from test_app_helpers import all_text, chart, open_app, open_folded, tables, traces
 from test_i18n import KEEP, english_runs
 
 from calc.claims import SHOWN_WORDS, VERDICT_WORDS, Claimed, check_all, load_claims
@@ -28,7 +28,7 @@ def _axis_titles(fig) -> list[str]:
 
 
 def test_explain_in_chinese_headings_prose_and_claims():
-    at = open_app("explain", {"lang": "zh", **state.scenario_to_params(MIXED_7B)})
+    at = open_folded(open_app("explain", {"lang": "zh", **state.scenario_to_params(MIXED_7B)}))
     assert at.title[0].value == "显存都去哪儿了，又该怎么办"
     headers = [h.value for h in at.header]
     assert headers[0] == "显存去哪儿了" and "梯度检查点" in headers and headers[-1] == "常见说法，逐条核对"
@@ -55,7 +55,7 @@ def test_explain_in_chinese_headings_prose_and_claims():
 
 
 def test_explain_charts_in_chinese():
-    at = open_app("explain", {"lang": "zh", **state.scenario_to_params(MIXED_7B)})
+    at = open_folded(open_app("explain", {"lang": "zh", **state.scenario_to_params(MIXED_7B)}))
     for key in ("explain_bpp", "explain_attention", "explain_zero", "explain_ckpt"):
         fig = chart(at, key)
         titles = _axis_titles(fig)
@@ -109,7 +109,7 @@ def test_every_shown_claim_text_with_words_is_in_the_catalogue():
 
 
 def test_english_page_keeps_its_words():
-    at = open_app("explain")
+    at = open_folded(open_app("explain"))
     assert at.header[0].value == "Where memory goes"
     rows = [r for t in tables(at) if "engine (setting)" in t.columns for r in t.to_dict("records")]
     results = {fmt.plain(r.claim.quote): r for r in check_all()}
