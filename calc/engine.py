@@ -675,7 +675,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         """(plain, recomputed) backward peak of one layer: (param grads, saved alive, other)."""
         plain = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
                  other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
-        recompute = layer.fwd_peak + h_bytes
+        recompute = layer.recompute_peak + h_bytes  # the recompute stops at the layer's last saved tensor
         bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
         if recompute >= bwd:
             again = (0, layer.saved, other0 + recompute - layer.saved)

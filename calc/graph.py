@@ -53,6 +53,7 @@ class BlockProfile:
     bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
     cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
     cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
+    recompute_peak: int = 0  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Graph:
                 frees[k].append(op.out)
         fwd_peak = self._forward(savers, frees)
         fwd_peak_nosave = self._forward({}, frees)
+        recompute_peak = self._forward(savers, frees, stop_at_last_save=True)
         saved_ids = set(savers)
         saved_bytes = sum(self.sizes[t] for t in saved_ids)
         (bwd_peak, bwd_saved, bwd_pgrad), in_grad, pgrads = self._backward(savers, saved_ids)
@@ -133,18 +135,29 @@ class Graph:
             bwd_peak_pgrad=bwd_pgrad,
             cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
             cached_total=sum(self.sizes[t] for t in set(self.cached)),
+            recompute_peak=recompute_peak,
         )
 
-    def _forward(self, savers: dict[int, int], frees: list[list[int]]) -> int:
-        """Peak live bytes of the block during forward, its input included."""
+    def _forward(self, savers: dict[int, int], frees: list[list[int]], stop_at_last_save: bool = False) -> int:
+        """Peak live bytes of the block during forward, its input included.
+
+        stop_at_last_save: the recompute of non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True)
+        raises _StopRecomputationError once the forward's last tensor is packed for backward. Autograd packs a
+        node's saved inputs before the kernel runs and a saved output after it, so the recompute ends before the
+        last saving op's output is allocated unless that op saves its own output."""
         sizes = self.sizes
         live_bytes = sizes[0]
         peak = live_bytes
-        for op, gone in zip(self.ops, frees, strict=True):
+        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1) if stop_at_last_save else -1
+        for k, (op, gone) in enumerate(zip(self.ops, frees, strict=True)):
+            if k == last and op.out not in op.saves:
+                break
             if op.out >= 0:
                 live_bytes += sizes[op.out]
             if live_bytes + op.ws_fwd > peak:
                 peak = live_bytes + op.ws_fwd
+            if k == last:
+                break
             for i in gone:
                 if i not in savers:
                     live_bytes -= sizes[i]
