@@ -78,6 +78,7 @@ class States:
     forward_all_gather: int = 0  # FSDP2: the last all-gather's output, kept in forward until the next copy-out
     reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
+    reduce_scatter_kept: int = 0  # FSDP2: the last reduce-scatter input, kept until the next group's reduce
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
@@ -688,6 +689,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         return plain, again
 
     moments = {id(p): backward_moments(p) for p in kinds}
+    early_experts = [fsdp2_experts_unshard_in_recompute(c) for c in ctxs] if ge and every else None
     tied = sc.spec.tie_word_embeddings and first and last
     reduced = _first_reduction(st, head if last else None, lay, emb if first else None, scale_g, tied)
     # a tied lm_head's gradient is summed with the embedding's inside autograd: it is alive from the head's
@@ -711,7 +713,12 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             g_now = ga_grads + (st.grads if reduced(i) else 0) + (round(pg / scale_g) if scale_g else 0) + tied_partial
         # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
         gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
-        o += kept + out.backward(i + 1)
+        o += kept + out.backward(i + 1) + (st.reduce_scatter_kept if i < layers - 1 else 0)
+        if ckpt_i and early_experts and early_experts[i] and not pg:
+            # the recompute reaches the experts before their pre-backward: they unshard in forward state, keeping
+            # the all-gather output, and the next layer is not prefetched yet
+            gathered -= gl if i and not keep_gathered else 0
+            o += st.forward_all_gather
         row = (names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + ge,
                g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0)
         if not gl:
@@ -721,8 +728,10 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         return row, (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
                      cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input)
 
-    tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1,
-           pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b)))
+    bwd_pieces = pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b))
+    if st.reduce_scatter_kept:  # the top layer's backward runs before any layer's reduce-scatter
+        bwd_pieces = _split(bwd_pieces, lambda a, b: (a == layers - 1) != (b == layers - 1))
+    tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1, bwd_pieces)
     cur, grads = cur_before[0], grads_from_top[layers]
     if first:
         cur -= emb.saved
@@ -947,7 +956,21 @@ def fsdp2_states(sc: Scenario) -> States:
                   # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
                   # copies, then copied into the flat reduce-scatter input (foreach_reduce)
                   # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
-                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (8 if p.is_mixed else store))
+                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (8 if p.is_mixed else store),
+                  # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
+                  # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
+                  reduce_scatter_kept=(spec.layer_params() - experts) * (4 if p.is_mixed else store))
+
+
+def fsdp2_experts_unshard_in_recompute(c: Ctx) -> bool:
+    """Under expert parallelism with full checkpointing, whether a MoE layer's recompute unshards its experts
+    group before the group's pre-backward hook does: when the shared experts run after the routed ones
+    (DeepSeek-V2/V3, GLM-4.5: experts(x) + shared_experts(x)), their saved tensors are unpacked first, which
+    starts the recompute; the experts' pre-forward then unshards in forward state and keeps the all-gather
+    output (comm_ctx.all_gather_state). Where the routed experts' output is the block's last op (Qwen3-MoE,
+    Mixtral), their pre-backward runs first and frees it. Measured on the CPU over the fake process group."""
+    s = c.spec
+    return c.ep > 1 and s.shared_experts > 0 and s.num_experts > 1 and not c.dense_mlp
 
 
 def fsdp2_forward_all_gather(spec: ModelSpec, n: int, ep: int) -> int:
