@@ -653,7 +653,9 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
         tl.add("lm_head + loss", "loss", w_all + ag, ga_grads, opt, cur + head.saved,
                other0 + out.previous + kept + amp_cache + head.fwd_peak - head.saved)
-        g_head = round(head.param_grad_bytes * scale_g)
+        # FSDP2: the root group's gradients (lm_head, final norm) stay unsharded until the root's post-backward,
+        # at the end of backward (the root's parameters are one FSDPParamGroup, reduced last)
+        g_head = head.param_grad_bytes if gl else round(head.param_grad_bytes * scale_g)
         # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
         tl.add("loss backward", "backward", w_all if keep_gathered else w + gl,
                ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
@@ -725,13 +727,20 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             return (row,)
         # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
         left = gl * (i if keep_gathered else (1 if i else 0))
-        return row, (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
-                     cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input)
+        reduce = (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
+                  cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input)
+        if keep_gathered:
+            return row, reduce
+        # FSDP2 pre-backward (reshard after forward): the layer's prefetched all-gather output is copied out into
+        # its unsharded parameters, both alive until the copy-out returns (in backward the output is freed at once)
+        copy_out = (ALL_GATHER_LAYER.format(layer=i), "backward", w + 2 * gl, grads, opt, cur_before[i + 1],
+                    other0 + kept + out.backward(i + 1) + h_bytes + (st.reduce_scatter_kept if i < layers - 1 else 0))
+        return copy_out, row, reduce
 
     bwd_pieces = pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b))
     if st.reduce_scatter_kept:  # the top layer's backward runs before any layer's reduce-scatter
         bwd_pieces = _split(bwd_pieces, lambda a, b: (a == layers - 1) != (b == layers - 1))
-    tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1, bwd_pieces)
+    tl.run(range(layers - 1, -1, -1), backward_rows, (2 if keep_gathered else 3) if gl else 1, bwd_pieces)
     cur, grads = cur_before[0], grads_from_top[layers]
     if first:
         cur -= emb.saved
@@ -953,10 +962,10 @@ def fsdp2_states(sc: Scenario) -> States:
                   gathered_layer=(spec.layer_params() - experts) * compute,
                   gathered_experts=experts // ep * compute, reshard_after_forward=t.zero_stage == 3,
                   forward_all_gather=fsdp2_forward_all_gather(spec, n, ep) * compute,
-                  # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
-                  # copies, then copied into the flat reduce-scatter input (foreach_reduce)
+                  # the unsharded grads are copied into one flat reduce-scatter input in the reduce dtype (fp32
+                  # under mixed precision: chunk_cat casts as it copies; foreach_reduce, torch 2.13) and freed after
                   # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
-                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (8 if p.is_mixed else store),
+                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (4 if p.is_mixed else store),
                   # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
                   # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
                   reduce_scatter_kept=(spec.layer_params() - experts) * (4 if p.is_mixed else store))
