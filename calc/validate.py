@@ -153,9 +153,10 @@ GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "shar
               "engine")
 
 
-def workload_tags(sc) -> list[str]:
+def workload_tags(sc, engine: str = "") -> list[str]:
     """Regimes a record exercises, each reported as its own group: attention masks kept by
-    checkpointing, sliding windows at or past the window, expert parallelism, how the loop holds the outputs."""
+    checkpointing, sliding windows at or past the window, expert parallelism, a MoE model sharded by FSDP2
+    without it, how the loop holds the outputs."""
     t = sc.training
     tags = []
     if t.attention.value == "eager" and t.activation_checkpointing.value != "none":
@@ -165,6 +166,8 @@ def workload_tags(sc) -> list[str]:
         tags.append(f"window reached ({t.attention.value})")
     if t.expert_parallel > 1:
         tags.append("expert parallel")
+    elif engine == "fsdp2" and sc.spec.num_experts > 1:
+        tags.append("MoE under FSDP2, no expert parallel")
     if sc.mode == Mode.train:
         tags.append(f"keep_outputs {str(getattr(t, 'keep_outputs', False)).lower()}")
     return tags
@@ -208,7 +211,7 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
         optimizer=t.optimizer.value, mode=sc.mode.value, sharding=sharding,
         measured_bytes=meas, predicted_bytes=pred, error_pct=round(100.0 * (pred - meas) / meas, 4),
         measured_phase=rec.peak_phase, predicted_phase="forward" if est.peak_phase in ("loss", "inference")
-        else est.peak_phase, component_errors_pct=comp, workload=workload_tags(sc),
+        else est.peak_phase, component_errors_pct=comp, workload=workload_tags(sc, rec.engine),
     )
 
 
