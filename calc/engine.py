@@ -362,8 +362,11 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
 
 
 def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
-    """16-bit copies of one layer's matmul weights and biases (everything but the norms)."""
-    return 2 * _count(spec, "layer_matmul_params") // ctx.tp
+    """16-bit copies of one layer's matmul weights and biases (everything but the norms). transformers' grouped_mm
+    experts are no autocast op and read the routed experts' weights as they are: no copies of those (Llama 4's
+    bmm experts are cast)."""
+    routed = 0 if spec.family == "llama4_text" else spec.routed_expert_params_per_layer()
+    return 2 * (_count(spec, "layer_matmul_params") - routed) // ctx.tp
 
 
 def autocast_weight_copies_bytes(sc: Scenario) -> int:
@@ -608,6 +611,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
     ge = st.gathered_experts  # expert parallelism: the running layer's experts (resharded after forward)
     ag = st.forward_all_gather
+    root_ag = st.gathered_root if gl else 0  # the root group's all-gather output (padded like its parameters)
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
@@ -618,7 +622,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     acts = (in_flight - 1) * (sum(saved_by_layer) + (emb.saved if first else 0))
     acts += rope
     if first:
-        tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
+        # FSDP2: the root's all-gather output is kept (all_gather_state) until layer 0's copy-out
+        tl.add("embedding", "forward", w + root_ag, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
     cur_before = list(accumulate(saved_by_layer, initial=acts))  # activations alive before layer i
@@ -642,10 +647,12 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                      cur_before[i] + s_i, o if o > 0 else 0)
         if not gl:
             return (layer_row,)
-        # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
+        # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into, and the previous
+        # group's all-gather output, which wait_for_unshard frees only when it returns (`prev_all_gather_state`
+        # is a local of it): the previous layer's last group, or for layer 0 the root's
         before = w + gl * (i if keep_gathered else 0)
-        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur_before[i],
-                 fwd_other + amp_after[i]), layer_row)
+        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl + (ag if i else root_ag), ga_grads, opt,
+                 cur_before[i], fwd_other + amp_after[i]), layer_row)
 
     tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
     cur, amp_cache = cur_before[layers], amp_after[-1]
