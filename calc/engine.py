@@ -615,7 +615,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     opt = st.optimizer
     ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
-    layer_pgrads = sum(_per_layer_values(lambda i: lay[i].param_grad_bytes, layers, period))
+    # a layer's share of the (sharded) gradients: under expert parallelism its profile holds the E / ep local
+    # experts' gradients, which FSDP2 shards over n / ep ranks, not n: count them ep times against the total
+    ep_extra = [fsdp2_local_expert_grad_bytes(c) * (c.ep - 1) for c in ctxs] if ge else None
+
+    def sharded_share(i: int) -> int:
+        return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
+
+    layer_pgrads = sum(_per_layer_values(sharded_share, layers, period))
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
@@ -641,8 +648,10 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     def forward_rows(i: int) -> tuple[Row]:
         s_i = saved_by_layer[i]
-        peak = lay[i].fwd_peak_nosave if every and i % every == 0 else lay[i].fwd_peak
-        o = fwd_other + amp_after[i] + peak - s_i
+        ckpt_i = every and i % every == 0
+        peak = lay[i].fwd_peak_nosave if ckpt_i else lay[i].fwd_peak
+        # the running layer's own unsaved KV-cache copies are already in its forward peak
+        o = fwd_other + amp_after[i] - (0 if ckpt_i else lay[i].cached_unsaved) + peak - s_i
         layer_row = (names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
                      cur_before[i] + s_i, o if o > 0 else 0)
         if not gl:
@@ -706,7 +715,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     tied_partial = head.param_grad_bytes if tied else 0
 
     def grads_of(i: int) -> int:
-        return round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
+        return round(sharded_share(i) * scale_g) if st.grads else 0
 
     # grads_from_top[k]: gradients alive once the top k layers have run their backward
     grads_from_top = list(accumulate(reversed(_per_layer_values(grads_of, layers, period)), initial=grads))
@@ -976,6 +985,15 @@ def fsdp2_states(sc: Scenario) -> States:
                   # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
                   # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
                   reduce_scatter_kept=(spec.layer_params() - experts) * (4 if p.is_mixed else store))
+
+
+def fsdp2_local_expert_grad_bytes(c: Ctx) -> int:
+    """Gradient bytes of one MoE layer's E / ep local routed experts, unsharded (0 for a dense layer or a
+    frozen base)."""
+    s = c.spec
+    if c.ep == 1 or c.dense_mlp or c.frozen_base or s.num_experts == 1:
+        return 0
+    return c.w * s.routed_expert_params_per_layer() // c.ep
 
 
 def fsdp2_experts_unshard_in_recompute(c: Ctx) -> bool:

@@ -567,8 +567,8 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     up, a grouped down matmul, scaled by the routing weights, un-permuted and summed over top_k
     (transformers/integrations/moe.py, grouped_mm_experts_forward). The grouped matmuls produce the
     3-D weight gradients directly. The grouped matmul is not an autocast op, so under autocast the
-    experts run in the (fp32) dtype of the normalised input. The block's locals, the router logits (`_`) and the
-    top-k indices, live until it returns."""
+    experts run in the (fp32) dtype of the normalised input. The block's argument and locals, the router logits
+    (`_`) and the top-k indices, live until it returns."""
     s = c.spec
     t = c.tokens
     k = s.experts_per_token
@@ -600,8 +600,8 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
         shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
         out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
-    if not s.expert_bias:  # gpt-oss's router indices are `ti` above, saved by its top-k
-        g.keep(idx) if logits is None else g.keep(logits, idx)
+    # the block's argument, and the router's outputs it unpacks (gpt-oss's indices are `ti` above)
+    g.keep(y, *(() if s.expert_bias else (idx,) if logits is None else (logits, idx)))
     return out
 
 
