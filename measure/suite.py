@@ -599,6 +599,16 @@ def _expert_parallel_entries() -> list[Entry]:
            activation_checkpointing="full"),
         ep("fsdp-moe-heldout-qwen3-moe-wide-ws8-zero2-bf16", QWEN3_MOE_WIDE, 8, precision="bf16", zero_stage=2,
            seq_len=256),
+        # measured after the mechanisms the runs above exposed were modelled
+        ep("ep-heldout3-glm4-moe-ep4-ws8-amp-bf16-full", GLM4_MOE_EP, 8, precision="amp-bf16", expert_parallel=4,
+           activation_checkpointing="full"),
+        ep("ep-heldout3-mixtral-ep2-ws8-bf16-mixed-full", MIXTRAL_EP, 8, precision="bf16-mixed", expert_parallel=2,
+           activation_checkpointing="full"),
+        ep("ep-heldout3-deepseek-v3-ep4-ws4-bf16-full-b1-s1024", DEEPSEEK_V3_EP, 4, precision="bf16",
+           expert_parallel=4, activation_checkpointing="full", micro_batch_size=1, seq_len=1024),
+        ep("fsdp-moe-heldout3-glm4-moe-ws4-bf16-mixed-full", GLM4_MOE_EP, 4, precision="bf16-mixed",
+           activation_checkpointing="full"),
+        ep("fsdp-moe-heldout3-qwen3-moe-wide-ws4-amp-bf16", QWEN3_MOE_WIDE, 4, precision="amp-bf16", seq_len=256),
     ]
 
 
