@@ -618,7 +618,9 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
     perm = g.op(16 * rows, ins=(idx,), grad=False, name="sort expert ids")
     xa = 4 if c.amp else c.a  # dtype the experts compute in
     token_of_row = g.op(8 * rows, ins=(perm,), grad=False, name="perm // top_k")
-    gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="gather rows")
+    # an index's backward scatters into zeros the size of its source, then index_put copies them (index_backward)
+    gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,),
+                    ws_bwd=g.sizes[y], name="gather rows")
     wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,) if weights_grad else (),
                    grad=weights_grad, name="routing weights sorted")
     # histc's 4-byte copy of the sorted ids (float on the CPU, int32 on CUDA), the counts and the int32 offsets
@@ -646,13 +648,16 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
     if sentinel is not None:
         down = g.op(xa * rows * h, ins=(down, sentinel), saves=(sentinel,), grad_ins=(down,),
                     name="mask sentinel rows")
-    scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted) if weights_grad else (wsorted,),
+    pb = max(xa, wb)  # tensor-tensor type promotion: fp32 routing weights make the weighted rows fp32
+    scaled = g.op(pb * rows * h, ins=(down, wsorted), saves=(down, wsorted) if weights_grad else (wsorted,),
                   name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
-    unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
+    unperm = g.op(pb * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), ws_bwd=g.sizes[scaled],
+                  name="un-permute")
     # locals of the experts forward live until it returns (`proj_out` is the down projection's last rebinding)
     g.keep(y, gathered, wsorted, idx, perm, counts, down)
-    return g.op(out_bytes, ins=(unperm,), name="sum over top-k")
+    summed = g.op(pb * tokens * h, ins=(unperm,), name="sum over top-k")
+    return summed if pb * tokens * h == out_bytes else g.op(out_bytes, ins=(summed,), name="to the hidden dtype")
 
 
 def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx) -> int:
@@ -671,7 +676,8 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
         weights, wb = g.op(c.a * t * k, ins=(weights,), name="FSDP casts the routing weights"), c.a
     order = g.op(8 * rows, ins=(idx,), grad=False, name="argsort expert ids")
     token_of_row = g.op(8 * rows, ins=(order,), grad=False, name="order // top_k")
-    send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="rows to send")
+    send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), ws_bwd=g.sizes[y],
+                name="rows to send")
     recv = g.op(xa * rows * h, ins=(send,), name="all-to-all dispatch")
     local_ids = g.op(8 * rows, grad=False, name="received rows' local expert ids")
     ones = g.op(xa * rows, grad=False, name="unit routing weights")
