@@ -609,6 +609,15 @@ def _expert_parallel_entries() -> list[Entry]:
         ep("fsdp-moe-heldout3-glm4-moe-ws4-bf16-mixed-full", GLM4_MOE_EP, 4, precision="bf16-mixed",
            activation_checkpointing="full"),
         ep("fsdp-moe-heldout3-qwen3-moe-wide-ws4-amp-bf16", QWEN3_MOE_WIDE, 4, precision="amp-bf16", seq_len=256),
+        # measured after the mechanisms the third set exposed were modelled
+        ep("fsdp-moe-heldout4-deepseek-v3-ws8-bf16-mixed", DEEPSEEK_V3_EP, 8, precision="bf16-mixed"),
+        ep("fsdp-moe-heldout4-mixtral-wide-ws4-fp32-full", {**MIXTRAL_EP, "num_local_experts": 32}, 4,
+           precision="fp32", activation_checkpointing="full", seq_len=256),
+        ep("ep-heldout4-glm4-moe-ep4-ws4-fp32", GLM4_MOE_EP, 4, precision="fp32", expert_parallel=4),
+        ep("ep-heldout4-deepseek-v3-ep2-ws4-amp-bf16-full", DEEPSEEK_V3_EP, 4, precision="amp-bf16",
+           expert_parallel=2, activation_checkpointing="full"),
+        ep("ep-heldout4-qwen3-moe-wide-ep8-ws8-bf16-mixed-full", QWEN3_MOE_WIDE, 8, precision="bf16-mixed",
+           expert_parallel=8, activation_checkpointing="full", seq_len=256),
     ]
 
 
