@@ -989,7 +989,10 @@ def fsdp2_states(sc: Scenario) -> States:
                   # the unsharded grads are copied into one flat reduce-scatter input in the reduce dtype (fp32
                   # under mixed precision: chunk_cat casts as it copies; foreach_reduce, torch 2.13) and freed after
                   # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
-                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * rs_bytes,
+                  # an experts group of one rank (efsdp = 1) "reduces" into a full-size output, through a divided
+                  # temporary: reduce_output.copy_(input / gradient_divide_factor)
+                  reduce_scatter_input=max(spec.layer_params() - experts,
+                                           experts // ep * (3 if ep > 1 and n // ep == 1 else 1)) * rs_bytes,
                   # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
                   # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
                   reduce_scatter_kept=(spec.layer_params() - experts) * rs_bytes,
