@@ -5,9 +5,11 @@
 The workload of issue 12: Llama-2-70B (80 layers), training, bf16 mixed precision, ZeRO-3, 64x A100-80GB,
 micro-batch 1 x 4096 tokens. Each figure is the median over --rounds rounds of the CPU time
 (time.process_time) per call, so other work on a shared machine does not inflate it. vramcalc is timed
-three times: a repeated scenario (its memo answers), a new shape on every call (every cache cleared first,
-so the block profiles are replayed and the timeline composed again) and a new parallel layout of the same
-shape on every call (GPU count x ZeRO stage; the block profiles cached, as in a search).
+three times: a repeated scenario (its memo answers), a new shape on every call (the memo and the profiles
+kept per shape cleared first, so the recorded blocks are evaluated for the shape and the timeline composed
+again; what does not depend on the shape, the blocks' recordings and the model states, is kept) and a new
+parallel layout of the same shape on every call (GPU count x ZeRO stage; the block profiles kept, as in a
+search).
 
 Peers are measured when they are importable and skipped otherwise; this script installs nothing:
 - llm-analysis (PyPI `llm-analysis`; it pins transformers < 5, so install it with --no-deps into a

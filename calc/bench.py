@@ -3,12 +3,15 @@
     python -m calc.bench [--seconds 3]
 
 Prints numbers; it is not a timed test. Times are CPU time of this process (time.process_time),
-so other work on a shared machine does not inflate them. The engine memoizes estimates and caches
-block profiles per shape, so the first estimate of a shape costs more ("cold": every cache cleared
-before each round of 96 new shapes) than a repeated one ("warm": the same scenario again); a sweep
-that varies batch, sequence and precision sees mostly cold estimates, a search over parallel layouts
-mostly "new layout" ones (a new ZeRO stage, GPU count and optimizer for a shape whose block profiles
-are cached).
+so other work on a shared machine does not inflate them (a loaded machine still slows it: compare
+with another branch in the same minute). The engine memoizes estimates, keeps block profiles per
+shape, and records each block once per shape-free context (model, precision, options: calc.profiles)
+with the model states of a scenario without its batch shape. So a repeated scenario ("warm") costs
+least; "cold (new shapes)" clears the memo and the per-shape profiles before each round of 96 new
+(batch, sequence, precision, checkpointing) shapes, keeping what does not depend on the shape; "new
+layout" is a search over parallel layouts (a new ZeRO stage, GPU count and optimizer for a shape
+whose block profiles are kept); "new contexts" clears everything, so each of the 6 contexts of the
+96 shapes is replayed for its first two shapes and recorded at its third.
 """
 
 from __future__ import annotations
@@ -68,6 +71,15 @@ def main() -> None:
     n, dt = _rate(new_layout, args.seconds)
     per = dt / (n * len(layouts))
     print(f"new layout (profiles cached): {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
+
+    def new_contexts() -> None:
+        clear_memo(shape_free=True)
+        for v in variants:
+            estimate(v)
+
+    n, dt = _rate(new_contexts, args.seconds)
+    per = dt / (n * len(variants))
+    print(f"new contexts (nothing kept):  {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
 
 
 if __name__ == "__main__":

@@ -25,11 +25,23 @@ from typing import Literal, TypeVar
 
 from calc import parallel, precision
 from calc.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
-from calc.graph import BlockProfile
+from calc.graph import BlockProfile, Graph
 from calc.i18n import N_
-from calc.layers import Ctx, decoder_layer, embedding_block, head_block, liger_head_block, sdpa_needs_mask
+from calc.layers import (
+    Ctx,
+    attention_block,
+    decoder_layer,
+    embedding_block,
+    head_block,
+    inference_head_block,
+    layer_norm,
+    liger_head_block,
+    rms_norm,
+    sdpa_needs_mask,
+)
 from calc.overhead import cublas_workspace_bytes, device_overhead
 from calc.presets import cluster_presets, gpu_presets
+from calc.profiles import block_profile, forget_recordings, forget_shapes
 from calc.result import (
     ALL_GATHER_LAYER,
     BACKWARD_LAYER,
@@ -275,15 +287,15 @@ def _count_local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last
 
 # ---- activations -------------------------------------------------------------------------
 
-@lru_cache(maxsize=4096)
-def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
-    head = liger_head_block(ctx) if fused_ce else head_block(ctx)
-    return _layer_profile(ctx, eager), embedding_block(ctx).profile(), head.profile()
+def _profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
+              replay: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
+    head = liger_head_block if fused_ce else head_block
+    return (_layer_profile(ctx, eager, replay), block_profile(embedding_block, ctx, replay=replay),
+            block_profile(head, ctx, replay=replay))
 
 
-@lru_cache(maxsize=4096)
-def _layer_profile(ctx: Ctx, eager: bool) -> BlockProfile:
-    return decoder_layer(ctx, eager).profile()
+def _layer_profile(ctx: Ctx, eager: bool, replay: bool = False) -> BlockProfile:
+    return block_profile(decoder_layer, ctx, eager, replay=replay)
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
@@ -322,19 +334,21 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     return [out[id(c)] for c in ctxs]
 
 
-@lru_cache(maxsize=4096)
-def _attention_saved(ctx: Ctx, eager: bool) -> int:
+def _attention_saved(ctx: Ctx, eager: bool, replay: bool = False) -> int:
     """Bytes the attention sub-block saves (what selective checkpointing drops), from a graph of
     the layer without its MLP half."""
-    from calc.graph import Graph
-    from calc.layers import attention_block, layer_norm, rms_norm
+    return (block_profile(_norm_and_attention, ctx, eager, replay=replay).saved
+            - block_profile(_norm_and_attention, ctx, None, replay=replay).saved)
 
+
+def _norm_and_attention(ctx: Ctx, eager: bool | None) -> Graph:
+    """A layer's input norm and (unless eager is None) its attention module."""
     g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size, input_requires_grad=ctx.input_grad)
     norm = layer_norm if ctx.spec.uses_layernorm else rms_norm
     y, _ = norm(g, 0, ctx.r, ctx)
-    before = g.profile().saved
-    attention_block(g, y, ctx, eager)
-    return g.profile().saved - before
+    if eager is not None:
+        attention_block(g, y, ctx, eager)
+    return g
 
 
 def adapter_bytes(p: Precision) -> int:
@@ -568,30 +582,40 @@ def _split(pieces: list[range], differs: Callable[[int, int], bool]) -> list[ran
     return out
 
 
-def _per_layer_values(fn: Callable[[int], int], layers: int, period: int) -> list[int]:
-    """fn(i) for each layer, asked for one period and repeated when the layers repeat (`period` 1: identical
-    layers; k: identical layers with every k-th checkpointed); 0: asked for every layer."""
-    if not period:
-        return [fn(i) for i in range(layers)]
-    once = [fn(i) for i in range(min(period, layers))]
-    return (once * -(-layers // len(once)))[:layers]
+class _PrefixSums:
+    """start + fn(0) + ... + fn(i - 1), for i = 0 .. layers. Values that repeat with a period (`period` 1:
+    identical layers; k: every k-th checkpointed) are asked for one period and the sums composed (listing 81
+    running sums per column costs more than the rest of a new shape's timeline); 0: asked for every layer."""
+
+    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> None:
+        self.period = period if 0 < period < layers else 0
+        self.sums = list(accumulate(map(fn, range(self.period or layers)), initial=start))
+        self.step = self.sums[-1] - start  # the sum over one period
+
+    def __getitem__(self, i: int) -> int:
+        p = self.period
+        return self.sums[i % p] + i // p * self.step if p else self.sums[i]
+
+    def value(self, i: int) -> int:
+        """fn(i)."""
+        return self[i + 1] - self[i]
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
-                    ws: int) -> _Timeline:
+                    ws: int, replay: bool = False) -> _Timeline:
     t = sc.training
     eager = t.attention == Attention.eager
     fused_ce = t.cross_entropy == "liger-fused"
-    layer, emb, head = _profiles(ctx, eager, fused_ce)
+    layer, emb, head = _profiles(ctx, eager, fused_ce, replay)
     ckpt = t.activation_checkpointing
     ctxs = layer_ctxs(ctx, layers, first_input_grad=not first or embeddings_need_grad(ctx, ckpt))
-    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))  # layers of one kind share a profile
+    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager, replay))  # layers of one kind share a profile
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
-    sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
+    sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager, replay)) if ckpt == Checkpointing.selective \
         else [0] * layers
     h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
     pieces = _pieces(lay, every, sel_drop)
@@ -607,7 +631,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
             return h_bytes  # the checkpoint keeps only the layer input
         return lay[i].saved - sel_drop[i] + (h_bytes if sel_drop[i] else 0)  # + the stored attention input
 
-    saved_by_layer = _per_layer_values(saved, layers, period)
+    saved_by_layer = _PrefixSums(saved, layers, period)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -623,18 +647,18 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def sharded_share(i: int) -> int:
         return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
 
-    layer_pgrads = sum(_per_layer_values(sharded_share, layers, period))
+    layer_pgrads = _PrefixSums(sharded_share, layers, period)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
-    acts = (in_flight - 1) * (sum(saved_by_layer) + (emb.saved if first else 0))
+    acts = (in_flight - 1) * (saved_by_layer[layers] + (emb.saved if first else 0))
     acts += rope
     if first:
         # FSDP2: the root's all-gather output is kept (all_gather_state) until layer 0's copy-out
         tl.add("embedding", "forward", w + root_ag, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur_before = list(accumulate(saved_by_layer, initial=acts))  # activations alive before layer i
+    cur_before = _PrefixSums(saved, layers, period, acts)  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
@@ -643,16 +667,16 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_after = list(accumulate(_per_layer_values(amp_cache_of, layers, period)))  # cache after layer i
+    amp_sums = _PrefixSums(amp_cache_of, layers, period)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
     def forward_rows(i: int) -> tuple[Row]:
-        s_i = saved_by_layer[i]
+        s_i = saved_by_layer.value(i)
         ckpt_i = every and i % every == 0
         peak = lay[i].fwd_peak_nosave if ckpt_i else lay[i].fwd_peak
         # the running layer's own unsaved KV-cache copies are already in its forward peak
-        o = fwd_other + amp_after[i] - (0 if ckpt_i else lay[i].cached_unsaved) + peak - s_i
+        o = fwd_other + amp_sums[i + 1] - (0 if ckpt_i else lay[i].cached_unsaved) + peak - s_i
         if fsdp is None:
             return ((names[0][i], "forward", w, ga_grads, opt, cur_before[i] + s_i, o if o > 0 else 0),)
         gls, upto = fsdp.gathered, fsdp.gathered_upto
@@ -662,11 +686,12 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         # group's all-gather output, which wait_for_unshard frees only when it returns (`prev_all_gather_state`
         # is a local of it): the previous layer's last group, or for layer 0 the root's
         before = w + (upto[i] if keep_gathered else 0)
-        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gls[i] + (fsdp.all_gather[i - 1] if i else root_ag),
-                 ga_grads, opt, cur_before[i], fwd_other + amp_after[i]), layer_row)
+        prev_ag = fsdp.all_gather[i - 1] if i else root_ag
+        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gls[i] + prev_ag, ga_grads, opt,
+                 cur_before[i], fwd_other + amp_sums[i + 1]), layer_row)
 
     tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
-    cur, amp_cache = cur_before[layers], amp_after[-1]
+    cur, amp_cache = cur_before[layers], amp_sums[layers]
     if last:
         w_all = w + (fsdp.gathered_upto[layers] if fsdp and keep_gathered else 0)  # ZeRO-2: every layer gathered
         tl.add("lm_head + loss", "loss", w_all + (fsdp.all_gather[-1] if fsdp else 0), ga_grads, opt, cur + head.saved,
@@ -719,12 +744,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def grads_of(i: int) -> int:
         return round(sharded_share(i) * scale_g) if st.grads else 0
 
-    # grads_from_top[k]: gradients alive once the top k layers have run their backward
-    grads_from_top = list(accumulate(reversed(_per_layer_values(grads_of, layers, period)), initial=grads))
+    # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
+    # are grads + grads_below[layers] - grads_below[layers - k]
+    grads_below = _PrefixSums(grads_of, layers, period)
+    grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:
         cur = cur_before[i]  # layer i's saved tensors are released by its own backward
-        grads = grads_from_top[layers - 1 - i]
+        grads = grads_top + grads_of_all - grads_below[i + 1]
         ckpt_i = every and i % every == 0
         plain, again = moments[id(lay[i])]
         pg, alive, o = again if ckpt_i else plain
@@ -763,7 +790,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     if gl:  # the top layer's backward runs before any layer's reduce-scatter
         bwd_pieces = _split(bwd_pieces, lambda a, b: (a == layers - 1) != (b == layers - 1))
     tl.run(range(layers - 1, -1, -1), backward_rows, (2 if keep_gathered else 3) if gl else 1, bwd_pieces)
-    cur, grads = cur_before[0], grads_from_top[layers]
+    cur, grads = cur_before[0], grads_top + grads_of_all
     if first:
         cur -= emb.saved
         g_e = round(emb.param_grad_bytes * scale_g)
@@ -833,15 +860,15 @@ def _layer_names(layers: int) -> tuple[list[str], list[str], list[str]]:
             [RECOMPUTED_LAYER.format(layer=i) for i in range(layers)])
 
 
-def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int) -> _Timeline:
+def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int, replay: bool = False) -> _Timeline:
     """no_grad forward with use_cache=True: weights + the KV cache growing layer by layer + one
     layer's transients; at the end the logits (B x S x V in compute dtype) are returned."""
     from calc.layers import stack_locals_bytes
 
     t = sc.training
     eager = t.attention == Attention.eager
-    layer, emb, head = _profiles(ctx, eager)
-    lay = per_layer(layer_ctxs(ctx, layers), lambda c: _layer_profile(c, eager))
+    layer, emb, head = _profiles(ctx, eager, replay=replay)
+    lay = per_layer(layer_ctxs(ctx, layers), lambda c: _layer_profile(c, eager, replay))
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
     # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
@@ -861,21 +888,20 @@ def _inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, ws: int
 
     tl.run(range(layers), layer_rows, 1, _pieces(lay))
     tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
-           base - mask + layers * cache + _inference_head_peak(ctx))
+           base - mask + layers * cache + _inference_head_peak(ctx, replay))
     return tl
 
 
-@lru_cache(maxsize=1024)
-def _inference_head_peak(ctx: Ctx) -> int:
-    from calc.layers import inference_head_block
-
-    return inference_head_block(ctx).profile().fwd_peak_nosave
+def _inference_head_peak(ctx: Ctx, replay: bool = False) -> int:
+    return block_profile(inference_head_block, ctx, replay=replay).fwd_peak_nosave
 
 
 # ---- entry point -------------------------------------------------------------------------
 
 _MEMO_SIZE = 1024
 _memo: dict[tuple, tuple[ModelSpec, dict, dict, Estimate]] = {}
+_SHAPE_FIELDS = {"training": {"micro_batch_size", "seq_len"}}
+_states_memo: dict[tuple, tuple[tuple, States]] = {}  # the entry holds what the key's ids stand for
 
 
 def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
@@ -889,28 +915,32 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
     # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
     # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the JSON.
-    key = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters), sc.model_dump_json(), target,
-           sharding)
+    # The batch shape is apart: the rest is the key of what does not depend on it (the model states).
+    t = sc.training
+    shape_free = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters),
+                  sc.model_dump_json(exclude=_SHAPE_FIELDS), target, sharding)
+    key = (shape_free, t.micro_batch_size, t.seq_len)
     hit = _memo.get(key)
     if hit is not None:
         return hit[3]
-    est = _estimate(sc, target, sharding)
+    est = _estimate(sc, target, sharding, states_key=shape_free, keep=(spec, gpus, clusters))
     if len(_memo) >= _MEMO_SIZE:
         del _memo[next(iter(_memo))]  # oldest first
     _memo[key] = (spec, gpus, clusters, est)
     return est
 
 
-def clear_memo(profiles: bool = True) -> None:
-    """Forget memoized estimates and, unless profiles=False, the cached block profiles (benchmarks of new
-    shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks)."""
+def clear_memo(profiles: bool = True, shape_free: bool = False) -> None:
+    """Forget memoized estimates and, unless profiles=False, the block profiles cached per shape (benchmarks of
+    new shapes; profiles=False: a new parallel layout of a shape seen before, as a search asks); shape_free=True
+    also forgets what is kept per shape-free scenario: the blocks recorded per context (calc.profiles) and the
+    model states (a model and options never seen)."""
     _memo.clear()
-    if not profiles:
-        return
-    _profiles.cache_clear()
-    _layer_profile.cache_clear()
-    _attention_saved.cache_clear()
-    _inference_head_peak.cache_clear()
+    if shape_free:
+        forget_recordings()
+        _states_memo.clear()
+    if profiles:
+        forget_shapes()
 
 
 def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
@@ -920,7 +950,24 @@ def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder 
     return _estimate(sc, target, sharding, reference=True)
 
 
-def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False) -> Estimate:
+def _states(key: tuple | None, keep: tuple, first: bool, last: bool, make: Callable[[], States]) -> States:
+    """make(), memoized on the scenario without its batch shape (`key` as estimate() makes it; None: not
+    memoized) and the pipeline stage: model states do not depend on the micro-batch or the sequence. The entry
+    holds `keep`, what the key's ids stand for. Shared: treat as read-only."""
+    if key is None:
+        return make()
+    hit = _states_memo.get((key, first, last))
+    if hit is not None:
+        return hit[1]
+    st = make()
+    if len(_states_memo) >= _MEMO_SIZE:
+        del _states_memo[next(iter(_states_memo))]  # oldest first
+    _states_memo[(key, first, last)] = (keep, st)
+    return st
+
+
+def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False,
+              states_key: tuple | None = None, keep: tuple = ()) -> Estimate:
     sharding = sharding or sc.training.sharding
     t, spec = sc.training, sc.spec
     hw = sc.resolved_hardware()
@@ -934,9 +981,10 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Row, Callable[[], Timeline], States] | None = None
     for first, last in stages:
-        st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
-        tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
-              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws))
+        st = _states(states_key, keep, first, last, lambda first=first, last=last: fsdp2_states(sc) if fsdp else
+                     model_states(sc, layers, first, last, target, sharding == "deepspeed"))
+        tl = (_train_timeline(sc, st, ctx, layers, first, last, ws, reference) if training
+              else _inference_timeline(sc, _inference_states(st), ctx, layers, ws, reference))
         if reference:
             full = tl.build()
             i = full.peak_index

@@ -15,12 +15,19 @@ PyTorch's own lifetime rules:
 - parameter gradients (`pgrad`) are created when their node runs and stay alive.
 
 The result is a BlockProfile: bytes saved for backward, and the peaks above the surrounding live
-memory reached inside the block during forward and during backward.
+memory reached inside the block during forward and during backward. The rules run over numbers for a
+block built for one shape (`Graph.profile`), or once over linear forms for a block recorded with
+symbolic batch and sequence (calc.symbolic), giving a Plan that yields the profile of any shape.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter, mul
+
+from calc.symbolic import Dim, as_poly
 
 OUT = -1  # placeholder in `saves` for the op's own output
 
@@ -65,7 +72,7 @@ class Graph:
     round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
     held: list[int] = field(default_factory=list)  # tensors a Python local keeps until the block returns
     cached: list[int] = field(default_factory=list)  # tensors the DynamicCache keeps until forward ends
-    sizes: list[int] = field(default_factory=list)
+    sizes: list[int | Dim] = field(default_factory=list)  # bytes as asked (rounded when evaluated)
     needs_grad: list[bool] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     output: int = 0
@@ -79,8 +86,7 @@ class Graph:
            grad_ins: tuple[int, ...] | None = None) -> int:
         """Add an op creating a new tensor of `out_bytes`; returns its id."""
         tid = len(self.sizes)
-        r = self.round_to
-        self.sizes.append(-(-out_bytes // r) * r)
+        self.sizes.append(out_bytes)  # rounded to the allocator's block size when the plan is evaluated
         if ins and pgrad == 0 and not any(self.needs_grad[i] for i in ins):
             # no input and no parameter requires grad: autograd records no node, so nothing is
             # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
@@ -102,6 +108,27 @@ class Graph:
 
     # ---- simulation ------------------------------------------------------------------
     def profile(self) -> BlockProfile:
+        """The profile of a block recorded with concrete sizes (or at the shape it was recorded for)."""
+        for x in self.sizes:
+            if isinstance(x, Dim):
+                return self.plan().at(x.trace.batch.value, x.trace.seq.value)
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Bytes)
+        (bwd_peak, (bwd_saved, bwd_pgrad)), = bwd
+        return BlockProfile(fwd_peak=fwd[0][0], fwd_peak_nosave=nosave[0][0], recompute_peak=recompute[0][0],
+                            bwd_peak=bwd_peak, bwd_peak_saved=bwd_saved, bwd_peak_pgrad=bwd_pgrad,
+                            param_grad_bytes=pgrads, input_saved=input_saved, **fields)
+
+    def plan(self) -> Plan:
+        """The profile of any (B, S): the lifetime rules run once over the block with every byte count kept as a
+        linear form in the sizes' polynomials (and their rounding), so that a shape's profile is a few sums."""
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Forms)
+        return Plan(self.round_to, [f for f, _ in fwd], [f for f, _ in nosave], [f for f, _ in recompute],
+                    [(now, saved, pgrad) for now, (saved, pgrad) in bwd], fields, pgrads, input_saved)
+
+    def _simulate(self, alg: type[_Bytes] | type[_Forms]) -> tuple:
+        """PyTorch's lifetime rules over the block, with byte counts in `alg` (numbers, or linear forms): the
+        candidates for the forward peaks and the backward peak, the other fields, the parameter gradients."""
+        sizes = alg.sizes(self.sizes, self.round_to)
         savers: dict[int, int] = {}
         last_read: dict[int, int] = {}
         for k, op in enumerate(self.ops):
@@ -116,81 +143,254 @@ class Graph:
         for k, op in enumerate(self.ops):  # an output nothing reads (layer norm's mean / rstd under
             if op.out >= 0 and op.out not in last_read and op.out != self.output:  # no_grad) dies at once
                 frees[k].append(op.out)
-        fwd_peak = self._forward(savers, frees)
-        fwd_peak_nosave = self._forward({}, frees)
-        recompute_peak = self._forward(savers, frees, stop_at_last_save=True)
         saved_ids = set(savers)
-        saved_bytes = sum(self.sizes[t] for t in saved_ids)
-        (bwd_peak, bwd_saved, bwd_pgrad), in_grad, pgrads = self._backward(savers, saved_ids)
-        return BlockProfile(
-            saved=saved_bytes,
-            fwd_peak=fwd_peak,
-            bwd_peak=bwd_peak,
-            out_bytes=self.sizes[self.output] if self.output not in saved_ids else 0,
-            in_grad_bytes=in_grad,
-            param_grad_bytes=pgrads,
-            input_saved=0 in saved_ids,
-            fwd_peak_nosave=fwd_peak_nosave,
-            bwd_peak_saved=bwd_saved,
-            bwd_peak_pgrad=bwd_pgrad,
-            cached_unsaved=sum(self.sizes[t] for t in set(self.cached) if t not in saved_ids),
-            cached_total=sum(self.sizes[t] for t in set(self.cached)),
-            recompute_peak=recompute_peak,
-        )
+        saved = alg.total(sizes[t] for t in saved_ids)
+        bwd, in_grad, pgrads = self._backward(alg, sizes, savers, saved)
+        cached = set(self.cached)
+        fields = dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else alg.total(()),
+                      in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
+                      cached_total=alg.total(sizes[t] for t in cached))
+        return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees),
+                self._forward(alg, sizes, savers, frees, stop_at_last_save=True), bwd, fields, pgrads, 0 in saved_ids)
 
-    def _forward(self, savers: dict[int, int], frees: list[list[int]], stop_at_last_save: bool = False) -> int:
-        """Peak live bytes of the block during forward, its input included.
+    def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
+                 frees: list[list[int]], stop_at_last_save: bool = False) -> list:
+        """Candidates for the block's forward peak (live bytes, its input included).
 
         stop_at_last_save: the recompute of non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True)
         raises _StopRecomputationError once the forward's last tensor is packed for backward. Autograd packs a
         node's saved inputs before the kernel runs and a saved output after it, so the recompute ends before the
         last saving op's output is allocated unless that op saves its own output."""
-        sizes = self.sizes
-        live_bytes = sizes[0]
-        peak = live_bytes
+        add, sub, raw = alg.add, alg.sub, alg.raw
+        live = sizes[0]
+        moments = [(live, ())]
         last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1) if stop_at_last_save else -1
         for k, (op, gone) in enumerate(zip(self.ops, frees, strict=True)):
             if k == last and op.out not in op.saves:
                 break
             if op.out >= 0:
-                live_bytes += sizes[op.out]
-            if live_bytes + op.ws_fwd > peak:
-                peak = live_bytes + op.ws_fwd
+                live = add(live, sizes[op.out])
+            moments.append((add(live, raw(op.ws_fwd)), ()))
             if k == last:
                 break
             for i in gone:
                 if i not in savers:
-                    live_bytes -= sizes[i]
-        return peak
+                    live = sub(live, sizes[i])
+        return alg.largest(moments)
 
-    def _backward(self, savers: dict[int, int], saved_ids: set[int]) -> tuple[tuple[int, int, int], int, int]:
+    def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
+            -> tuple[list, object, int]:
+        """Candidates for the first backward peak, each (live bytes, (saved still alive, parameter gradients
+        created)), the input's gradient and the parameter gradients."""
+        add, sub, raw = alg.add, alg.sub, alg.raw
         remaining = dict(savers)
-        live_saved = sum(self.sizes[t] for t in saved_ids)
-        grads: dict[int, int] = {self.output: self.sizes[self.output]}  # grad of the block output
-        grad_bytes = self.sizes[self.output]
+        live_saved = saved
+        grads = {self.output: sizes[self.output]}  # grad of the block output
+        grad_bytes = sizes[self.output]
         pgrads = 0
-        peak = (live_saved + grad_bytes, live_saved, 0)
+        moments = [(add(live_saved, grad_bytes), (live_saved, 0))]
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
-            new = 0
-            transient = 0
+            now = add(add(live_saved, grad_bytes), raw(op.ws_bwd))
             for i in op.grad_ins:
-                if i in grads:
-                    transient += self.sizes[i]
-                else:
-                    grads[i] = self.sizes[i]
-                    new += self.sizes[i]
+                now = add(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
+                if i not in grads:
+                    grads[i] = sizes[i]
+                    grad_bytes = add(grad_bytes, sizes[i])
             pgrads += op.pgrad
-            now = live_saved + grad_bytes + new + transient + pgrads + op.ws_bwd
-            if now > peak[0]:
-                peak = (now, live_saved, pgrads)
-            grad_bytes += new
+            moments.append((add(now, raw(pgrads)), (live_saved, pgrads)))
             if op.out >= 0 and op.out in grads and op.out != 0:
-                grad_bytes -= grads.pop(op.out)
+                grad_bytes = sub(grad_bytes, grads.pop(op.out))
             for s in op.saves:
                 remaining[s] -= 1
                 if remaining[s] == 0:
-                    live_saved -= self.sizes[s]
-        in_grad = grads.get(0, 0)
-        return peak, in_grad, pgrads
+                    live_saved = sub(live_saved, sizes[s])
+        return alg.largest(moments, first=True), grads.get(0, alg.total(())), pgrads
+
+
+class _Bytes:
+    """Byte counts as numbers (a block built for one shape)."""
+
+    add, sub, raw = operator.add, operator.sub, operator.pos  # C functions: a replay stays as fast as before
+
+    @staticmethod
+    def sizes(sizes: list[int], r: int) -> list[int]:
+        """The input as it is, every tensor the block creates rounded up to a multiple of r (CUDA's caching
+        allocator: 512 bytes)."""
+        return sizes[:1] + [-(-x // r) * r for x in sizes[1:]]
+
+    @staticmethod
+    def largest(moments: list[tuple[int, tuple]], first: bool = False) -> list[tuple[int, tuple]]:
+        """The first largest moment (max returns the first of equal ones)."""
+        return [max(moments, key=itemgetter(0))]
+
+    @staticmethod
+    def total(xs: Iterable[int]) -> int:
+        return sum(xs)
+
+
+# ---- byte counts as linear forms -------------------------------------------------------
+# A form maps basis elements to coefficients: a monomial B^b S^s ("m", b, s), or the allocator's rounding of
+# a size polynomial p, ("d", r, p): round_up(p, r) - p = (-p) mod r. For B, S >= 1 a monomial is at least 1 and a
+# rounding between 0 and r - 1, which bounds the difference of two forms from below (_margin).
+
+Form = dict[tuple, int]
+_ONE = ("m", 0, 0)
+
+
+def as_form(x: Dim | int) -> Form:
+    return {("m", *m): c for m, c in as_poly(x).items()}
+
+
+def _size_form(x: Dim | int, r: int) -> Form:
+    """A tensor's bytes rounded up to a multiple of r (CUDA's caching allocator: 512)."""
+    p = as_poly(x)
+    if r == 1 or all(c % r == 0 for c in p.values()):
+        return as_form(x)
+    if list(p) == [(0, 0)]:
+        return {_ONE: -(-p[(0, 0)] // r) * r}
+    return {**as_form(x), ("d", r, tuple(sorted(p.items()))): 1}
+
+
+def _acc(form: Form, other: Form, sign: int = 1) -> Form:
+    for k, c in other.items():
+        v = form.get(k, 0) + sign * c
+        if v:
+            form[k] = v
+        else:
+            form.pop(k, None)
+    return form
+
+
+def _sum(forms) -> Form:
+    out: Form = {}
+    for f in forms:
+        _acc(out, f)
+    return out
+
+
+def _margin(a: Form, b: Form) -> int | None:
+    """A lower bound of a - b over every shape, or None when a - b has no lower bound (a monomial's coefficient is
+    smaller): each monomial is at least 1, each rounding of a size to r bytes between 0 and r - 1."""
+    margin = 0
+    for k in a.keys() | b.keys():
+        d = a.get(k, 0) - b.get(k, 0)
+        if k[0] == "m":
+            if d < 0:
+                return None
+            margin += d
+        elif d < 0:
+            margin += d * (k[1] - 1)
+    return margin
+
+
+def _at_least(a: Form, b: Form) -> bool:
+    """a >= b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m >= 0
+
+
+def _above(a: Form, b: Form) -> bool:
+    """a > b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m > 0
+
+
+class _Frontier:
+    """The candidates for the largest of a sequence of forms, with what came with each: a form another bounds
+    can never be the largest. first=True keeps the first of equal values (a later form must be strictly larger
+    to replace one)."""
+
+    def __init__(self, first: bool = False) -> None:
+        self.first = first
+        self.found: list[tuple[Form, tuple]] = []
+
+    def add(self, form: Form, extra: tuple = ()) -> None:
+        if any(_at_least(f, form) for f, _ in self.found):
+            return
+        drop = _above if self.first else _at_least
+        self.found = [(f, x) for f, x in self.found if not drop(form, f)]
+        self.found.append((form, extra))
+
+
+class _Forms:
+    """Byte counts as linear forms (a block recorded with symbolic B and S)."""
+
+    raw = staticmethod(as_form)
+
+    @staticmethod
+    def sizes(sizes: list[Dim | int], r: int) -> list[Form]:
+        return [as_form(sizes[0])] + [_size_form(x, r) for x in sizes[1:]]
+
+    @staticmethod
+    def largest(moments: list[tuple[Form, tuple]], first: bool = False) -> list[tuple[Form, tuple]]:
+        """The moments that can be the (first) largest for some shape."""
+        frontier = _Frontier(first)
+        for form, extra in moments:
+            frontier.add(form, extra)
+        return frontier.found
+
+    @staticmethod
+    def add(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b)
+
+    @staticmethod
+    def sub(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b, -1)
+
+    @staticmethod
+    def total(forms: Iterable[Form]) -> Form:
+        return _sum(forms)
+
+
+class Plan:
+    """A block's profile for any (B, S): each field a linear form over the block's basis, the forward peaks
+    the largest of a few forms and the backward peak the first largest of a few."""
+
+    def __init__(self, r: int, fwd: list[Form], nosave: list[Form], recompute: list[Form],
+                 bwd: list[tuple[Form, Form, int]], fields: dict[str, Form], param_grad_bytes: int,
+                 input_saved: bool) -> None:
+        keys = {k for f in (*fwd, *nosave, *recompute, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
+        monos = sorted({k for k in keys if k[0] == "m"} | {("m", *m) for k in keys if k[0] == "d" for m, _ in k[2]}
+                       | {_ONE})
+        rounded = sorted(k for k in keys if k[0] == "d")
+        basis = {k: i for i, k in enumerate(monos + rounded)}
+
+        def dense(f: Form) -> tuple[int, ...]:
+            out = [0] * len(basis)
+            for k, c in f.items():
+                out[basis[k]] = c
+            return tuple(out)
+
+        self.r = r
+        self.monos = [k[1:] for k in monos]
+        mono_at = {k[1:]: i for i, k in enumerate(monos)}
+        self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
+                        for k in rounded]
+        # every form in one list, evaluated in one pass: the fields, the forward peaks, the backward candidates
+        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave, *recompute)] + \
+            [dense(now) for now, _, _ in bwd]
+        n = len(_FIELDS) + len(fwd)
+        self.ends = (n, n + len(nosave), n + len(nosave) + len(recompute))
+        self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
+        self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
+
+    def at(self, batch: int, seq: int) -> BlockProfile:
+        mono = [batch ** b * seq ** s for b, s in self.monos]
+        basis = mono + [-sum(map(mul, p, mono)) % self.r for p in self.rounded]
+        values = [sum(map(mul, f, basis)) for f in self.forms]
+        fwd_end, nosave_end, recompute_end = self.ends
+        bwd = values[recompute_end:]
+        best = bwd.index(max(bwd))  # the first largest
+        saved, pgrad = self.bwd[best]
+        kept, out, in_grad, cached_unsaved, cached_total = values[:len(_FIELDS)]
+        return BlockProfile(saved=kept, out_bytes=out, in_grad_bytes=in_grad, cached_unsaved=cached_unsaved,
+                            cached_total=cached_total, fwd_peak=max(values[len(_FIELDS):fwd_end]),
+                            fwd_peak_nosave=max(values[fwd_end:nosave_end]),
+                            recompute_peak=max(values[nosave_end:recompute_end]), bwd_peak=bwd[best],
+                            bwd_peak_saved=sum(map(mul, saved, basis)), bwd_peak_pgrad=pgrad,
+                            param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved)
+
+
+_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total")  # BlockProfile's sums

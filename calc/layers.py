@@ -8,9 +8,11 @@ this GPU processes (micro-batch x sequence, divided by tensor parallelism where 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
 from calc.graph import OUT, Graph
+from calc.symbolic import fixed
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,16 @@ class Ctx:
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
+
+    @cached_property
+    def shape_free(self) -> tuple:
+        """Every field but batch and seq, the spec by identity (hashing a ModelSpec costs more than evaluating a
+        block), as a key: whoever keeps it keeps the spec alive too, so that its id is not reused. Computed
+        once per context (the cache is in the instance's __dict__, outside the dataclass fields)."""
+        fields = self.__dict__.copy()
+        del fields["batch"], fields["seq"]
+        fields["spec"] = id(self.spec)
+        return tuple(fields.values())
 
     @property
     def e(self) -> int:
@@ -596,7 +608,7 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     if c.ep > 1:
         out = _all_to_all_experts(g, y, weights, wb, idx, c)
     else:
-        out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_bytes=c.r * t * h)
+        out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_elem=c.r)
     if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
         shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
         out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
@@ -606,7 +618,7 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
 
 
 def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, tokens: int, top_k: int,
-                     experts: int, out_bytes: int, expert_parallel: bool = False) -> int:
+                     experts: int, out_elem: int, expert_parallel: bool = False) -> int:
     """transformers' grouped_mm_experts_forward on `tokens` rows of `y` with `top_k` (expert id, weight) pairs
     each over `experts` experts (transformers/integrations/moe.py). Under expert parallelism
     (`_is_expert_parallel`) the experts run top-1 with unit weights that take no gradient, and the outputs of
@@ -657,7 +669,8 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
     # locals of the experts forward live until it returns (`proj_out` is the down projection's last rebinding)
     g.keep(y, gathered, wsorted, idx, perm, counts, down)
     summed = g.op(pb * tokens * h, ins=(unperm,), name="sum over top-k")
-    return summed if pb * tokens * h == out_bytes else g.op(out_bytes, ins=(summed,), name="to the hidden dtype")
+    # `.to(hidden_states.dtype)` copies only when the dtype differs
+    return summed if pb == out_elem else g.op(out_elem * tokens * h, ins=(summed,), name="to the hidden dtype")
 
 
 def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx) -> int:
@@ -683,7 +696,7 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
     ones = g.op(xa * rows, grad=False, name="unit routing weights")
     g.keep(send)  # a local of _dispatch_tokens until it returns
     expert_out = _grouped_experts(g, recv, ones, xa, local_ids, c, tokens=rows, top_k=1, experts=s.num_experts // c.ep,
-                                  out_bytes=xa * rows * h, expert_parallel=True)
+                                  out_elem=xa, expert_parallel=True)
     back = g.op(xa * rows * h, ins=(expert_out,), name="all-to-all combine")
     placed = g.op(xa * rows * h, ins=(back, order), saves=(order,), grad_ins=(back,), name="restore (token, slot) order")
     wbytes = max(xa, wb)  # tensor-tensor type promotion
@@ -1034,7 +1047,7 @@ def liger_head_block(c: Ctx) -> Graph:
     gw = 0 if c.frozen_base else (4 if c.amp else c.w) * v * h
     grad_in = g.op(yb * t * h, grad=False, name="grad_input buffer")
     grad_w = g.op(gw, grad=False, name="grad_weight buffer (filled in forward)")
-    chunk = liger_chunk_tokens(t, h, v)
+    chunk = fixed(liger_chunk_tokens, t, h, v)  # no polynomial of the tokens: recorded per chunk size
     ws = 4 * t + xb * chunk * (v + h)  # fp32 loss per token + one chunk's logits and grad_input product
     # backward hands grad_input over as the input gradient and grad_weight to .grad: no new bytes
     loss = g.op(4, ins=(y, grad_in, grad_w, *((w16,) if w16 is not None else ())), saves=(grad_in, grad_w),

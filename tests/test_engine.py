@@ -63,8 +63,8 @@ def test_graph_records_no_node_when_nothing_needs_grad():
 
 def test_cuda_rounds_blocks_to_512_bytes():
     g = Graph(input_bytes=0, round_to=512)
-    t = g.op(1, saves=(OUT,))
-    assert g.sizes[t] == 512
+    g.op(1, saves=(OUT,))
+    assert g.profile().saved == 512  # the size is recorded as asked and rounded when the plan is evaluated
 
 
 # ---- per-layer activations, hand-derived from transformers' LlamaDecoderLayer ---------------

@@ -9,14 +9,19 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import FAST, scenarios
 
 import calc.presets as presets
+from calc import profiles
 from calc.engine import clear_memo, estimate, reference_estimate
+from calc.graph import OUT, Graph
+from calc.layers import liger_chunk_tokens
 from calc.scenario import Scenario
 from calc.speed import SpeedAssumptions, hardware_of, step_time
+from calc.symbolic import Trace, Unsupported, fixed
 from calc.validate import load_all
 
 
@@ -149,3 +154,96 @@ def test_a_pickled_estimate_keeps_its_timeline():
     est = estimate(Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"}))
     again = pickle.loads(pickle.dumps(est))
     assert again.model_dump_json() == est.model_dump_json() and again == est
+
+
+# ---- block profiles recorded once per shape-free context (calc.profiles, calc.symbolic) ----------------
+
+def _shape_scenario(model: str, batch: int, seq: int, **training) -> Scenario:
+    return Scenario.model_validate({"model": model, "hardware": {"gpu": "a100-80gb", "num_gpus": 8},
+                                    "training": {"micro_batch_size": batch, "seq_len": seq, **training}})
+
+
+SHAPE_CONTEXTS = [  # (model, training options): families and branches whose ops or sizes differ
+    ("llama-3.2-1b", {}), ("llama-3.2-1b", {"precision": "amp-bf16", "activation_checkpointing": "selective"}),
+    ("gpt2", {"attention": "eager"}), ("pythia-160m", {"precision": "fp32"}), ("phi-3-mini", {}),
+    ("mistral-7b", {}),  # a 4096-token sliding window: SDPA gets a mask from seq >= 4096 on
+    ("gemma-3-1b", {"attention": "sdpa"}),  # 512-token windows on five of six layers
+    ("gpt-oss-20b", {"attention": "eager"}), ("deepseek-v2-lite", {"precision": "bf16"}),
+    ("qwen3-0.6b", {"cross_entropy": "liger-fused"}),  # Liger's chunk of tokens is a power of two of them
+    ("llama-3.2-1b", {"tensor_parallel": 2, "sequence_parallel": True}),  # B*S // tp: replayed per shape
+    ("mixtral-8x7b", {"lora": {"rank": 8, "targets": "attention"}}),
+]
+
+
+@settings(FAST, max_examples=120)
+@given(st.sampled_from(SHAPE_CONTEXTS), st.integers(1, 9), st.integers(1, 9000), st.sampled_from(["cuda", "cpu"]))
+def test_recorded_blocks_equal_a_replay_of_each_shape(context, batch, seq, target):
+    """Recordings stay warm across examples: each context is evaluated at many shapes, among them sequences
+    on both sides of a sliding window and token counts that change Liger's chunk."""
+    model, training = context
+    sc = _shape_scenario(model, batch, seq, **training)
+    clear_memo()  # the estimate memo and the profiles kept per shape, not the recordings
+    _same_as_reference(estimate(sc, target=target), reference_estimate(sc, target=target))
+
+
+@pytest.mark.parametrize("model, training, shapes", [
+    ("llama-3.2-1b", {}, [(1, 128), (3, 1000), (8, 4096), (2, 77), (5, 5)]),
+    ("mistral-7b", {}, [(1, 4095), (2, 4096), (1, 8000), (4, 100), (2, 4095)]),
+    ("qwen3-0.6b", {"cross_entropy": "liger-fused"}, [(2, 64), (1, 4096), (1, 100), (1, 101), (5, 3333)]),
+])
+def test_one_recording_serves_the_shapes_with_the_same_answers(model, training, shapes):
+    """A new (B, S) reuses the recording of its context unless a guard's answer changes (the sliding window
+    reached, another Liger chunk), and then records once more; every profile equals a replay. The first
+    shapes of a context are replayed (profiles._RECORD_AT)."""
+    clear_memo(shape_free=True)
+    for batch, seq in shapes:
+        sc = _shape_scenario(model, batch, seq, **training)
+        _same_as_reference(estimate(sc), reference_estimate(sc))
+    counts = {key[0].__name__: len(recs) for key, (_, recs) in profiles._recordings.items()}
+    recorded = shapes[profiles._RECORD_AT - 1:]
+    if model == "llama-3.2-1b":  # no guard: one recording of each block for every shape from the third on
+        assert counts == {"decoder_layer": 1, "embedding_block": 1, "head_block": 1}
+    if model == "mistral-7b":  # the layer on each side of the window; the other blocks do not ask
+        assert counts["decoder_layer"] == 2 and counts["head_block"] == 1
+    if model == "qwen3-0.6b":  # Liger's head once per chunk size: 100 and 101 tokens make the same chunk
+        spec = _shape_scenario(model, 1, 1).spec
+        chunks = {liger_chunk_tokens(b * s, spec.hidden_size, spec.vocab_size) for b, s in recorded}
+        assert counts["liger_head_block"] == len(chunks) == len(recorded) - 1 and counts["decoder_layer"] == 1
+
+
+def test_sequence_parallel_blocks_are_replayed_per_shape():
+    """B*S // tp is no polynomial with integer coefficients: such a layer is replayed for each shape."""
+    clear_memo(shape_free=True)
+    for batch, seq in [(3, 1001), (2, 999), (1, 4096)]:  # the first shape of a context is replayed in any case
+        sc = _shape_scenario("llama-3.2-1b", batch, seq, tensor_parallel=2, sequence_parallel=True)
+        _same_as_reference(estimate(sc), reference_estimate(sc))
+    layer = [recs for key, (_, recs) in profiles._recordings.items() if key[0].__name__ == "decoder_layer"]
+    assert layer == [None]
+
+
+def test_symbolic_sizes_and_guards():
+    trace = Trace(batch=2, seq=100)
+    b, s = trace.batch, trace.seq
+    size = 4 * b * s * 8 + 8 * b * (s + 1)
+    assert size.value == 4 * 2 * 100 * 8 + 8 * 2 * 101 and size.poly == {(1, 1): 40, (1, 0): 8}
+    assert (b * s * s // s).poly == {(1, 1): 1}  # an exact division by a monomial
+    assert (s >= 64) is True and trace.holds(1, 64) and not trace.holds(1, 63)
+    assert fixed(liger_chunk_tokens, b * s, 2048, 151936) == liger_chunk_tokens(200, 2048, 151936)
+    with pytest.raises(Unsupported):
+        b * s // 3  # noqa: B018 - the quotient of this shape only
+
+
+@settings(FAST, max_examples=40)
+@given(st.integers(1, 64), st.integers(1, 5000), st.sampled_from([1, 512]))
+def test_plan_rounds_like_the_allocator(batch, seq, round_to):
+    """Sizes are rounded when the plan is evaluated: the recorded plan of a small graph gives what the graph
+    built for the concrete shape gives."""
+    def build(b, s):
+        g = Graph(input_bytes=2 * b * s * 64, round_to=round_to)
+        x = g.op(4 * b * s, ins=(0,), saves=(0, OUT))
+        y = g.op(2 * b * s * s + 8 * b, ins=(x,), saves=(OUT,), ws_fwd=4 * b * s)
+        g.op(2 * b * s * 64, ins=(y, 0), pgrad=100)
+        return g
+
+    trace = Trace(batch, seq)
+    assert build(trace.batch, trace.seq).plan().at(batch, seq) == build(batch, seq).profile()
