@@ -690,6 +690,14 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gls[i] + prev_ag, ga_grads, opt,
                  cur_before[i], fwd_other + amp_sums[i + 1]), layer_row)
 
+    if fsdp is not None:  # a row reads its neighbours' group sizes (prefetch, kept buffers): cut where they change
+        kind = [c.dense_mlp for c in ctxs]
+
+        def neighbours_differ(a: int, b: int) -> bool:
+            return ((a > 0 and kind[a - 1]) != (b > 0 and kind[b - 1])
+                    or (a + 1 < layers and kind[a + 1]) != (b + 1 < layers and kind[b + 1]))
+
+        pieces = _split(pieces, neighbours_differ)
     tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
     cur, amp_cache = cur_before[layers], amp_sums[layers]
     if last:
