@@ -154,13 +154,17 @@ st.dataframe(rows, hide_index=True, key="calc_components", height=35 * (len(rows
              column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f", width="small"),
                             "bytes": st.column_config.TextColumn(_("bytes"), width="medium"),
                             FORMULA: st.column_config.TextColumn(FORMULA, width="large")})
-with st.expander(_("Sources of each term")):
-    st.markdown("\n".join(_("- **{label}** ({size}): `{formula}`. Source: {source}", label=c.label_in(lang),
-                            size=fmt.gib(c.bytes), formula=c.formula_in(lang), source=c.source_in(lang))
-                          for c in est.components))
+# The two folded sections are filled only when opened (a rerun): the browser renders nothing a reader has not
+# asked for, and the JSON's code block would load Streamlit's 1.5 MB syntax highlighter with the page.
+sources = st.expander(_("Sources of each term"), key="calc_sources", on_change="rerun")
+if sources.open:
+    sources.markdown("\n".join(_("- **{label}** ({size}): `{formula}`. Source: {source}", label=c.label_in(lang),
+                                   size=fmt.gib(c.bytes), formula=c.formula_in(lang), source=c.source_in(lang))
+                                 for c in est.components))
 
 for note in est.notes:
     st.caption(note)
-with st.expander(_("Scenario JSON (for `python -m calc estimate`)")):
-    st.code(sc.model_dump_json(indent=2, exclude_defaults=True), language="json")
-    st.caption(_("The page URL holds this scenario too: copy it to share."))
+scenario_json = st.expander(_("Scenario JSON (for `python -m calc estimate`)"), key="calc_json", on_change="rerun")
+if scenario_json.open:
+    scenario_json.code(sc.model_dump_json(indent=2, exclude_defaults=True), language="json")
+    scenario_json.caption(_("The page URL holds this scenario too: copy it to share."))

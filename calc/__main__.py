@@ -7,6 +7,7 @@ speak English unless `--lang zh` is given (JSON is English keys and values in ev
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -20,6 +21,8 @@ from calc.i18n import DEFAULT_LANG, LANGS, N_, Lang, translate
 from calc.units import fmt_gib
 
 __all__ = ["UserError", "load_scenario", "main", "one_line", "read_json"]
+
+_PROGRAM = False  # True when run as `python -m calc`: the process ends with the command
 
 
 def read_json(path: str) -> Any:
@@ -167,11 +170,26 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def _lazy(module: str, func: str = "cli_main"):
     def run(args: argparse.Namespace) -> int:
-        import importlib
-
-        return importlib.import_module(module).__getattribute__(func)(args)
+        return _import_command(module).__getattribute__(func)(args)
 
     return run
+
+
+def _import_command(module: str) -> Any:
+    """Import a command's module without the cyclic collector (see calc/__init__.py); run as a program, then
+    freeze what is imported (gc.freeze): it lives until the process exits, so no collection looks at it again."""
+    import importlib
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        mod = importlib.import_module(module)
+    finally:
+        if collecting:
+            gc.enable()
+    if _PROGRAM:
+        gc.freeze()
+    return mod
 
 
 def _count(text: str) -> int:
@@ -257,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     from calc.boundary import error_message
 
     args = build_parser().parse_args(argv)
+    if _PROGRAM:
+        gc.freeze()  # pydantic and the engine, imported with the package: alive until the process exits
     try:
         return args.func(args)
     except (ValueError, ValidationError) as exc:  # UserError included: one short line, exit 2
@@ -277,4 +297,5 @@ def _silence_stdout() -> None:
 
 
 if __name__ == "__main__":
+    _PROGRAM = True
     sys.exit(main())

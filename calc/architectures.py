@@ -473,6 +473,54 @@ class ModelSpec(BaseModel):
         return shapes
 
 
+    def layer_param_numels(self, dense: bool = False) -> tuple[int, ...]:
+        """Elements of each parameter tensor of one decoder layer in the order transformers registers them
+        (`named_parameters()`, the order DeepSpeed ZeRO-1/2 flatten and partition), from linear_layers (each
+        weight, then its bias) and layer_other_shapes. The layer norms come first in GPT-NeoX, around the
+        attention in GPT-2 (ln_1, attn, ln_2, mlp) and last elsewhere (self_attn, mlp, then the norms); Phi-3
+        registers o_proj before qkv_proj, gpt-oss its sinks first, MLA each latent norm after its projection,
+        Mixtral and gpt-oss the router before the experts (tests/test_presets.py checks every preset).
+        `dense`: one of a MoE model's dense first layers."""
+        other = self.layer_other_shapes()
+
+        def tensors(lin: Linear) -> list[int]:
+            return [prod(shape) for shape, n in lin.shapes() for _ in range(n)]
+
+        def extra(key: str) -> list[int]:
+            shape, n = other.get(key, ((0,), 0))
+            return [prod(shape)] * n
+
+        linears = self.linear_layers(dense)
+        attn_lins = [lin for lin in linears if lin.block == "attention"]
+        if self.family == "phi3":
+            attn_lins = attn_lins[-1:] + attn_lins[:-1]
+        attn = extra("sinks")
+        for lin in attn_lins:
+            attn += tensors(lin) + extra({"q_a": "q_a_layernorm", "kv_a": "kv_a_layernorm"}.get(lin.name, ""))
+        attn += extra("q_norm + k_norm")
+        mlp_lins = [lin for lin in linears if lin.block == "mlp"]
+        if self.family in ("mixtral", "gpt_oss"):
+            mlp_lins.sort(key=lambda lin: lin.name != "router")
+        mlp = [x for lin in mlp_lins for x in tensors(lin)]
+        norms = extra("layer norms")
+        if self.family == "gpt2":
+            half = len(norms) // 2
+            return tuple(norms[:half] + attn + norms[half:] + mlp)
+        if self.family == "gpt_neox":
+            return tuple(norms + attn + mlp)
+        return tuple(attn + mlp + norms)
+
+    def param_numel_blocks(self) -> tuple[tuple[int, ...], list[tuple[int, ...]], tuple[int, ...]]:
+        """Every parameter tensor's elements in registration order, grouped as backward meets them: (the
+        embedding: embed_tokens and GPT-2's wpe; each decoder layer from layer 0; the top: final norm, then
+        lm_head when untied). From model_other_shapes and layer_param_numels."""
+        other = self.model_other_shapes()
+        emb = tuple(prod(s) for k in ("embed_tokens", "wpe (learned positions)") if k in other
+                    for s, n in [other[k]] for _ in range(n))
+        top = tuple(prod(s) for k in ("final norm", "lm_head") if k in other for s, n in [other[k]] for _ in range(n))
+        moe, dense = self.layer_param_numels(), self.layer_param_numels(dense=True) if self.dense_layers else ()
+        return emb, [dense if i < self.dense_layers else moe for i in range(self.num_layers)], top
+
     def routed_expert_shapes(self) -> list[tuple[tuple[int, ...], int]]:
         """The routed experts' 3-D stacks (and gpt-oss's expert biases) among param_shapes: (shape, count)
         with the expert dim first, over all MoE layers; [] for a dense model."""

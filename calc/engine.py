@@ -32,6 +32,7 @@ from calc.layers import (
     attention_block,
     decoder_layer,
     embedding_block,
+    final_norm_block,
     head_block,
     inference_head_block,
     layer_norm,
@@ -100,6 +101,10 @@ class States:
     # DeepSpeed ZeRO-1/2 without offload: the gradient partition appears whole at the first bucket reduction,
     # once this many gradient elements have been produced in backward (None: grads grow as produced)
     first_reduction_elements: int | None = None
+    # ...and with the model's parameter order known (full fine-tuning, one pipeline stage, no tensor or expert
+    # parallelism): rank 0's partition as DeepSpeed allocates it (calc.parallel.zero12_rank0_partition)
+    rank0_partition: parallel.Zero12Partition | None = None
+    grad_bytes: int = 0  # bytes per gradient element
     keeps_16bit_step_grads: bool = False  # DeepSpeed ZeRO-0 *-mixed: FP16_(Unfused)Optimizer keeps them in step
     flattens_step_grads: bool = False  # DeepSpeed FP16_Optimizer (ZeRO-0 fused): fp32 copies flattened first
 
@@ -254,12 +259,21 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     # FusedAdam), which casts each 16-bit .grad to an fp32 .grad of its master copy and frees neither before
     # the step (fp16/unfused_optimizer.py, step; engine.py _do_optimizer_sanity_check: DDP_BFLOAT16 / FP16)
     fp16_wrapper = deepspeed and t.zero_stage == 0 and p.is_mixed
+    exact_order = zero12 and t.lora is None and tp == 1 and first and last and t.expert_parallel == 1
     return States(weights, grads, states + master, master, temp, grad32, zero_buf, trainable, n_local, cpu, nvme, comps,
                   load_host=load, persistent_grads=t.zero_stage == 3, zero3_gathered=gathered,
                   reduce_buckets=reduce_buckets,
                   first_reduction_elements=t.reduce_bucket_size if zero12 else None,
+                  rank0_partition=_rank0_partition(spec, dp, t.reduce_bucket_size) if exact_order else None,
+                  grad_bytes=grad_b,
                   keeps_16bit_step_grads=fp16_wrapper,
                   flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused)
+
+
+def _rank0_partition(spec: ModelSpec, dp: int, bucket: int) -> parallel.Zero12Partition:
+    """calc.parallel.zero12_rank0_partition of the whole model, memoized per spec, world size and bucket."""
+    return per_spec(spec, ("zero12 rank 0", dp, bucket), lambda: parallel.zero12_rank0_partition(
+        per_spec(spec, "param order", lambda: parallel.ParamOrder(*spec.param_numel_blocks())), dp, bucket))
 
 
 def _local_shapes(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[tuple[tuple[int, ...], int]]:
@@ -638,7 +652,9 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     fsdp = fsdp2_layer_terms(st, ctxs) if gl else None  # per layer: a MoE model's dense layers are smaller groups
     root_ag = st.gathered_root if gl else 0  # the root group's all-gather output (padded like its parameters)
     opt = st.optimizer
-    ga_grads = st.grads if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
+    part = partition_bytes(st)
+    # DeepSpeed ZeRO-1/2: between micro-steps the accumulated gradients are views of the last partition
+    ga_grads = part if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
     # a layer's share of the (sharded) gradients: under expert parallelism its profile holds the E / ep local
     # experts' gradients, which FSDP2 shards over n / ep ranks, not n: count them ep times against the total
@@ -714,11 +730,15 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                other0 + out.backward(layers) + kept + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
         grads = g_head
         if st.reduce_buckets:
-            # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the head's backward:
-            # the lm_head's gradient and the hidden state's gradient are alive (stage_1_and_2.py setup_buckets)
+            # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the lm_head's backward:
+            # its gradient and the hidden state's gradient are alive, and what the final norm saved (its backward
+            # runs after the hook; a tied lm_head has none, its first hook is the norm's) (stage_1_and_2.py
+            # setup_buckets)
             other0 += st.reduce_buckets
+            tied_head = sc.spec.tie_word_embeddings and first
+            norm = 0 if fused_ce or tied_head else block_profile(final_norm_block, ctx, replay=replay).saved
             tl.add("first gradient hook (buckets allocated)", "backward", w, ga_grads + head.param_grad_bytes, opt,
-                   cur, other0 + out.backward(layers) + kept + h_bytes)
+                   cur + norm, other0 + out.backward(layers) + kept + h_bytes)
     else:
         grads = 0
         other0 += st.reduce_buckets  # DeepSpeed ZeRO-1/2: allocated at the first gradient hook
@@ -765,7 +785,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         pg, alive, o = again if ckpt_i else plain
         g_now = grads + pg
         if reduced is not None:  # DeepSpeed ZeRO-1/2: the layer's own full grads + the partition once reduced
-            g_now = ga_grads + (st.grads if reduced(i) else 0) + (round(pg / scale_g) if scale_g else 0) + tied_partial
+            g_now = ga_grads + (part if reduced(i) else 0) + (round(pg / scale_g) if scale_g else 0) + tied_partial
         o += kept + out.backward(i + 1)
         if fsdp is None:
             return ((names[2][i] if ckpt_i else names[1][i], "backward", w, g_now if g_now > ga_grads else ga_grads,
@@ -804,12 +824,16 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         g_e = round(emb.param_grad_bytes * scale_g)
         g_emb = max(ga_grads, grads + g_e)
         if reduced is not None:
-            g_emb = ga_grads + (st.grads if reduced(-1) else 0) + emb.param_grad_bytes + tied_partial
+            g_emb = ga_grads + (part if reduced(-1) else 0) + emb.param_grad_bytes + tied_partial
         tl.add("embedding backward", "backward", w, g_emb, opt, cur,
                other0 + out.previous + emb.bwd_peak - emb.bwd_peak_pgrad)
     if reduced is not None:
-        # the backward epilogue reduces what is left in the bucket into the partition, then frees the buckets
-        tl.add("gradient reduction (epilogue)", "backward", st.weights, ga_grads + st.grads, opt, 0,
+        # the backward epilogue reduces what is left in the bucket into the partition, then frees the buckets;
+        # a gradient larger than the bucket waits as its own tensor until then, and one of the embedding's whose
+        # hook made the partition appear is alive beside it at that moment
+        rp = st.rank0_partition
+        pending = max(rp.pending_at_end, rp.trigger if rp.block == len(lay) + 1 else 0) * st.grad_bytes if rp else 0
+        tl.add("gradient reduction (epilogue)", "backward", st.weights, ga_grads + part + pending, opt, 0,
                other0 + out.previous)
     _optimizer_rows(tl, sc, st, inputs + out.previous + st.zero_buffers)
     return tl
@@ -821,16 +845,23 @@ def _first_reduction(st: States, head: BlockProfile | None, lay: list[BlockProfi
     gradient partition (stage_1_and_2.py copy_grads_in_partition: grads_in_partition), has happened by the
     backward of layer i (-1: the embedding). Gradients are produced from the lm_head down and DeepSpeed reduces
     the bucket when the next gradient would overflow reduce_bucket_size elements; the engine counts the partition
-    from the block whose gradients pass that size (block granularity). None outside ZeRO-1/2."""
+    from the block whose gradients pass that size (block granularity). None outside ZeRO-1/2. With the model's
+    parameter order known (States.rank0_partition), the block whose hooks run the first reduction that holds
+    one of rank 0's parameters."""
     if st.first_reduction_elements is None or not scale_g:
         return None
+    n = len(lay)
+    if st.rank0_partition is not None:
+        # a block's hooks run as its gradients are produced, after the moment its row stands for (the embedding's
+        # after its backward: measured, GPT-2 on 3 ranks), so the partition is there from the next block on
+        block = st.rank0_partition.block  # 0: the top, n - i: layer i, n + 1: the embedding
+        return lambda i: block < (n + 1 if i < 0 else n - i)
     # gradient bytes that reached the hooks by the end of each block (a tied lm_head's with the embedding's)
     produced = [head.param_grad_bytes if head and not tied else 0]
     for layer in reversed(lay):
         produced.append(produced[-1] + layer.param_grad_bytes)
     total = produced[-1] + (emb.param_grad_bytes if emb else 0) + (head.param_grad_bytes if head and tied else 0)
     limit = st.first_reduction_elements * total / max(1, st.trainable)  # in bytes of produced gradients
-    n = len(lay)
     return lambda i: (total if i < 0 else produced[n - i]) > limit
 
 
@@ -840,13 +871,28 @@ def _optimizer_rows(tl: _Timeline, sc: Scenario, st: States, other: int) -> None
     (stage_1_and_2.py step: flatten, .to(fp32)); FP16_Optimizer (ZeRO-0, FusedAdam) casts each 16-bit grad
     to fp32 and flattens the copies (fp16/fused_optimizer.py step). Modelled from DeepSpeed's source; the
     ZeRO-1/2 one is measured on the CPU."""
+    if st.rank0_partition is not None:
+        # the gradient norm first (get_grad_norm_direct): each of the rank's gradients copied to fp64 in turn
+        # (zero/utils.py get_norm_dtype), beside the partition; measured on the CPU
+        tl.add("gradient norm (fp64 copy)", "optimizer", st.weights,
+               partition_bytes(st) + 8 * st.rank0_partition.largest, st.optimizer, 0, other)
     if st.first_reduction_elements is not None:
-        flat = st.grads + st.grad_fp32_step  # the flat copy, and its fp32 cast for a 16-bit model
-        tl.add("gradient partition flattened", "optimizer", st.weights, st.grads + flat, st.optimizer, 0, other)
+        flat = st.grads + st.grad_fp32_step  # the flat copy of the rank's range, and its fp32 cast for a 16-bit model
+        tl.add("gradient partition flattened", "optimizer", st.weights, partition_bytes(st) + flat, st.optimizer, 0,
+               other)
     elif st.flattens_step_grads:
         tl.add("gradients cast to fp32 and flattened", "optimizer", st.weights, st.grads + 2 * st.grad_fp32_step,
                st.optimizer, 0, other)
     tl.add("optimizer step", "optimizer", st.weights, step_gradient_bytes(sc, st), st.optimizer, 0, other + st.opt_temp)
+
+
+def partition_bytes(st: States) -> int:
+    """DeepSpeed ZeRO-1/2 (no offload): the bytes of the rank's gradient partition (grads_in_partition),
+    every parameter tensor starting in its range, whole, where the parameter order is known (rank 0),
+    else its share."""
+    if st.rank0_partition is None:
+        return st.grads
+    return st.rank0_partition.elements * st.grad_bytes
 
 
 def step_gradient_bytes(sc: Scenario, st: States) -> int:
@@ -1176,9 +1222,8 @@ def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Compone
                              source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
                                        "and reshard (modelled from FSDP2's source, calc.engine.fsdp2_states)")))
     if event in FLATTEN_EVENTS:
-        out.append(Component(key="gradients", category="gradients",
-                             label=N_("Gradients flattened and cast to fp32 for the optimizer step"), bytes=grads,
-                             formula=FLATTEN_EVENTS[event],
+        out.append(Component(key="gradients", category="gradients", label=FLATTEN_EVENTS[event][0], bytes=grads,
+                             formula=FLATTEN_EVENTS[event][1],
                              source=N_("DeepSpeed's source (calc.engine._optimizer_rows)")))
         return out + _states_and_rest(sc, st, row, ws)
     gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
@@ -1202,12 +1247,16 @@ def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Compone
     return out + _states_and_rest(sc, st, row, ws)
 
 
-# The moments before DeepSpeed's optimizer step where gradients are flattened (calc.engine._optimizer_rows)
+# The moments before DeepSpeed's optimizer step where gradients are copied (calc.engine._optimizer_rows): label,
+# formula
+_FLATTENED = N_("Gradients flattened and cast to fp32 for the optimizer step")
 FLATTEN_EVENTS = {
-    "gradient partition flattened": N_("the rank's gradient partition + its flat copy (+ that copy cast to fp32 "
-                                       "for a 16-bit model)"),
-    "gradients cast to fp32 and flattened": N_("the 16-bit gradients + an fp32 copy of each + the flat fp32 tensor "
-                                               "they are joined into"),
+    "gradient norm (fp64 copy)": (N_("Gradients and an fp64 copy for the gradient norm"),
+                                  N_("the rank's gradient partition + an fp64 copy of its largest gradient")),
+    "gradient partition flattened": (_FLATTENED, N_("the rank's gradient partition + its flat copy (+ that copy "
+                                                    "cast to fp32 for a 16-bit model)")),
+    "gradients cast to fp32 and flattened": (_FLATTENED, N_("the 16-bit gradients + an fp32 copy of each + the flat "
+                                                            "fp32 tensor they are joined into")),
 }
 
 

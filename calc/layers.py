@@ -990,6 +990,22 @@ def embedding_block(c: Ctx) -> Graph:
     return _finish(g, dropout(g, x, t * h, c.r * t * h, s.embedding_dropout, c))
 
 
+def final_norm(g: Graph, c: Ctx) -> tuple[int, int]:
+    """The model's final norm on the block input (tensor 0): LayerNorm or RMSNorm, as the family has it.
+    Returns (output id, output bytes per element)."""
+    if c.spec.uses_layernorm:
+        return layer_norm(g, 0, c.r, c)
+    return rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c))
+
+
+def final_norm_block(c: Ctx) -> Graph:
+    """The final norm alone. What it saves for backward stays alive until its backward runs, after the
+    lm_head's weight gradient reached its hook (AccumulateGrad runs first: DeepSpeed ZeRO-1/2's first
+    gradient hook, calc.engine)."""
+    g = Graph(input_bytes=c.r * c.tokens * c.spec.hidden_size, round_to=512 if c.cuda else 1)
+    return _finish(g, final_norm(g, c)[0])
+
+
 def head_block(c: Ctx) -> Graph:
     """Final norm, lm_head and the loss inside `ForCausalLM.forward(labels=...)`:
     logits (B, S, V/tp) in compute dtype, `logits.float()` (a new fp32 copy unless already fp32),
@@ -1001,10 +1017,7 @@ def head_block(c: Ctx) -> Graph:
     t, h = c.tokens, s.hidden_size
     v = s.vocab_size // c.tp
     g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
-    if s.uses_layernorm:
-        y, _ = layer_norm(g, 0, c.r, c)
-    else:
-        y, _ = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c))
+    y, _ = final_norm(g, c)
     logits = linear(g, y, h, v, c, name="lm_head")
     lb = c.a
     if s.final_logit_softcapping:
@@ -1041,7 +1054,7 @@ def liger_head_block(c: Ctx) -> Graph:
     t, h = c.tokens, s.hidden_size
     v = s.vocab_size // c.tp
     g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
-    y, yb = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c)) if not s.uses_layernorm else layer_norm(g, 0, c.r, c)
+    y, yb = final_norm(g, c)
     xb = 2 if c.amp else yb  # autocast runs the chunk matmuls in 16-bit
     w16 = g.op(2 * v * h, grad=False, name="autocast lm_head weight copy") if c.amp else None
     gw = 0 if c.frozen_base else (4 if c.amp else c.w) * v * h
@@ -1061,10 +1074,7 @@ def inference_head_block(c: Ctx) -> Graph:
     s = c.spec
     t, h = c.tokens, s.hidden_size
     g = Graph(input_bytes=c.r * t * h, round_to=512 if c.cuda else 1)
-    if s.uses_layernorm:
-        y, _ = layer_norm(g, 0, c.r, c)
-    else:
-        y, _ = rms_norm(g, 0, c.r, c, gemma=fp32_product_norm(c))
+    y, _ = final_norm(g, c)
     v = s.vocab_size // c.tp
     logits = linear(g, y, h, v, c, name="lm_head")
     g.keep(y)

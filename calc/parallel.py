@@ -8,7 +8,9 @@ values the DeepSpeed export writes, so the estimate and the exported config agre
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 
 # DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py), in elements.
 REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size: the stage-2 IPG gradient bucket
@@ -63,6 +65,75 @@ def reduce_bucket_bytes(grad_bytes: int, stage: int, autocast_bytes: int = 0,
     if stage == 3:
         return elements * per_dtype
     return 0
+
+
+@dataclass(frozen=True)
+class Zero12Partition:
+    """Rank 0's gradient partition under DeepSpeed ZeRO-1/2 with contiguous_gradients (no offload)."""
+
+    elements: int  # grads_in_partition: every parameter tensor that starts in rank 0's range, whole
+    block: int  # backward block whose hooks run the first reduction holding one of them (see below)
+    pending_at_end: int  # elements of an oversized gradient still waiting for the epilogue's reduction
+    largest: int = 0  # the largest of its gradients within its range (the step's fp64 norm copies one at a time)
+    trigger: int = 0  # elements of the gradient whose hook ran that reduction (alive beside the new partition)
+
+
+class ParamOrder:
+    """A model's parameter tensors (elements each) in registration order, grouped as backward meets them
+    (calc.architectures.ModelSpec.param_numel_blocks: the embedding's, each layer's, the top's); built once
+    per model, asked for any world size and bucket (zero12_rank0_partition)."""
+
+    def __init__(self, emb: tuple[int, ...], layers: list[tuple[int, ...]], top: tuple[int, ...]) -> None:
+        flat = [*emb, *[x for layer in layers for x in layer], *top]
+        self.starts = list(accumulate(flat, initial=0))
+        self.numels = flat
+        self.largest_before = list(accumulate(flat, max, initial=0))  # [k]: the largest of the first k tensors
+        firsts = list(accumulate([len(emb)] + [len(layer) for layer in layers], initial=0))  # each block's first
+        # (first flat index, elements) of each block in backward order: the top, the layers down, the embedding
+        self.blocks = ([(firsts[-1], top)] + [(firsts[1 + i], layers[i]) for i in reversed(range(len(layers)))]
+                       + [(0, emb)])
+
+
+def zero12_rank0_partition(order: ParamOrder, world: int, bucket: int) -> Zero12Partition:
+    """Modelled from DeepSpeed 0.19's stage_1_and_2.py, then measured (data/measured_deepspeed*.jsonl).
+    The parameters (`order`) are flattened into one group padded to a multiple of 2 x world
+    (nccl_start_alignment_factor) and cut into `world` equal ranges; the export leaves
+    round_robin_gradients off, so the order is the model's. Rank 0's params_in_partition are the tensors
+    that start in its range, and copy_grads_in_partition allocates grads_in_partition for all of them,
+    whole, at the first bucket reduction (reduce_ipg_grads) that holds one of them. A gradient's hook adds
+    it to the bucket after reducing the bucket if it would overflow reduce_bucket_size elements; one larger
+    than the bucket is reduced on its own at the next hook (or the epilogue). Gradients reach the hooks
+    from the top block (lm_head, then the final norm) down through the layers to the embedding, each
+    block's in reverse registration order (within a layer the norms' hooks run beside their neighbours,
+    not where this order puts them: a few hidden-size tensors). `block`: 0 the top, 1 + k the k-th layer
+    from the top, the number of layers + 1 the embedding, + 2 the backward epilogue."""
+    starts = order.starts
+    align = 2 * world
+    size = -(-starts[-1] // align) * align // world
+    count = bisect_left(starts, size) if size < starts[-1] else len(order.numels)  # rank 0's tensors
+    mine = starts[count]
+    # the step's gradient norm (get_grad_norm_direct) reads each whole, the last one's part inside the range
+    largest = max(order.largest_before[count - 1], min(order.numels[count - 1], size - starts[count - 1]))
+    last = order.blocks[-1][1][0]  # the embedding's weight: the last gradient to reach a hook
+    pending = last if last > bucket else 0  # an oversized one waits for the epilogue
+    held = holds_mine = 0
+    passed: dict[tuple[int, int], int] = {}  # (id of a layer's tuple, held before) -> held after, none of it mine
+    for b, (first, numels) in enumerate(order.blocks):
+        if starts[first] >= size and not holds_mine and (id(numels), held) in passed:
+            held = passed[id(numels), held]  # identical layers above rank 0's range: one look-up each
+            continue
+        before = held
+        for k in reversed(range(len(numels))):
+            n = numels[k]
+            if held + n > bucket:
+                if holds_mine:
+                    return Zero12Partition(mine, b, pending, largest, n)
+                held = holds_mine = 0
+            held += n
+            holds_mine |= starts[first + k] < size
+        if not holds_mine:
+            passed[id(numels), before] = held
+    return Zero12Partition(mine, len(order.blocks), pending, largest)
 
 
 def pinned_bytes(nbytes: int, target: str) -> int:

@@ -5,6 +5,7 @@ Every file is validated by pydantic when loaded; a bad file raises PresetError n
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,9 @@ from calc.i18n import T_
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
+ID_PATTERN = r"^[a-z0-9][a-z0-9.\-]*$"  # a preset's id, also its file name: no path separators
+
+
 class PresetError(ValueError):
     """A preset file is missing, malformed or inconsistent."""
 
@@ -27,7 +31,7 @@ class PresetError(ValueError):
 class ModelPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    id: str = Field(pattern=ID_PATTERN)
     name: str
     source: str = Field(description="URL of the config.json the shapes come from")
     published_params: int = Field(gt=0, description="parameter count published by the authors / HF")
@@ -51,7 +55,7 @@ Architecture = Literal["volta", "turing", "ampere", "ada-lovelace", "hopper", "b
 class GpuPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    id: str = Field(pattern=ID_PATTERN)
     name: str
     vendor: Literal["nvidia", "amd"]
     memory_bytes: int = Field(gt=0, description="total device memory as nvidia-smi / rocm-smi reports it")
@@ -77,7 +81,7 @@ class GpuPreset(BaseModel):
 class ClusterPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    id: str = Field(pattern=ID_PATTERN)
     name: str
     gpu: str
     num_gpus: int = Field(ge=1)
@@ -106,28 +110,34 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
 
 
+def _load_file(path: Path, cls: type[BaseModel]) -> Any:
+    try:
+        data = load_yaml(path.read_text())
+        item = cls.model_validate(data)
+    except (yaml.YAMLError, ValidationError, ValueError) as exc:
+        raise PresetError(f"{path}: {exc}") from None
+    if item.id != path.stem:
+        raise PresetError(f"{path}: id {item.id!r} must equal the file name {path.stem!r}")
+    return item
+
+
 def _load_dir(kind: str, cls: type[BaseModel]) -> dict[str, Any]:
-    items: dict[str, Any] = {}
-    for path in sorted((PRESETS_DIR / kind).glob("*.yaml")):
-        try:
-            data = load_yaml(path.read_text())
-            item = cls.model_validate(data)
-        except (yaml.YAMLError, ValidationError, ValueError) as exc:
-            raise PresetError(f"{path}: {exc}") from None
-        if item.id != path.stem:
-            raise PresetError(f"{path}: id {item.id!r} must equal the file name {path.stem!r}")
-        items[item.id] = item
-    return items
+    items = (_load_file(path, cls) for path in sorted((PRESETS_DIR / kind).glob("*.yaml")))
+    return {item.id: item for item in items}
+
+
+def _spec_of(item: ModelPreset) -> ModelSpec:
+    try:
+        return item.spec
+    except ValueError as exc:
+        raise PresetError(f"{PRESETS_DIR / 'models' / (item.id + '.yaml')}: {exc}") from None
 
 
 @lru_cache(maxsize=1)
 def model_presets() -> dict[str, ModelPreset]:
     items = _load_dir("models", ModelPreset)
     for item in items.values():
-        try:
-            _ = item.spec
-        except ValueError as exc:
-            raise PresetError(f"{PRESETS_DIR / 'models' / (item.id + '.yaml')}: {exc}") from None
+        _spec_of(item)
     return items
 
 
@@ -148,6 +158,9 @@ def cluster_presets() -> dict[str, ClusterPreset]:
 
 @lru_cache(maxsize=256)
 def _spec_for_preset(preset_id: str) -> ModelSpec:
+    path = PRESETS_DIR / "models" / f"{preset_id}.yaml"
+    if not model_presets.cache_info().currsize and re.fullmatch(ID_PATTERN, preset_id) and path.is_file():
+        return _spec_of(_load_file(path, ModelPreset))  # one file, not all of them: a command about one model
     presets = model_presets()
     if preset_id not in presets:
         raise UserError(T_("unknown model preset {preset}; run `python -m calc presets` to list them",

@@ -30,7 +30,7 @@ EVENTS: tuple[str, ...] = (
     N_("optimizer step"), N_("final norm + lm_head"),
     # DeepSpeed ZeRO-0/1/2 (calc.engine)
     N_("first gradient hook (buckets allocated)"), N_("gradient reduction (epilogue)"),
-    N_("gradient partition flattened"), N_("gradients cast to fp32 and flattened"))
+    N_("gradient norm (fp64 copy)"), N_("gradient partition flattened"), N_("gradients cast to fp32 and flattened"))
 FORWARD_LAYER = N_("forward layer {layer}")
 BACKWARD_LAYER = N_("backward layer {layer}")
 RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")

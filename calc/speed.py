@@ -255,6 +255,25 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s"
 
 
+_DP_LABELS = ("Data-parallel gradient all-reduce", "ZeRO-1 reduce-scatter + parameter all-gather",
+              "ZeRO-2 gradient reduce-scatter + parameter all-gather",
+              "ZeRO-3 parameter all-gathers + gradient reduce-scatter")
+
+
+def _dp_volume_text(z: int, dp: int, ga: int, m_grad: int, m_w: int) -> str:
+    """What the data-parallel collectives move at ZeRO stage z, as the formula shown for dp_comm."""
+    if z == 0:
+        return f"2 x ({dp}-1)/{dp} x {m_grad:,} B grads (all-reduce once per step)"
+    if z == 1:
+        return (f"({dp}-1)/{dp} x {m_grad:,} B grads (reduce-scatter) + ({dp}-1)/{dp} x {m_w:,} B "
+                "weights (all-gather after the step)")
+    if z == 2:
+        return (f"{ga} micro-batches x ({dp}-1)/{dp} x {m_grad:,} B grads (reduce-scatter) + "
+                f"({dp}-1)/{dp} x {m_w:,} B weights (all-gather after the step)")
+    return (f"{ga} micro-batches x ({dp}-1)/{dp} x (2 x {m_w:,} B weights all-gathered forward and "
+            f"backward + {m_grad:,} B grads reduce-scattered)")
+
+
 def _bw_name(bw_kind: str) -> str:
     return {"nvlink": "NVLink", "pcie": "PCIe", "network": N_("inter-node network"), "none": "none"}[bw_kind]
 
@@ -391,23 +410,12 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
         z = t.zero_stage
         if z == 0:
             over_b, after_b = 2 * f * m_grad, 0.0
-            text = f"2 x ({dp}-1)/{dp} x {m_grad:,} B grads (all-reduce once per step)"
-            label = "Data-parallel gradient all-reduce"
         elif z == 1:
             over_b, after_b = f * m_grad, f * m_w
-            text = (f"({dp}-1)/{dp} x {m_grad:,} B grads (reduce-scatter) + ({dp}-1)/{dp} x {m_w:,} B "
-                    "weights (all-gather after the step)")
-            label = "ZeRO-1 reduce-scatter + parameter all-gather"
         elif z == 2:
             over_b, after_b = ga * f * m_grad, f * m_w
-            text = (f"{ga} micro-batches x ({dp}-1)/{dp} x {m_grad:,} B grads (reduce-scatter) + "
-                    f"({dp}-1)/{dp} x {m_w:,} B weights (all-gather after the step)")
-            label = "ZeRO-2 gradient reduce-scatter + parameter all-gather"
         else:
             over_b, after_b = ga * f * (2 * m_w + m_grad), 0.0
-            text = (f"{ga} micro-batches x ({dp}-1)/{dp} x (2 x {m_w:,} B weights all-gathered forward and "
-                    f"backward + {m_grad:,} B grads reduce-scattered)")
-            label = "ZeRO-3 parameter all-gathers + gradient reduce-scatter"
         total = (over_b + after_b) / bw
         if a.overlap_comm:
             # stage 0/1 reduce at the accumulation boundary: only the last micro-batch's backward hides
@@ -421,21 +429,21 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
                 hide = bwd_mb if z < 2 else bwd_mb * ga
                 exposed = max(over_b / bw - hide, last_bucket) + after_b / bw
                 ov = (f"; overlap_comm hides up to {_fmt_s(hide)} of "
-                      + ("the last micro-batch's backward" if z < 2 else "backward"))
+                      + ("the last micro-batch's backward" if z < 2 else "backward")) if explain else ""
             else:
                 fwd_c, bwd_c = f * m_w / bw, f * (m_w + m_grad) / bw
                 exposed = ga * (max(0.0, fwd_c - fwd_mb) + max(0.0, bwd_c - bwd_mb))
                 exposed = max(exposed, last_bucket)
                 ov = (f"; per micro-batch the forward all-gather ({_fmt_s(fwd_c)}) hides behind {_fmt_s(fwd_mb)} of "
                       f"forward and the backward all-gather + reduce-scatter ({_fmt_s(bwd_c)}) behind "
-                      f"{_fmt_s(bwd_mb)} of backward")
-            ov += f"; the last {REDUCE_BUCKET_ELEMENTS:,}-element reduce bucket stays exposed"
+                      f"{_fmt_s(bwd_mb)} of backward") if explain else ""
+            ov += f"; the last {REDUCE_BUCKET_ELEMENTS:,}-element reduce bucket stays exposed" if explain else ""
         else:
             exposed, ov = total, "; overlap_comm off: nothing hidden"
         comm_terms.append(_Term(
-            "dp_comm", "communication", label, exposed, total,
-            f"[{text}] / {bw / 1e9:.3g} GB/s ({_bw_name(kind)}, x{a.comm_efficiency:g} efficiency){ov}"
-            if explain else "",
+            "dp_comm", "communication", _DP_LABELS[z], exposed, total,
+            f"[{_dp_volume_text(z, dp, ga, m_grad, m_w)}] / {bw / 1e9:.3g} GB/s ({_bw_name(kind)}, "
+            f"x{a.comm_efficiency:g} efficiency){ov}" if explain else "",
             "ring collectives move 2(N-1)/N (all-reduce) or (N-1)/N (reduce-scatter, all-gather) of the data "
             "per GPU (Patarasuk & Yuan 2009); ZeRO-1/2 = DP volume, ZeRO-3 = 1.5x (Rajbhandari et al. 2020, "
             "section 7)"))
@@ -539,6 +547,15 @@ def step_time(spec: ModelSpec, t: Any, hw: _Hw, mode: Mode, a: SpeedAssumptions,
     step_s = compute_total + comm_s + off_s
     return _Raw(terms, compute_total, comm_s, comm_total, off_s, step_s, tokens_step, model_fpt, exec_fpt, peak,
                 interconnect, notes)
+
+
+def compute_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions) -> float:
+    """Tokens/s that `gpus` GPUs (dp x tp x pp) reach on the executed FLOPs alone: step_time's compute term
+    (executed FLOPs per token x tokens / (tp x pp) / (peak x MFU)) inverted. Every other term (pipeline bubble,
+    eager attention, dequantisation, exposed communication, offload) only adds time, and the FLOPs per token
+    do not depend on the micro-batch split, so this bounds `raw`'s tokens_per_s at every split of the same
+    tokens per replica from above (with a relative 1e-9 for rounding)."""
+    return gpus * raw.peak_flops * a.mfu / raw.exec_fpt * (1 + 1e-9)
 
 
 def estimate_speed(sc: Scenario, assumptions: SpeedAssumptions | None = None) -> SpeedEstimate:

@@ -128,10 +128,12 @@ DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
      "hook and freed at the end of backward; one at ZeRO-3 (contiguous_gradients) from initialisation on; per "
      "communication dtype (amp-*: fp32 and the autocast dtype)"), N_("measured (CPU)")),
     (N_("ZeRO-1/2 with reduce_bucket_size below the model's size: the partition appears mid-backward (tied "
-     "embeddings: the lm_head's gradient joins the bucket with the embedding's)"), N_("measured (CPU: 3 runs, 7 held out)")),
-    (N_("ZeRO-1/2 rank 0's grads_in_partition holds every parameter overlapping its partition whole, in "
-     "round-robin order, from the first reduction holding one of them (stage_1_and_2.py _round_robin_reorder)"),
-     N_("measured on 1 probe (+4.2 %), not modelled: the engine takes parameters / N at the first reduction")),
+     "embeddings: the lm_head's gradient joins the bucket with the embedding's)"), N_("measured (CPU: 5 runs, 16 held out)")),
+    (N_("ZeRO-1/2 on several ranks: rank 0's grads_in_partition holds every parameter that starts in its range "
+     "whole, in the model's parameter order (the export leaves round_robin_gradients off), from the first "
+     "reduction holding one of them; before the step each of its gradients is copied to fp64 for the gradient "
+     "norm (stage_1_and_2.py get_partition_info, copy_grads_in_partition, get_grad_norm_direct)"),
+     N_("measured (CPU: 2 runs, 8 held out)")),
     (N_("ZeRO-3 gathered parameters and prefetch (capped by the model size)"), N_("measured (CPU, small models)")),
     (N_("CPU optimizer / parameter offload: DeepSpeedCPUAdam states, fp32 master and gradient partitions, "
      "16-bit staging copies"), N_("measured (CPU accelerator: the host is the device)")),

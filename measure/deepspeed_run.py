@@ -226,14 +226,15 @@ SUITE += [
 ]
 
 
-# Measured but not in the data set: rank 0's gradient partition holds every parameter that overlaps it whole
-# (round-robin order, stage_1_and_2.py _round_robin_reorder and copy_grads_in_partition's total_size) and is
-# allocated at the first reduction holding one of them; the engine takes P/N at the first reduction (4 ranks:
-# +4.2 % in backward, -4.1 % at the step; GPT-2 on 3 ranks with 16 tokens: +11 %, -7 % at the step; README)
-PROBES: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
-    ("ds-probe-z2-fp32-w4-llama-6l-bucket1500k", "llama", 4, 2, "fp32", "none", "none",
+# Several ranks and a bucket below the model's size: rank 0's gradient partition holds every parameter tensor
+# that starts in its range whole and appears at the first reduction holding one of them (stage_1_and_2.py
+# copy_grads_in_partition's total_size). Measured as probes while the engine took parameters / N at the first
+# reduction (+4.2 % and +11 % in backward, -4.1 % and -7 % at the step); re-measured once that was modelled
+# (calc.parallel.zero12_rank0_partition) and moved here.
+SUITE += [
+    ("ds-z2-fp32-w4-llama-6l-bucket1500k", "llama", 4, 2, "fp32", "none", "none",
      {"layers": 6, "reduce_bucket_size": 1_500_000}),
-    ("ds-probe-z2-fp32-w3-gpt2-s16-bucket700k", "gpt2", 3, 2, "fp32", "none", "none",
+    ("ds-z2-fp32-w3-gpt2-s16-bucket700k", "gpt2", 3, 2, "fp32", "none", "none",
      {"reduce_bucket_size": 700_000, "seq_len": 16, "micro_batch_size": 1}),
 ]
 
@@ -270,6 +271,27 @@ HELDOUT: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
     # 16-token batches: the activations are small, so the backward peak is where the partition and buckets are
     ("ds-heldout-z2-bf16-mixed-w2-llama-s16-bucket2m", "llama", 2, 2, "bf16-mixed", "none", "none",
      {"reduce_bucket_size": 2_000_000, "seq_len": 16, "micro_batch_size": 1}),
+    # after rank 0's whole-tensor partition was modelled (calc.parallel.zero12_rank0_partition): buckets below
+    # the model's size at 2-4 ranks, other families, widths and depths, tied and untied embeddings (some larger
+    # than the bucket), 16-token batches, accumulation, checkpointing, and offload (which keeps no partition)
+    ("ds-heldout-z2-bf16-mixed-w3-llama-s16-bucket800k", "llama", 3, 2, "bf16-mixed", "none", "none",
+     {"reduce_bucket_size": 800_000, "seq_len": 16, "micro_batch_size": 1}),
+    ("ds-heldout-z1-fp32-w4-qwen2-6l-bucket1m", "qwen2", 4, 1, "fp32", "none", "none",
+     {"layers": 6, "reduce_bucket_size": 1_000_000}),
+    ("ds-heldout-z2-fp32-w2-mistral-320-s16-bucket600k", "mistral", 2, 2, "fp32", "none", "none",
+     {"width": 320, "reduce_bucket_size": 600_000, "seq_len": 16, "micro_batch_size": 1}),
+    ("ds-heldout-z2-bf16-mixed-w4-gpt2-s16-bucket1500k", "gpt2", 4, 2, "bf16-mixed", "none", "none",
+     {"reduce_bucket_size": 1_500_000, "seq_len": 16, "micro_batch_size": 1}),
+    ("ds-heldout-z1-bf16-mixed-w3-mistral-s16-bucket2m", "mistral", 3, 1, "bf16-mixed", "none", "none",
+     {"reduce_bucket_size": 2_000_000, "seq_len": 16, "micro_batch_size": 1}),
+    ("ds-heldout-z2-fp32-w2-llama-accum2-s16-bucket1m", "llama", 2, 2, "fp32", "none", "none",
+     {"reduce_bucket_size": 1_000_000, "gradient_accumulation_steps": 2, "seq_len": 16, "micro_batch_size": 1}),
+    ("ds-heldout-z2-bf16-mixed-ckpt-w4-llama-bucket1m", "llama", 4, 2, "bf16-mixed", "none", "none",
+     {"reduce_bucket_size": 1_000_000, "activation_checkpointing": "full"}),
+    ("ds-heldout-z1-fp32-w3-gpt2-6l-bucket3m", "gpt2", 3, 1, "fp32", "none", "none",
+     {"layers": 6, "reduce_bucket_size": 3_000_000}),
+    ("ds-heldout-z2-bf16-mixed-offload-w3-qwen2-bucket1m", "qwen2", 3, 2, "bf16-mixed", "cpu", "none",
+     {"reduce_bucket_size": 1_000_000}),
 ]
 
 

@@ -76,7 +76,7 @@ if steps:
                      _("tokens/s per GPU"): "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}",
                      _("speed vs previous step"): say(cost) if cost else "—",
                      _("method change"): _("yes") if s.method_change else ""})
-    st.table(rows, hide_index=True)
+    st.markdown(fmt.table(rows))
     for s in steps:
         if s.why_more:
             st.caption(_("Step {step} ({name}) {why}", step=s.step, name=say(s.name), why=say(s.why_more)))
@@ -120,11 +120,11 @@ if rec is not None:
             st.warning(say(line), icon=":material/speed:")
         if not cands:
             continue
-        st.table([{"#": c.rank, _("configuration"): fmt.plain(say(c.label)),
-                   _("tokens/s per GPU"): f"{c.tokens_per_s_per_gpu:,.0f}", _("step"): f"{c.step_s:,.3g} s",
-                   _("device total"): fmt.gib(c.device_total_expected_bytes),
-                   _("CPU RAM per node"): fmt.gib(c.cpu_ram_bytes), _("verdict"): short(c.verdict),
-                   _("method change"): _("yes") if c.method_change else ""} for c in cands], hide_index=True)
+        st.markdown(fmt.table([{"#": c.rank, _("configuration"): fmt.plain(say(c.label)),
+                               _("tokens/s per GPU"): f"{c.tokens_per_s_per_gpu:,.0f}", _("step"): f"{c.step_s:,.3g} s",
+                               _("device total"): fmt.gib(c.device_total_expected_bytes),
+                               _("CPU RAM per node"): fmt.gib(c.cpu_ram_bytes), _("verdict"): short(c.verdict),
+                               _("method change"): _("yes") if c.method_change else ""} for c in cands]))
         unknown = [c for c in cands if c.verdict.fits is None]
         if unknown:
             st.caption(f"#{unknown[0].rank}: {headline(unknown[0].verdict)}.")
@@ -172,7 +172,7 @@ def _draw_table(budget_s: float) -> int:
     grid = [{_("model"): f"{models[m].name} ({models[m].spec.total_params() / 1e9:,.1f} B)",
              **{_hw_label(h): _cell(c) for h, c in zip(TABLE_HARDWARE, row, strict=True)}}
             for m, row in zip(TABLE_MODELS, cells, strict=True)]
-    st.table(grid, hide_index=True)
+    st.markdown(fmt.table(grid))
     missing = sum(c is None for row in cells for c in row)
     if missing:
         st.caption(_("{missing} of {cells} cells are still being searched; they appear here as they are found.",

@@ -99,9 +99,9 @@ st.markdown("\n" + _("Four consumers share the GPU during training, plus transie
                 sum=g(f["category_max_sum"]), more=g(f["category_max_sum"] - b["peak"])))
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
 st.markdown(_("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):"))
-st.table([{_("term"): fmt.plain(c.label_in(current())), _("at the peak"): g(c.bytes),
+st.markdown(fmt.table([{_("term"): fmt.plain(c.label_in(current())), _("at the peak"): g(c.bytes),
            _("formula"): fmt.plain(c.formula_in(current()))}
-          for c in f["estimate"].components if c.bytes], hide_index=True)
+          for c in f["estimate"].components if c.bytes]))
 grad_comp = next((c for c in f["estimate"].components if c.key == "gradients"), None)
 if grad_comp is not None and grad_comp.label != "Parameter gradients (.grad)":
     st.caption(_("Gradients at the peak are the **{label}**: see [Bytes per parameter](#bytes-per-parameter) for why.",
@@ -123,11 +123,11 @@ st.markdown("\n" + _("Model states are counted per parameter. One table, compute
                      "step** is what is alive inside `optimizer.step()`: the gradients as the step sees them and the "
                      "step's scratch memory (foreach AdamW's `sqrt(v)` list, as large as the states' dtype x all "
                      "parameters; the fused kernel needs none).", name=f["name"], where=where_bpp) + "\n")
-st.table([{_("precision · optimizer (impl)"): xcharts.row_label(r), _("weights"): bpp(r["weights"]),
+st.markdown(fmt.table([{_("precision · optimizer (impl)"): xcharts.row_label(r), _("weights"): bpp(r["weights"]),
            _("gradients (.grad)"): bpp(r["gradients"]), _("fp32 master weights"): bpp(r["master_weights"]),
            _("optimizer states"): bpp(r["optimizer_states"]), _("held (model states)"): bpp(r["held"]),
            _("gradients at the step"): bpp(r["step_gradients"]), _("step scratch"): bpp(r["optimizer_temporaries"]),
-           _("at the optimizer step"): bpp(r["at_step"])} for r in rows], hide_index=True)
+           _("at the optimizer step"): bpp(r["at_step"])} for r in rows]))
 st.plotly_chart(xcharts.bytes_per_param_bars(rows, where_bpp), key="explain_bpp")
 one_gpu = f["bytes_per_param"]
 mixed = next((r for r in one_gpu if r["precision"] == "bf16-mixed" and r["optimizer"] == "adamw"), None)
@@ -149,11 +149,11 @@ st.markdown(_("Optimizer states for all {params} parameters of {name} in this sc
               "per 256-element block, bitsandbytes). **Optimizer states** here are the states alone; the fp32 master "
               "weights of mixed precision are counted separately (Bytes per parameter, above). The step scratch is "
               "foreach's temporary list; fused AdamW has none:", params=f"{n:,}", name=f["name"]))
-st.table([{_("optimizer"): r["optimizer"], _("implementation"): r["impl"],
+st.markdown(fmt.table([{_("optimizer"): r["optimizer"], _("implementation"): r["impl"],
            _("states / param"): bpp(r["states_per_param"]), _("optimizer states"): g(r["states"]),
            _("step scratch"): g(r["scratch"]), _("peak"): gv(r["run"] and r["run"]["peak"]),
            _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"] and r["run"]["verdict"])}
-          for r in f["optimizers"]], hide_index=True)
+          for r in f["optimizers"]]))
 
 # ---- mixed precision -----------------------------------------------------------------------
 header(3)
@@ -168,12 +168,12 @@ st.markdown("\n" + _("**FP16 vs BF16.** Both are 16-bit. FP16 has more mantissa 
                      bf16_ok=bf16_ok) + "\n\n"
             + _("**What each precision keeps.** Bytes per parameter from the table above, and this scenario's "
                 "activations and peak:") + "\n")
-st.table([{_("precision"): r["precision"], _("held / param"): bpp(r["per_param"]["held"]),
+st.markdown(fmt.table([{_("precision"): r["precision"], _("held / param"): bpp(r["per_param"]["held"]),
            _("at the step / param"): bpp(r["per_param"]["at_step"]),
            _("activations (largest)"): g(r["run"]["max_activations"]),
            _("of which autocast 16-bit weight copies"): g(r["autocast_copies"]) if r["autocast_copies"] else "—",
            _("peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
-          for r in f["precisions"]], hide_index=True)
+          for r in f["precisions"]]))
 if "amp-bf16" in pr and "bf16-mixed" in pr and "fp32" in pr:
     amp, mx, f32 = pr["amp-bf16"], pr["bf16-mixed"], pr["fp32"]
     st.markdown("\n" + _("DeepSpeed-style mixed precision (bf16-mixed) keeps 16-bit weights and gradients **plus** fp32 "
@@ -203,11 +203,10 @@ st.markdown("\n" + _("Backward needs what each layer saved in forward. Checkpoin
                      "fraction of the compute.", layers=f["layers"], k=k_sqrt) + "\n\n"
             + _("The lesson is in the **activations** column; the peak moves only when activations are what sets it:")
             + "\n")
-st.table([{_("checkpointing"): say(r["label"]), _("activations (largest)"): g(r["run"]["max_activations"]),
+st.markdown(fmt.table([{_("checkpointing"): say(r["label"]), _("activations (largest)"): g(r["run"]["max_activations"]),
            _("extra FLOPs (recompute)"): "—" if r["recompute"] is None else f"{100 * r['recompute']:.0f} %",
            _("step (calc.speed)"): secs(r["speed"] and r["speed"]["step_s"]), _("peak"): g(r["run"]["peak"]),
-           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in ck],
-         hide_index=True)
+           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in ck]))
 if ck and ck[0]["run"]["phase"] == "optimizer":
     st.info(_("Here the peak falls at the **optimizer step** ({peak}), where no activations are alive, so checkpointing "
               "cannot lower it: it frees activations that were never the limit. Reduce the model states first (ZeRO, "
@@ -229,13 +228,13 @@ st.markdown("\n" + _("Eager attention materialises the scores and the softmax pr
                      "terms disappear and **activations** grow linearly with the sequence. The saving is in the "
                      "activations; the peak follows only where activations set it:", heads=f["heads"]) + "\n")
 st.plotly_chart(xcharts.attention_sweep(att, b["gpu"]), key="explain_attention")
-st.table([{_("sequence length"): f"{r['seq']:,}" + (_(" (this scenario)") if r["current"] else ""),
+st.markdown(fmt.table([{_("sequence length"): f"{r['seq']:,}" + (_(" (this scenario)") if r["current"] else ""),
            _("activations, eager"): g(r["eager"]["max_activations"]),
            _("activations, SDPA"): g(r["sdpa"]["max_activations"]),
            _("saved"): f"{100 * (1 - r['sdpa']['max_activations'] / r['eager']['max_activations']):.0f} %",
            _("peak eager (falls at)"): f"{g(r['eager']['peak'])} ({tr(r['eager']['phase'])})",
            _("peak SDPA (falls at)"): f"{g(r['sdpa']['peak'])} ({tr(r['sdpa']['phase'])})",
-           _("SDPA verdict"): verdict(r["sdpa"]["verdict"])} for r in att], hide_index=True)
+           _("SDPA verdict"): verdict(r["sdpa"]["verdict"])} for r in att]))
 st.markdown(_("Other kernels with the same idea: **fused AdamW** (one kernel, no step scratch: compare the foreach and "
               "fused rows under [Optimizer states](#optimizer-states)), 8-bit optimizers, fused cross-entropy (no fp32 "
               "logits copy)."))
@@ -254,12 +253,12 @@ st.markdown("\n" + _("ZeRO (Rajbhandari et al. 2020) removes the copies plain da
                      "the gradients, stage 3 also the weights. The lesson is the **model states per GPU**, from the "
                      "bytes-per-parameter table x {params} parameters; the engine's peak adds activations, gathered "
                      "layers (stage 3) and reduce buckets (stage 2). On {where}:", params=f"{n:,}", where=where) + "\n")
-st.table([{_("stage"): r["stage"], _("model states / param"): bpp(r["per_param"] and r["per_param"]["held"]),
+st.markdown(fmt.table([{_("stage"): r["stage"], _("model states / param"): bpp(r["per_param"] and r["per_param"]["held"]),
            _("model states per GPU"): gv(r["per_param"] and r["per_param"]["held"] * r["per_param"]["params"]),
            _("at the optimizer step per GPU"): gv(r["per_param"] and r["per_param"]["at_step"] * r["per_param"]["params"]),
            _("engine peak"): gv(r["run"] and r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]),
            _("verdict"): verdict(r["run"] and r["run"]["verdict"]),
-           _("DP communication per step"): secs(r["comm_s"])} for r in zr], hide_index=True)
+           _("DP communication per step"): secs(r["comm_s"])} for r in zr]))
 st.markdown(_("Per-GPU device total as the data-parallel group grows ({gpu} GPUs, same micro-batch per GPU, no tensor or "
               "pipeline parallelism): only stage 3 keeps falling, because the 16-bit weights are the last replicated "
               "state. On one GPU nothing is sharded, and stages 1 and 2 only add DeepSpeed's reduce buckets.",
@@ -296,13 +295,13 @@ st.markdown("\n" + _("ZeRO-Offload moves the optimizer states, fp32 master weigh
                      "gradients down and weights up over PCIe{pcie}, and NVMe is slower still{nvme}. Host buffers are "
                      "**pinned** (page-locked) to reach that bandwidth and cannot be swapped: the host needs RAM for "
                      "all of it.", pcie=pcie_text, nvme=nvme_text) + "\n")
-st.table([{_("setup"): say(r["label"]), _("GPU peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]),
+st.markdown(fmt.table([{_("setup"): say(r["label"]), _("GPU peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]),
            _("host RAM per node"): g(r["run"]["cpu_ram"]) + (_(" of {total}", total=g(f["host_ram"])) if f["host_ram"]
                                                             else ""),
            _("NVMe per node"): g(r["run"]["nvme"]), _("step (calc.speed)"): secs(r["speed"] and r["speed"]["step_s"]),
            _("of which offload"): secs(r["speed"] and r["speed"]["offload_s"]),
            _("slowdown"): "—" if not (r["speed"] and base_step) else f"{r['speed']['step_s'] / base_step:.1f} x",
-           _("verdict"): verdict(r["run"]["verdict"])} for r in off], hide_index=True)
+           _("verdict"): verdict(r["run"]["verdict"])} for r in off]))
 if not f["host_ram"]:
     st.caption(_("This hardware does not say how much host RAM it has: pick a cluster preset (or set it) to check the "
                  "offload against it."))
@@ -315,10 +314,9 @@ st.markdown("\n" + _("**Data parallel** replicates the model and splits the batc
                      "layer each way, so it stays inside an NVLink node. **Pipeline parallel** places consecutive layers "
                      "on different GPUs; the first stage holds activations of up to `pp` micro-batches in flight (1F1B). "
                      "Per GPU, for this model (ZeRO off, same micro-batch), on the hardware each row names:") + "\n")
-st.table([{_("layout"): say(r["label"]), _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
+st.markdown(fmt.table([{_("layout"): say(r["label"]), _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
            _("weights"): g(r["run"]["parameters"]), _("activations (largest)"): g(r["run"]["max_activations"]),
-           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in f["parallel"]],
-         hide_index=True)
+           _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])} for r in f["parallel"]]))
 st.markdown("\n" + _("**Sequence parallelism, two different things.** Megatron's *sequence parallelism* (Korthikanti et "
                      "al. 2022) works only together with tensor parallelism: it splits along the sequence the LayerNorm "
                      "and dropout activations that tensor parallelism leaves replicated (the row above with \"+ sequence "
@@ -342,9 +340,9 @@ if f["experts"] > 1:
                   "shards stay the same; what shrinks is each layer's gathered experts, while every MoE layer adds the "
                   "dispatch and combine buffers (tokens x top_k x hidden). Per GPU, FSDP2 ZeRO-3, balanced routing:",
                   name=f["name"], experts=f["experts"], params=f"{n:,}", active=f"{f['active_params']:,}"))
-    st.table([{_("experts split over"): r["ep"], _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
+    st.markdown(fmt.table([{_("experts split over"): r["ep"], _("hardware"): say(r["hardware"]), _("peak"): g(r["run"]["peak"]),
                _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
-              for r in f["expert_parallel"]], hide_index=True)
+              for r in f["expert_parallel"]]))
 else:
     st.markdown(_("**Expert parallel** places the experts of mixture-of-experts models (e.g. Mixtral) on different GPUs; "
                   "this model is dense."))
@@ -356,14 +354,14 @@ st.markdown("\n" + _("LoRA freezes the base model and trains small low-rank adap
                      "NF4 and dequantizes them to bf16 layer by layer for each matmul. It does **not** quantize the "
                      "optimizer states: the adapters' AdamW states stay fp32. Training this model:") + "\n")
 lora, inf = f["lora"], f["inference"]
-st.table([{_("setup"): say(r["label"]), _("trainable params"): f"{r['run']['trainable']:,}",
+st.markdown(fmt.table([{_("setup"): say(r["label"]), _("trainable params"): f"{r['run']['trainable']:,}",
            _("weights"): g(r["run"]["max_parameters"]), _("gradients (largest)"): g(r["run"]["max_gradients"]),
            _("optimizer states + master (largest)"): g(r["run"]["max_optimizer_states"]),
            _("peak"): g(r["run"]["peak"]), _("peak falls at"): peak_at(r["run"]), _("verdict"): verdict(r["run"]["verdict"])}
-          for r in lora], hide_index=True)
+          for r in lora]))
 st.markdown(_("Inference with quantized weights (GPTQ / AWQ / bitsandbytes store weights the same way):"))
-st.table([{_("weights"): say(r["label"]), _("weights size"): g(r["run"]["max_parameters"]), _("peak"): g(r["run"]["peak"]),
-           _("verdict"): verdict(r["run"]["verdict"])} for r in inf], hide_index=True)
+st.markdown(fmt.table([{_("weights"): say(r["label"]), _("weights size"): g(r["run"]["max_parameters"]), _("peak"): g(r["run"]["peak"]),
+           _("verdict"): verdict(r["run"]["verdict"])} for r in inf]))
 
 # ---- what to try, in order ------------------------------------------------------------------
 header(10)
@@ -377,11 +375,11 @@ except ValueError as exc:
     st.warning(_("calc.recommend cannot build the waterfall for this scenario: {error}", error=state.error_text(exc)))
     steps = []
 if steps:
-    st.table([{_("step"): fmt.plain(f"{s.step}. {say(s.name)}"), _("turns on"): fmt.plain(say(s.change)),
+    st.markdown(fmt.table([{_("step"): fmt.plain(f"{s.step}. {say(s.name)}"), _("turns on"): fmt.plain(say(s.change)),
                _("device total"): g(s.device_total_expected_bytes), _("host RAM per node"): g(s.cpu_ram_bytes),
                _("verdict"): verdict(s.verdict),
                _("tokens/s per GPU"): "—" if s.tokens_per_s_per_gpu is None else f"{s.tokens_per_s_per_gpu:,.0f}"}
-              for s in steps], hide_index=True)
+              for s in steps]))
     first = next((s for s in steps if s.fits), None)
     st.markdown(_("The first step that fits: **{step}. {name}**.", step=first.step, name=say(first.name)) if first else
                 _("No step fits this hardware: more GPUs, a shorter sequence or a smaller model."))
@@ -397,10 +395,10 @@ st.markdown(_("Questions readers of the articles ask, answered by the engine (me
 for rec in recipe_rows():
     st.subheader(tr(rec["title"]))
     st.caption(tr(rec["setting"]))
-    st.table([{_("recipe"): tr(r["label"]), _("device total per GPU"): g(r["run"]["device"]),
+    st.markdown(fmt.table([{_("recipe"): tr(r["label"]), _("device total per GPU"): g(r["run"]["device"]),
                _("host RAM per node"): g(r["run"]["cpu_ram"]), _("verdict"): verdict(r["run"]["verdict"]),
                _("tokens/s per GPU"): "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
-               _("why"): fmt.plain(tr(r["note"]))} for r in rec["rows"]], hide_index=True)
+               _("why"): fmt.plain(tr(r["note"]))} for r in rec["rows"]]))
 
 # ---- model size x hardware ------------------------------------------------------------------
 header(12)
@@ -408,8 +406,8 @@ claims = claim_rows(current())
 table_rows = [c for c in claims if c["id"].startswith("a0-table-")]
 st.markdown(_("Article 000's recommendation table, row by row, checked for the largest model of each row (2,048 tokens, "
               "AdamW, foreach):"))
-st.table([{_("article's row"): c["original"], _("engine's setting and answer"): c["engine"],
-           _("verdict"): c["verdict_text"], _("why"): c["why"]} for c in table_rows], hide_index=True)
+st.markdown(fmt.table([{_("article's row"): c["original"], _("engine's setting and answer"): c["engine"],
+           _("verdict"): c["verdict_text"], _("why"): c["why"]} for c in table_rows]))
 st.page_link("pages/3_Recommend.py", label=_("Recommend: the model-size x hardware table, every cell searched"),
              icon=":material/table:", query_params=state.page_params())
 
@@ -491,6 +489,6 @@ st.markdown("\n" + _("Every quantitative claim of the two source articles ({arti
                                          for k, v in counts.most_common())) + "\n")
 for art in ("000", "001"):
     st.subheader(_("Article {number}: {name}", number=art, name=names[art]))
-    st.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
+    st.markdown(fmt.table([{_("section"): c["section"], _("original"): c["original"], _("claim"): c["claim"],
                _("claimed"): c["claimed"], _("engine (setting)"): c["engine"], _("verdict"): c["verdict_text"],
-               _("why"): c["why"]} for c in claims if c["article"] == art], hide_index=True)
+               _("why"): c["why"]} for c in claims if c["article"] == art]))

@@ -58,13 +58,16 @@ else:
     m1.metric(_("Measured runs"), f"{len(cases):,}")
     m2.metric(_("Median |error| (%)"), f"{rep.median_abs_error_pct:.2f} %")
     m3.metric(_("Worst |error| (%)"), f"{rep.worst_abs_error_pct:.2f} %")
-with st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source")):
-    st.table({_("behaviour"): [tr(b) for b, _s in DEEPSPEED_BEHAVIOURS],
-              _("status"): [tr(s) for _b, s in DEEPSPEED_BEHAVIOURS]})
-with st.expander(_("Model families: what is measured, what is modelled from source")):
-    st.table({_("family"): [f for f, _m, _s in FAMILY_EVIDENCE],
-              _("measured"): [tr(m) for _f, m, _s in FAMILY_EVIDENCE],
-              _("modelled from source or refused"): [tr(s) for _f, _m, s in FAMILY_EVIDENCE]})
+# The folded sections are filled only when opened (a rerun): the browser renders nothing a reader has not asked for.
+deepspeed = st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source"),
+                        key="val_deepspeed", on_change="rerun")
+if deepspeed.open:
+    deepspeed.markdown(fmt.table([{_("behaviour"): tr(b), _("status"): tr(s)} for b, s in DEEPSPEED_BEHAVIOURS]))
+families = st.expander(_("Model families: what is measured, what is modelled from source"), key="val_families",
+                       on_change="rerun")
+if families.open:
+    families.markdown(fmt.table([{_("family"): f, _("measured"): tr(m), _("modelled from source or refused"): tr(s)}
+                                 for f, m, s in FAMILY_EVIDENCE]))
 st.session_state.setdefault("val_log", True)
 log_axes = st.toggle(_("Logarithmic axes (runs span from MiB to TiB)"), key="val_log")
 plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot
@@ -103,8 +106,9 @@ with plots:
         st.plotly_chart(charts.validation_scatter(cases, mine, log=log_axes), key="val_scatter")
     if cases:
         st.plotly_chart(charts.error_histogram(cases), key="val_hist")
-with st.expander(_("Modelled from source, not measured yet")):
-    st.markdown("\n".join(f"- **{tr(what)}**: {tr(where)}" for what, where in compute.modelled_from_source()))
+modelled = st.expander(_("Modelled from source, not measured yet"), key="val_modelled", on_change="rerun")
+if modelled.open:
+    modelled.markdown("\n".join(f"- **{tr(what)}**: {tr(where)}" for what, where in compute.modelled_from_source()))
 
 if cases:
     st.subheader(_("Runs"))

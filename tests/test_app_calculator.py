@@ -81,6 +81,20 @@ def test_default_render_matches_engine():
     check_numbers(at, state.DEFAULT_SCENARIO)
 
 
+def test_folded_sections_are_filled_when_opened():
+    """The term sources and the scenario JSON are sent only once their expander is opened (a rerun)."""
+    at = open_app()
+    sc = scenario(at)
+    assert not at.code and "Source:" not in all_text(at)
+    at.session_state["calc_sources"] = True
+    at.session_state["calc_json"] = True
+    at.run()
+    assert_clean(at)
+    assert json.loads(at.code[0].value) == json.loads(sc.model_dump_json(exclude_defaults=True))
+    est = estimate(sc)
+    assert all(f"Source: {c.source}" in all_text(at) for c in est.components)
+
+
 def test_largest_batch_and_sequence_are_the_engine_boundary():
     sc = Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"})
     at = open_app(params=state.scenario_to_params(sc))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from test_app_helpers import all_text, chart, open_app, scenario, traces
+from test_app_helpers import all_text, chart, open_app, open_folded, scenario, tables, traces
 
 from calc.claims import check_all, load_claims
 from calc.engine import estimate
@@ -24,7 +24,7 @@ MIXED_7B = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
 
 
 def _table(at, column: str):
-    return next(t.value for t in at.table if column in t.value.columns)
+    return next(t for t in tables(at) if column in t.columns)
 
 
 def _variant(sc: Scenario, **training) -> Scenario:
@@ -99,7 +99,7 @@ def test_explain_and_calculator_quote_the_same_gradient_bytes_per_param():
     params = state.scenario_to_params(MIXED_7B)
     est = estimate(MIXED_7B)
     assert est.peak_phase == "optimizer"
-    calc = open_app("calculator", params)
+    calc = open_folded(open_app("calculator", params))  # the term sources are filled when opened
     comps = next(df for df in (d.value for d in calc.dataframe) if "Formula" in df.columns)
     grad = comps[comps["Component"] == "16-bit gradients and their fp32 copies for the optimizer step"].iloc[0]
     n = est.model.trainable_params
@@ -150,7 +150,7 @@ def test_what_to_try_recipes_and_micro_batch():
                if "waterfall" in link.proto.label)
     steps = _table(at, "turns on").to_dict("records")
     assert steps[0]["step"].startswith("0") and "baseline" in steps[0]["step"]
-    recipes = [t.value.to_dict("records") for t in at.table if "recipe" in t.value.columns]
+    recipes = [t.to_dict("records") for t in tables(at) if "recipe" in t.columns]
     flat = {r["recipe"]: r for rs in recipes for r in rs}
     assert flat["QLoRA r=64, NF4 base (the article's setting)"]["verdict"] == "fits"
     assert flat["full fine-tune, ZeRO-3 + optimizer offload to CPU"]["verdict"] == "does not fit (host RAM)"
@@ -160,8 +160,7 @@ def test_what_to_try_recipes_and_micro_batch():
 
 def test_claims_table_is_the_data_file_checked_against_the_engine():
     at = open_app("explain")
-    tables = [t.value for t in at.table if "engine (setting)" in t.value.columns]
-    shown = [r for t in tables for r in t.to_dict("records")]
+    shown = [r for t in tables(at) if "engine (setting)" in t.columns for r in t.to_dict("records")]
     claims = load_claims()
     assert len(shown) == len(claims)
     results = {r.claim.quote: r for r in check_all()}
@@ -215,9 +214,9 @@ def test_expert_parallel_table_is_the_engines_for_a_moe_model():
     sc = Scenario(model="mixtral-8x7b", hardware={"cluster": "8x-h100-sxm"}, training={"zero_stage": 3})
     at = open_app("explain", state.scenario_to_params(sc))
     table = _table(at, "experts split over")
-    assert list(table["experts split over"]) == [1, 2, 4, 8]
+    assert list(table["experts split over"]) == ["1", "2", "4", "8"]
     for ep, shown in zip((1, 2, 4, 8), table["peak"], strict=True):
         expected = estimate(_variant(sc, sharding="fsdp2", expert_parallel=ep)).peak_allocated_bytes
         assert shown == fmt.gib(expected)
     dense = open_app("explain", state.scenario_to_params(MIXED_7B))
-    assert not [t for t in dense.table if "experts split over" in t.value.columns]
+    assert not [t for t in tables(dense) if "experts split over" in t.columns]

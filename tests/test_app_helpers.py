@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from calc.scenario import Scenario
@@ -100,6 +101,45 @@ def visible_text(at: Any) -> list[str]:
     for el in at.get("plotly_chart"):
         out += _figure_text(figure_from_json(el.proto.spec))
     return out
+
+
+_MD_SEP = re.compile(r"^\|(\s*:?-+:?\s*\|)+$")
+
+
+def _md_cells(line: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def markdown_tables(text: str) -> list[pd.DataFrame]:
+    """The GitHub Markdown tables in `text` (ui.fmt.table's) parsed back: a header line, a --- line, the rows."""
+    lines, out = text.splitlines(), []
+    for i in range(len(lines) - 1):
+        if lines[i].startswith("|") and _MD_SEP.match(lines[i + 1].strip()):
+            rows = []
+            for line in lines[i + 2:]:
+                if not line.startswith("|"):
+                    break
+                rows.append(_md_cells(line))
+            out.append(pd.DataFrame(rows, columns=_md_cells(lines[i])))
+    return out
+
+
+def tables(at: AppTest) -> list[pd.DataFrame]:
+    """Every static table on the page: st.table's, and the Markdown tables of its st.markdown elements
+    (cells as strings)."""
+    return [t.value for t in at.table] + [df for md in at.markdown for df in markdown_tables(str(md.value))]
+
+
+def open_folded(at: AppTest) -> AppTest:
+    """Open every expander that is filled only when opened (st.expander(key=..., on_change="rerun")), as a
+    reader clicking each, and rerun, so that its text is on the page too."""
+    keys = [e.key for e in at.expander if e.key]
+    if keys:
+        for key in keys:
+            at.session_state[key] = True
+        at.run()
+        assert_clean(at)
+    return at
 
 
 def assert_clean(at: AppTest) -> None:

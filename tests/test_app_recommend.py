@@ -7,7 +7,7 @@ import itertools
 import math
 
 import pytest
-from test_app_helpers import all_text, assert_clean, chart, go, open_app, scenario
+from test_app_helpers import all_text, assert_clean, chart, go, open_app, scenario, tables
 
 from calc.engine import estimate
 from calc.recommend import (
@@ -25,15 +25,14 @@ from ui import compute, fmt, state
 
 
 def _table(at, first_col: str):
-    for t in at.table:
-        df = t.value
+    for df in tables(at):
         if first_col in df.columns:
             return df
     raise KeyError(first_col)
 
 
 def _tables(at, first_col: str) -> list:
-    return [t.value for t in at.table if first_col in t.value.columns]
+    return [t for t in tables(at) if first_col in t.columns]
 
 
 def check_groups(at, rec) -> None:

@@ -10,7 +10,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from test_app_helpers import all_text, assert_clean, chart, open_app
+from test_app_helpers import all_text, assert_clean, chart, open_app, open_folded, tables
 
 import calc.validate
 from calc.engine import estimate
@@ -140,3 +140,15 @@ def test_committed_data_set_renders():
     else:
         rep = calc.validate.report(calc.validate.load_all(files))
         assert at.metric[0].value == f"{len(rep.cases):,}"
+
+
+def test_evidence_tables_are_filled_when_opened():
+    """The folded DeepSpeed and model-family evidence and the modelled-from-source list: sent once opened."""
+    at = open_app("validation")
+    assert not [t for t in tables(at) if "behaviour" in t.columns or "family" in t.columns]
+    open_folded(at)
+    behaviours = next(t for t in tables(at) if "behaviour" in t.columns)
+    assert list(behaviours["behaviour"]) == [b for b, _s in calc.validate.DEEPSPEED_BEHAVIOURS]
+    families = next(t for t in tables(at) if "family" in t.columns)
+    assert list(families["family"]) == [f for f, _m, _s in calc.validate.FAMILY_EVIDENCE]
+    assert all(tr_what in all_text(at) for tr_what, _w in compute.modelled_from_source())

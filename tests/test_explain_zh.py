@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from test_app_helpers import all_text, chart, open_app, traces
+from test_app_helpers import all_text, chart, open_app, tables, traces
 from test_i18n import KEEP, english_runs
 
 from calc.claims import SHOWN_WORDS, VERDICT_WORDS, Claimed, check_all, load_claims
@@ -20,7 +20,7 @@ MIXED_7B = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
 
 
 def _table(at, column: str):
-    return next(t.value for t in at.table if column in t.value.columns)
+    return next(t for t in tables(at) if column in t.columns)
 
 
 def _axis_titles(fig) -> list[str]:
@@ -39,7 +39,7 @@ def test_explain_in_chinese_headings_prose_and_claims():
     assert "为什么 bf16-mixed 的梯度先是每参数 2.00 B，后来变成 6.00 B" in text
     assert "其中最省的是 **bf16 · adamw-8bit (foreach)**" in text
     # the claims: the article's own words, a Chinese gist, verdict and claimed unit
-    claims = [r for t in at.table if "引擎（设定）" in t.value.columns for r in t.value.to_dict("records")]
+    claims = [r for t in tables(at) if "引擎（设定）" in t.columns for r in t.to_dict("records")]
     assert len(claims) == len(load_claims())
     zero3 = next(r for r in claims if "45GB/卡" in r["原文"])
     assert zero3["结论"] == "不成立" and "4.2 专业级方案" in zero3["小节"]
@@ -111,7 +111,7 @@ def test_every_shown_claim_text_with_words_is_in_the_catalogue():
 def test_english_page_keeps_its_words():
     at = open_app("explain")
     assert at.header[0].value == "Where memory goes"
-    rows = [r for t in at.table if "engine (setting)" in t.value.columns for r in t.value.to_dict("records")]
+    rows = [r for t in tables(at) if "engine (setting)" in t.columns for r in t.to_dict("records")]
     results = {fmt.plain(r.claim.quote): r for r in check_all()}
     for row in rows:
         r = results[row["original"]]

@@ -113,3 +113,38 @@ def test_offload_host_ram_includes_loading_the_model():
     assert estimate(z2).cpu_ram_bytes >= load > 1.0e12
     assert estimate(z3).cpu_ram_bytes == model_states(z3, 80, True, True).offloaded_cpu * 8
     assert estimate(scen(zero_stage=2)).cpu_ram_bytes == 0  # no offload: nothing to check against host RAM
+
+
+def test_zero12_rank0_partition_holds_whole_tensors_from_the_reduction_that_holds_one():
+    """stage_1_and_2.py by hand. Tensors [emb 10 | layer 0 (4, 6) | layer 1 (4, 6) | top (norm 1, lm_head 10)]
+    start at 0, 10, 14, 20, 24, 30, 31: 41 elements. Hooks run top down, each block's tensors last-registered
+    first (lm_head, norm | 6, 4 of layer 1 | 6, 4 of layer 0 | emb); a bucket of 12 is reduced before the
+    gradient that would overflow it, an oversized one on its own at the next hook or the epilogue."""
+    order = parallel.ParamOrder((10,), [(4, 6), (4, 6)], (1, 10))
+    # 2 ranks: 44 padded, rank 0's range [0, 22) -> the tensors starting at 0, 10, 14, 20 (24 elements); layer 1's
+    # 4 (rank 0's) joins the bucket after its 6 reduced [lm_head, norm], and layer 0's 6 reduces it: block 2
+    two = parallel.zero12_rank0_partition(order, 2, 12)
+    assert (two.elements, two.block, two.pending_at_end) == (24, 2, 0)
+    # 3 ranks: range [0, 14) -> emb and layer 0's 4 (14 elements), first reduced at the embedding's hook
+    three = parallel.zero12_rank0_partition(order, 3, 12)
+    assert (three.elements, three.block, three.trigger) == (14, 3, 10)
+    one = parallel.zero12_rank0_partition(order, 1, 12)  # every tensor is rank 0's: the first reduction
+    assert (one.elements, one.block) == (41, 1)
+    whole = parallel.zero12_rank0_partition(order, 2, 100)  # one bucket for all: the backward epilogue
+    assert (whole.elements, whole.block, whole.pending_at_end) == (24, 4, 0)
+    big_emb = parallel.zero12_rank0_partition(parallel.ParamOrder((30,), [(4, 6)], (1,)), 4, 12)
+    assert (big_emb.elements, big_emb.block, big_emb.pending_at_end) == (30, 3, 30)  # waits for the epilogue
+
+
+def test_zero2_partition_is_rank0s_whole_tensors_where_the_order_is_known():
+    """Llama-2-7B on 8 GPUs: rank 0's range (1/8 of the parameters) starts with the 131 M-element embedding
+    and ends inside a layer, whose tensor that crosses the end is held whole; with a 500 M-element bucket the
+    first reduction holding one of them comes near the bottom, after the top layers' reductions."""
+    sc = scen(zero_stage=2)
+    st = model_states(sc, layers(sc), True, True)
+    part = st.rank0_partition
+    n = sc.spec.total_params()
+    assert n / 8 <= part.elements < n / 8 + max(sc.spec.layer_param_numels())
+    assert 1 < part.block <= sc.spec.num_layers + 1
+    lora = scen(zero_stage=2, lora={"rank": 8, "targets": "all-linear"})
+    assert model_states(lora, layers(lora), True, True).rank0_partition is None  # its share (P / N) instead

@@ -130,6 +130,8 @@ def broad_scenarios(draw):
         t["sharding"], t["zero_stage"] = "fsdp2", draw(st.sampled_from([2, 3]))
     elif parallel == "offload":
         t["offload_optimizer"], t["zero_stage"] = "cpu", draw(st.sampled_from([1, 2, 3]))
+    else:  # DeepSpeed ZeRO-1/2: a bucket below the model's size puts rank 0's partition mid-backward
+        t["reduce_bucket_size"] = draw(st.sampled_from([500_000_000, 20_000_000, 3_000_000]))
     if data["model"] != "deepseek-v2-lite" and draw(st.booleans()):  # no LoRA on latent attention
         quantized = t["precision"] in ("amp-bf16", "amp-fp16", "bf16")
         t["lora"] = {"rank": draw(st.sampled_from([8, 64])), "targets": draw(st.sampled_from(["all-linear", "attention"])),

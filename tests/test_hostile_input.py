@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from test_app_helpers import ROOT, assert_clean, open_app, scenario
+from test_app_helpers import ROOT, assert_clean, markdown_tables, open_app, scenario
 
 from calc import limits
 from calc.__main__ import main
@@ -264,6 +264,18 @@ def test_markdown_in_user_text_is_escaped():
                         "<img src=x> **b** :red[r] www.x.io")
     assert not ACTIVE_MARKDOWN.search(shown), ACTIVE_MARKDOWN.search(shown)
     assert fmt.literal("offload_optimizer needs zero_stage 1, 2 or 3") == "offload_optimizer needs zero_stage 1, 2 or 3"
+
+
+def test_markdown_table_keeps_each_cell_in_its_place():
+    """ui.fmt.table: a '|' or a line break in a cell does not add a column or end the table."""
+    rows = [{"name | alias": "a|b", "value": "1\n2"}, {"name | alias": fmt.plain("- not a list"), "value": ""}]
+    text = fmt.table(rows)
+    assert len(text.splitlines()) == 4
+    [df] = markdown_tables(text)
+    assert list(df.columns) == ["name | alias", "value"]
+    assert df.to_dict("records") == [{"name | alias": "a|b", "value": "1 2"},
+                                     {"name | alias": "\\- not a list", "value": ""}]
+    assert fmt.table([]) == ""
 
 
 # ---- the app --------------------------------------------------------------------------------------------

@@ -156,9 +156,9 @@ def test_chinese_lookup_and_fallback():
 def test_page_renders_in_chinese(page):
     if page not in ZH_PAGES:
         pytest.skip("no page translated yet")
-    from tests.test_app_helpers import open_app, visible_text
+    from tests.test_app_helpers import open_app, open_folded, visible_text
 
-    at = open_app(page, {"lang": "zh"})
+    at = open_folded(open_app(page, {"lang": "zh"}))
     shown = visible_text(at.main if os.environ.get("I18N_MAIN_ONLY") else at)
     assert any(CJK.search(t) for t in shown)
     left = [run for t in shown for run in english_runs(t, 4, KEEP)]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_app_helpers import chart, open_app, texts
+from test_app_helpers import chart, open_app, tables, texts
 
 from calc.__main__ import main
 from calc.recommend import RecommendRequest, optimization_waterfall, recommend, speed_ratio_words
@@ -105,7 +105,7 @@ def test_cli_english_reads_no_catalogue(tmp_path):
 # ---- the pages -----------------------------------------------------------------------------------
 
 def _table_columns(at) -> list[str]:
-    return [c for t in at.table for c in t.value.columns] + [c for d in at.dataframe for c in d.value.columns]
+    return [c for t in tables(at) for c in t.columns] + [c for d in at.dataframe for c in d.value.columns]
 
 
 def test_recommend_page_in_chinese():

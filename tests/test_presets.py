@@ -70,6 +70,9 @@ def test_param_count_matches_transformers(hf, preset_id):
     assert hf_count == preset.spec.total_params(), (
         f"{preset_id}: transformers {hf_count:,} vs ours {preset.spec.total_params():,}"
     )
+    # the order DeepSpeed ZeRO-1/2 partition the parameters in (calc.parallel.zero12_rank0_partition)
+    emb, layer_list, top = preset.spec.param_numel_blocks()
+    assert [p.numel() for p in model.parameters()] == [*emb, *[n for layer in layer_list for n in layer], *top]
 
 
 # ---- (c) our count vs the published count ------------------------------------------------
@@ -304,3 +307,15 @@ def test_linear_list_is_what_transformers_builds_per_layer(hf, model_id):
         assert sum(p.numel() for p in params.values()) == sum(lin.params for lin in linears) + other, model_id
     total = sum(p.numel() for p in model.parameters())
     assert total == spec.total_params() == sum(prod(shape) * n for shape, n in spec.param_shapes()), model_id
+
+
+def test_one_preset_is_read_alone_and_equals_the_full_load():
+    """A command about one model reads only its file (calc.presets._spec_for_preset); the spec is the one the
+    whole directory gives, and ids that are not file names still get the full list's error."""
+    _clear_caches()
+    alone = presets.resolve_model("llama-3.1-8b")
+    assert presets.model_presets.cache_info().currsize == 0  # nothing else was read
+    with pytest.raises(ValueError, match="unknown model preset"):
+        presets.resolve_model("../models/llama-3.1-8b")
+    assert alone == model_presets()["llama-3.1-8b"].spec
+    _clear_caches()

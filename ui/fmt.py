@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 from calc.units import GB, GiB, MiB, to_gib
 from ui.i18n import _
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "table"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -68,3 +69,20 @@ def literal(text: object) -> str:
     message stays plain text."""
     text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text))
     return plain(_AUTOLINK.sub("\\g<0>\u2060", text))
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: Sequence[Mapping[str, object]]) -> str:
+    """Rows (dicts with the same keys, in column order) as one GitHub Markdown table for st.markdown.
+    st.table renders every cell as its own Markdown document (a parser and a styled component per cell:
+    most of the browser's work on a page of tables); one document per table reads the same (cells are
+    Markdown in both) at a fraction of that. A '|' in a cell is escaped; a line break becomes a space."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(_cell(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
+    lines += ["| " + " | ".join(_cell(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)

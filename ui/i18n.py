@@ -7,7 +7,10 @@ Catalogues and the lookup are calc.i18n's (one source for the app, the CLI and t
 
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from calc.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, render, translate
 
@@ -28,12 +31,38 @@ def _resolve() -> Lang:
     return parse_lang(asked) or _from_browser() or DEFAULT_LANG
 
 
-def current() -> Lang:
-    """The session's language (resolved once, on the session's first run)."""
+# The language of the last script run in this thread, with its session's id: set by begin_run() at the top
+# of every page run. `_()` asks for it hundreds of times a run (about 1,500 on Explain), and a session-state
+# lookup goes through Streamlit's session proxy and its lock each time (14 % of Explain's script time).
+# A thread serves one session's runs; the id check keeps any other caller on the session state.
+_run = threading.local()
+
+
+def _session_lang() -> Lang:
     ss = st.session_state
     if LANG not in ss:
         ss[LANG] = _resolve()
     return ss[LANG]
+
+
+def _session_id() -> str | None:
+    ctx = get_script_run_ctx(suppress_warning=True)
+    return ctx.session_id if ctx is not None else None
+
+
+def begin_run() -> Lang:
+    """Resolve the session's language once for this script run (after the language switch's callback)."""
+    lang = _session_lang()
+    _run.lang = (_session_id(), lang)
+    return lang
+
+
+def current() -> Lang:
+    """The session's language (resolved once, on the session's first run)."""
+    cached = getattr(_run, "lang", None)
+    if cached is not None and cached[0] is not None and cached[0] == _session_id():
+        return cached[1]
+    return _session_lang()
 
 
 def _(msgid: str, **fields: object) -> str:
@@ -56,6 +85,7 @@ def _switched() -> None:
     chosen = st.session_state[SWITCH]
     if chosen in LANGS:  # clicking the selected option deselects it: keep the language then
         st.session_state[LANG] = chosen
+        _run.lang = (_session_id(), chosen)
 
 
 def language_switch() -> None:

@@ -32,7 +32,7 @@ from calc.scenario import (
 )
 from calc.units import GiB, MiB
 from ui import compute, fmt, state
-from ui.i18n import _, current, language_switch, tr
+from ui.i18n import _, begin_run, current, language_switch, tr
 
 PAGES: tuple[tuple[str, str, str], ...] = (
     ("app.py", N_("Calculator"), ":material/calculate:"),
@@ -118,6 +118,7 @@ def section_for(message: str) -> str:
 def page_setup(title: str, icon: str = ":material/memory:") -> None:
     """Page config, session state from the URL on first load, the language and the navigation links.
     `title` is an English page name marked with N_ (one of PAGES' labels)."""
+    begin_run()
     st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
     state.init_state()
     state.enter_page(title)

@@ -7,9 +7,11 @@ batch (plus 8-bit AdamW, LoRA and QLoRA when the request allows changing the tra
 what fits on the GPU with a safety margin, and ranks by the speed model (calc.speed).
 
 It stays fast by never estimating what cannot win (branch and bound):
-1. Speed needs no memory estimate (~15 us), so every combination gets an upper bound first: its best
+1. Speed needs no memory estimate (~10 us), so every combination gets an upper bound first: its best
    tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
-   once `max_candidates` fitting results are at least as fast as the next bound.
+   once `max_candidates` fitting results are at least as fast as the next bound. A combination's splits
+   are evaluated only when it could be next (`_Ranking`): until then the compute-bound rate of one split,
+   which bounds them all, stands in for their best.
 2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
    over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
 3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
@@ -17,18 +19,27 @@ It stays fast by never estimating what cannot win (branch and bound):
    ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
    frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
 4. Every memory estimate is cached by its exact configuration.
+5. A configuration whose weights and optimizer states alone (calc.engine.model_states, a few tens of
+   microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
+   step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
+   Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
+   reads it (`_Fit.est`, `_Fit.reason`). A group whose most frugal member is such a configuration is not
+   ranked at all (`_run`).
 """
 
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from calc.engine import estimate
+from calc import parallel
+from calc.engine import estimate, model_states
 from calc.recommend.combos import (
     Combo,
     _complexity,
@@ -58,15 +69,53 @@ from calc.recommend.words import (
 )
 from calc.result import Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
-from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, step_time, to_estimate
+from calc.speed import SpeedAssumptions, _Hw, _Raw, compute_rate_bound, hardware_of, step_time, to_estimate
 from calc.verdict import gib_short, reason_texts
 
 
-@dataclass
 class _Fit:
-    est: Estimate | None
-    ok: bool
-    reason: str = ""  # a Phrase when it does not fit
+    """Whether a configuration fits, its estimate (None for an invalid scenario) and, when it does not fit,
+    why (a Phrase). A fit decided by the states floor (`_Search.fit`) does not fit for GPU memory; its
+    estimate and reason are computed when first read, by `settle`."""
+
+    __slots__ = ("_est", "_reason", "floor", "ok", "settle")
+
+    def __init__(self, est: Estimate | None, ok: bool, reason: Any = "", floor: int = 0,
+                 settle: Callable[[], _Fit] | None = None) -> None:
+        self._est, self.ok, self._reason, self.floor, self.settle = est, ok, reason, floor, settle
+
+    def _settled(self) -> None:
+        if self.settle is not None:
+            exact, self.settle = self.settle(), None
+            assert not exact.ok, "the states floor said it does not fit"
+            self._est, self._reason = exact._est, exact._reason
+
+    @property
+    def est(self) -> Estimate | None:
+        self._settled()
+        return self._est
+
+    @property
+    def reason(self) -> Any:
+        self._settled()
+        return self._reason
+
+    @property
+    def estimable(self) -> bool:
+        """There is an estimate (the scenario is valid), computed or not yet."""
+        return self.settle is not None or self._est is not None
+
+    @property
+    def host_only(self) -> bool:
+        """Fits the GPU, not the host RAM or NVMe (the verdict's "offload needs ..." sentence)."""
+        return self.settle is None and self._reason.startswith("offload")
+
+    @property
+    def need_floor(self) -> int:
+        """The device total it needs (expected), or while unsettled a lower bound of it (the states floor)."""
+        if self.settle is not None:
+            return self.floor
+        return self._est.device_total_bytes.expected if self._est is not None else 1 << 62
 
 
 @dataclass
@@ -92,9 +141,38 @@ class _Search:
         combinations=0, pruned_dominated=0, pruned_infeasible_group=0, pruned_bound=0, memory_estimates=0,
         speed_evaluations=0))
     cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
+    floors: dict[tuple, int] = field(default_factory=dict)  # states_floor by Combo.states_key
+    speeds: dict[tuple[Combo, int, int], _Raw] = field(default_factory=dict)
     infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
     frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
+    tried: set[tuple[Combo, int, int]] = field(default_factory=set)  # what fit() was asked, in this visit's order
     tried_method_change: bool = False
+
+    def mark(self) -> tuple:
+        """Where the search stands, for `rewind` (the fits made stay cached)."""
+        return dict(self.stats), len(self.infeasible), len(self.frugal_failures), set(self.tried)
+
+    def rewind(self, mark: tuple) -> None:
+        stats, n_infeasible, n_frugal, tried = mark
+        self.stats = {**stats, "memory_estimates": self.stats["memory_estimates"],
+                      "speed_evaluations": self.stats["speed_evaluations"]}
+        del self.infeasible[n_infeasible:], self.frugal_failures[n_frugal:]
+        self.tried = set(tried)
+
+    def frugal(self, c: Combo) -> Combo:
+        return _frugal(c, self.base.training.sharding != "fsdp2", self.base.spec.sdpa_supported)
+
+    def doomed(self, fr: Combo, mb: int, ga: int) -> bool:
+        """The group of its most frugal member `fr` cannot fit: fr is not a valid scenario, or its model states
+        alone exceed the usable memory (so `fit` would say so without an estimate)."""
+        floor = self.floors.get(fr.states_key())
+        if floor is None:
+            try:
+                sc = scenario_for(self.base, fr, mb, ga)
+            except (ValidationError, ValueError):
+                return True
+            floor = self.floors[fr.states_key()] = states_floor(sc)
+        return floor > self.usable
 
     def split(self, c: Combo) -> tuple[int, list[int]]:
         dp = self.hw.num_gpus // (c.tp * c.pp)
@@ -105,11 +183,16 @@ class _Search:
         return per, list(_small_divisors(per, MAX_MICRO_BATCH))
 
     def speed(self, c: Combo, mb: int, per: int) -> _Raw:
-        """Step time for ranking: numbers only (no formulas: thousands per search)."""
-        self.stats["speed_evaluations"] += 1
-        ga = per // mb if self.base.mode == Mode.train else 1
-        return step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len), self.hw, self.base.mode,
-                         self.assumptions, explain=False)
+        """Step time for ranking: numbers only (no formulas: thousands per search); remembered, for a visit
+        again (`_run`)."""
+        key = (c, mb, per)
+        raw = self.speeds.get(key)
+        if raw is None:
+            self.stats["speed_evaluations"] += 1
+            ga = per // mb if self.base.mode == Mode.train else 1
+            raw = self.speeds[key] = step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len),
+                                               self.hw, self.base.mode, self.assumptions, explain=False)
+        return raw
 
     def explained(self, f: _Found) -> _Raw:
         """The same step time with every term's formula, for a candidate that is shown."""
@@ -118,6 +201,7 @@ class _Search:
 
     def fit(self, c: Combo, mb: int, ga: int) -> _Fit:
         key = (c, mb, ga)
+        self.tried.add(key)
         if key in self.cache:
             return self.cache[key]
         try:
@@ -126,6 +210,15 @@ class _Search:
             f = _Fit(None, False, T_("invalid: {error}", error=str(exc)))
             self.cache[key] = f
             return f
+        floor = self.floors.get(c.states_key())
+        if floor is None:
+            floor = self.floors[c.states_key()] = states_floor(sc)
+        f = _Fit(None, False, floor=floor, settle=lambda: self._judge(sc)) if floor > self.usable else self._judge(sc)
+        self.cache[key] = f
+        return f
+
+    def _judge(self, sc: Scenario) -> _Fit:
+        """The estimate and the verdict against the usable memory and the host's limits."""
         self.stats["memory_estimates"] += 1
         est = estimate(sc)
         need = est.device_total_bytes.expected
@@ -136,8 +229,20 @@ class _Search:
             f = _Fit(est, False, joined("; ", reason_texts(est.verdict)))
         else:
             f = _Fit(est, True)
-        self.cache[key] = f
         return f
+
+
+def states_floor(sc: Scenario) -> int:
+    """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
+    optimizer states (with the master weights) on one GPU, which every moment of calc.engine's training
+    timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
+    states calc.engine.fsdp2_states builds). tests/test_recommend_shortcuts.py checks it against the engine."""
+    t = sc.training
+    if sc.mode != Mode.train or t.sharding == "fsdp2":
+        return 0
+    layers = parallel.layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
+    st = model_states(sc, layers, True, t.pipeline_parallel == 1, "cuda", t.sharding == "deepspeed")
+    return st.weights + st.optimizer
 
 
 def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
@@ -155,36 +260,93 @@ def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
 
 
 def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
-    entries = []
+    """`combos`' fastest fitting configurations (up to 4k, fastest first). A group whose most frugal member
+    does not fit on its model states alone is skipped unranked (no speed evaluations: `_rank`); where then
+    nothing fits, the explanation quotes the smallest configuration tried in the order they were tried
+    (calc.recommend.words._least_need), so the search visits again, skipped groups included, from the fits
+    already made (no estimate is repeated), exactly as it would have without skipping."""
+    mark = s.mark()
+    ranking, skipped = _rank(s, combos, skip_doomed=True)
+    found = _visit(s, ranking, k)
+    if not found and skipped:
+        s.rewind(mark)
+        found = _visit(s, _rank(s, combos, skip_doomed=False)[0], k)
+    return found
+
+
+_Entry = tuple[float, Combo, int, list[int], dict[int, _Raw]]  # (best tokens/s, combo, per, micro-batches, speeds)
+
+
+class _Ranking:
+    """Combinations fastest first: by their best tokens/s over the micro-batch splits, then the simpler setup,
+    then the order enumerated. A combination's splits are evaluated only when it could be next: until then it
+    is ranked by the compute-bound rate of its first split (calc.speed.compute_rate_bound), an upper bound of
+    its best, so the order in which combinations come out is the order of their exact best speeds."""
+
+    def __init__(self, s: _Search) -> None:
+        self.s = s
+        self.heap: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def add(self, c: Combo, per: int, mbs: list[int]) -> None:
+        first = self.s.speed(c, mbs[0], per)
+        if len(mbs) == 1:
+            value, raws = first.tokens_per_s, {mbs[0]: first}
+        else:
+            value, raws = compute_rate_bound(first, self.s.hw.num_gpus // (c.tp * c.pp) * c.tp * c.pp,
+                                             self.s.assumptions), None
+        heapq.heappush(self.heap, (-value, _complexity(c), len(self.heap), c, per, mbs, raws))
+
+    def next(self, floor: float | None = None) -> _Entry | None:
+        """The next combination, or None when none is left or none can be faster than `floor`."""
+        while self.heap and (floor is None or -self.heap[0][0] > floor):
+            neg, cx, i, c, per, mbs, raws = heapq.heappop(self.heap)
+            if raws is not None:
+                return -neg, c, per, mbs, raws
+            raws = {mb: self.s.speed(c, mb, per) for mb in mbs}
+            heapq.heappush(self.heap, (-max(r.tokens_per_s for r in raws.values()), cx, i, c, per, mbs, raws))
+        return None
+
+
+def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[_Ranking, int]:
+    """Every combination worth visiting, ranked; and how many were skipped because their group is doomed
+    (`_Search.doomed`)."""
+    ranking = _Ranking(s)
+    skipped = 0
     for c in combos:
         s.stats["combinations"] += 1
         if c.attention == Attention.eager and s.base.spec.sdpa_supported:
             s.stats["pruned_dominated"] += 1  # SDPA: same FLOPs, no S x S tensors in HBM
             continue
         per, mbs = s.split(c)
-        raws = {mb: s.speed(c, mb, per) for mb in mbs}
-        ub = max(r.tokens_per_s for r in raws.values())
-        entries.append((ub, c, per, mbs, raws))
-    entries.sort(key=lambda e: (-e[0], _complexity(e[1])))
+        if skip_doomed and s.doomed(s.frugal(c), mbs[0], per // mbs[0] if s.base.mode == Mode.train else 1):
+            s.stats["pruned_infeasible_group"] += 1
+            skipped += 1
+            continue
+        ranking.add(c, per, mbs)
+    return ranking, skipped
+
+
+def _visit(s: _Search, ranking: _Ranking, k: int) -> list[_Found]:
+    """Branch and bound over the ranked combinations (see the module's docstring)."""
     found: list[_Found] = []
     group_ok: dict[Combo, bool] = {}
     ram_only: set[Combo] = set()
-    for i, (ub, c, per, mbs, raws) in enumerate(entries):
-        if len(found) >= k and ub <= found[k - 1].raw.tokens_per_s:
-            s.stats["pruned_bound"] += len(entries) - i
-            break
+    while (entry := ranking.next(found[k - 1].raw.tokens_per_s if len(found) >= k else None)) is not None:
+        ub, c, per, mbs, raws = entry
         ga0 = per // mbs[0] if s.base.mode == Mode.train else 1
         if c.off_opt == Offload.nvme or c.off_par == Offload.nvme:
             cpu_twin = c.with_(off_opt=Offload.cpu if c.off_opt != Offload.none else Offload.none,
                                off_par=Offload.cpu if c.off_par != Offload.none else Offload.none)
-            twin = s.cache.get((cpu_twin, mbs[0], ga0))
-            if twin is not None and cpu_twin not in ram_only:
+            if (cpu_twin, mbs[0], ga0) in s.tried and cpu_twin not in ram_only:
                 s.stats["pruned_dominated"] += 1  # same GPU memory as the CPU twin, slower: only for lack of RAM
                 continue
-        fr = _frugal(c, s.base.training.sharding != "fsdp2", s.base.spec.sdpa_supported)
+        fr = s.frugal(c)
         if fr not in group_ok:
             f_fr = s.fit(fr, mbs[0], ga0)
-            group_ok[fr] = f_fr.ok or f_fr.reason.startswith("offload")
+            group_ok[fr] = f_fr.ok or f_fr.host_only
             if not group_ok[fr]:
                 s.frugal_failures.append((fr, f_fr))
         if not group_ok[fr]:
@@ -192,29 +354,36 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
             continue
         f0 = s.fit(c, mbs[0], ga0)
         if not f0.ok:
-            if f0.reason.startswith("offload"):
+            if f0.host_only:
                 ram_only.add(c)
             s.infeasible.append((ub, c, f0))
             continue
-        lo, hi = 0, len(mbs) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            ga = per // mbs[mid] if s.base.mode == Mode.train else 1
-            if s.fit(c, mbs[mid], ga).ok:
-                lo = mid
-            else:
-                hi = mid - 1
-        best = max(mbs[: lo + 1], key=lambda m: (raws[m].tokens_per_s, m))
-        ga = per // best if s.base.mode == Mode.train else 1
-        f = s.fit(c, best, ga)
-        if not f.ok:  # memory not monotone here (e.g. accumulation on/off): fall back to the largest that fit
-            best = mbs[lo]
-            ga = per // best if s.base.mode == Mode.train else 1
-            f = s.fit(c, best, ga)
-        found.append(_Found(c, best, ga, raws[best], f))
+        found.append(_largest_fitting(s, c, per, mbs, raws))
         found.sort(key=lambda x: (-x.raw.tokens_per_s, _complexity(x.combo)))
         del found[max(k, 1) * 4:]  # keep a few spares for the explanation
+    s.stats["pruned_bound"] += len(ranking)
     return found
+
+
+def _largest_fitting(s: _Search, c: Combo, per: int, mbs: list[int], raws: dict[int, _Raw]) -> _Found:
+    """c at its fastest micro-batch among those up to the largest that fits (bisection: memory grows with
+    the micro-batch), given that the smallest fits."""
+    lo, hi = 0, len(mbs) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ga = per // mbs[mid] if s.base.mode == Mode.train else 1
+        if s.fit(c, mbs[mid], ga).ok:
+            lo = mid
+        else:
+            hi = mid - 1
+    best = max(mbs[: lo + 1], key=lambda m: (raws[m].tokens_per_s, m))
+    ga = per // best if s.base.mode == Mode.train else 1
+    f = s.fit(c, best, ga)
+    if not f.ok:  # memory not monotone here (e.g. accumulation on/off): fall back to the largest that fit
+        best = mbs[lo]
+        ga = per // best if s.base.mode == Mode.train else 1
+        f = s.fit(c, best, ga)
+    return _Found(c, best, ga, raws[best], f)
 
 
 def _target_sequences(req: RecommendRequest) -> int:

@@ -123,7 +123,7 @@ def _explain(s: _Search, found: list[_Found]) -> Phrase:
               "per GPU)", config=short_label(w.combo), tps=f"{tps:,.0f}", need=gib_short(need),
               usable=gib_short(s.usable))
     clauses = []
-    faster = [(ub, c, f) for ub, c, f in s.infeasible if ub > w.raw.tokens_per_s and f.est is not None]
+    faster = [(ub, c, f) for ub, c, f in s.infeasible if ub > w.raw.tokens_per_s and f.estimable]
     if faster:
         def closeness(e):
             return (_ndiff(w.combo, e[1]), -e[0])
@@ -174,11 +174,11 @@ def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
 
 def _explain_none(s: _Search) -> Phrase:
     tried = [(c, f) for _, c, f in s.infeasible] + s.frugal_failures
-    tried = [(c, f) for c, f in tried if f.est is not None]
+    tried = [(c, f) for c, f in tried if f.estimable]
     also = T_(" (8-bit AdamW, pure bf16 and QLoRA included)") if s.tried_method_change else ""
     if not tried:
         return T_("nothing fits{also}: no valid configuration for this model and hardware.", also=also)
-    c, f = min(tried, key=lambda e: f_need(e[1]))
+    c, f = _least_need(tried)
     return T_("nothing fits{also}: the smallest configuration tried ({config}, micro-batch 1) {reason}.", also=also,
               config=short_label(c), reason=f.reason)
 
@@ -249,7 +249,7 @@ def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) 
                       "no offload, at about {tps} tokens/s per GPU.", tps=f"{speed:,.0f}", **fields) if speed else
                    T_("More GPUs: {n} x {gpu} ({times}x this hardware) hold everything on the GPUs with ZeRO-3 and "
                       "no offload.", **fields))
-    ram = [(ub, c, f) for ub, c, f in s.infeasible if f.reason.startswith("offload") and f.est is not None
+    ram = [(ub, c, f) for ub, c, f in s.infeasible if f.host_only and f.est is not None
            and ub > w.raw.tokens_per_s]
     if ram:
         ub, c, f = max(ram, key=lambda e: e[0])
@@ -293,6 +293,14 @@ def overall_explanation(groups: list[GroupResult], cands: list[Candidate]) -> Ph
     return text
 
 
-def f_need(f: _Fit) -> int:
-    return f.est.device_total_bytes.expected if f.est is not None else 1 << 62
+def _least_need(tried: list[tuple[Combo, _Fit]]) -> tuple[Combo, _Fit]:
+    """The first of `tried` that needs the least memory, estimating only the fits whose states floor is not
+    above the least need known: the others need more (the floor is a lower bound) and cannot be it."""
+    least = 1 << 62
+    for _, f in sorted(tried, key=lambda e: e[1].need_floor):
+        if f.need_floor > least:
+            break
+        f.est  # noqa: B018 - settles a floor into the exact need
+        least = min(least, f.need_floor)
+    return min(tried, key=lambda e: e[1].need_floor)
 
