@@ -91,6 +91,9 @@ class States:
     forward_all_gather: int = 0  # FSDP2: the last all-gather's output, kept in forward until the next copy-out
     reshard_after_forward: bool = True  # FSDP2 zero_stage 3 (True) or 2 (False)
     reduce_scatter_input: int = 0  # FSDP2: a layer's gradients copied (reduce dtype) for reduce-scatter
+    reduce_scatter_kept: int = 0  # FSDP2: the last reduce-scatter input, kept until the next group's reduce
+    gathered_dense_layer: int = 0  # FSDP2: a MoE model's dense layer (first_k_dense_replace), unsharded
+    reduce_scatter_dense: int = 0  # FSDP2: a dense layer's reduce-scatter input
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
@@ -389,8 +392,11 @@ def _ctx(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
 
 
 def _amp_cached_weight_bytes(spec: ModelSpec, ctx: Ctx) -> int:
-    """16-bit copies of one layer's matmul weights and biases (everything but the norms)."""
-    return 2 * _count(spec, "layer_matmul_params") // ctx.tp
+    """16-bit copies of one layer's matmul weights and biases (everything but the norms). transformers' grouped_mm
+    experts are no autocast op and read the routed experts' weights as they are: no copies of those (Llama 4's
+    bmm experts are cast)."""
+    routed = 0 if spec.family == "llama4_text" else spec.routed_expert_params_per_layer()
+    return 2 * (_count(spec, "layer_matmul_params") - routed) // ctx.tp
 
 
 def autocast_weight_copies_bytes(sc: Scenario) -> int:
@@ -643,21 +649,29 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
-    ge = st.gathered_experts  # expert parallelism: the running layer's experts (resharded after forward)
-    ag = st.forward_all_gather
+    fsdp = fsdp2_layer_terms(st, ctxs) if gl else None  # per layer: a MoE model's dense layers are smaller groups
+    root_ag = st.gathered_root if gl else 0  # the root group's all-gather output (padded like its parameters)
     opt = st.optimizer
     part = partition_bytes(st)
     # DeepSpeed ZeRO-1/2: between micro-steps the accumulated gradients are views of the last partition
     ga_grads = part if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
     other0 = inputs + ws + st.zero_buffers + st.zero3_gathered
-    layer_pgrads = _PrefixSums(lambda i: lay[i].param_grad_bytes, layers, period)[layers]
+    # a layer's share of the (sharded) gradients: under expert parallelism its profile holds the E / ep local
+    # experts' gradients, which FSDP2 shards over n / ep ranks, not n: count them ep times against the total
+    ep_extra = [fsdp2_local_expert_grad_bytes(c) * (c.ep - 1) for c in ctxs] if st.gathered_experts else None
+
+    def sharded_share(i: int) -> int:
+        return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
+
+    layer_pgrads = _PrefixSums(sharded_share, layers, period)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
     acts = (in_flight - 1) * (saved_by_layer[layers] + (emb.saved if first else 0))
     acts += rope
     if first:
-        tl.add("embedding", "forward", w, ga_grads, opt, acts + emb.saved,
+        # FSDP2: the root's all-gather output is kept (all_gather_state) until layer 0's copy-out
+        tl.add("embedding", "forward", w + root_ag, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
     cur_before = _PrefixSums(saved, layers, period, acts)  # activations alive before layer i
@@ -675,26 +689,42 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     def forward_rows(i: int) -> tuple[Row]:
         s_i = saved_by_layer.value(i)
-        peak = lay[i].fwd_peak_nosave if every and i % every == 0 else lay[i].fwd_peak
-        o = fwd_other + amp_sums[i + 1] + peak - s_i
-        layer_row = (names[0][i], "forward", w + gl * (i + 1 if keep_gathered else 1) + ge + ag, ga_grads, opt,
-                     cur_before[i] + s_i, o if o > 0 else 0)
-        if not gl:
-            return (layer_row,)
-        # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into
-        before = w + gl * (i if keep_gathered else 0)
-        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gl, ga_grads, opt, cur_before[i],
-                 fwd_other + amp_sums[i + 1]), layer_row)
+        ckpt_i = every and i % every == 0
+        peak = lay[i].fwd_peak_nosave if ckpt_i else lay[i].fwd_peak
+        # the running layer's own unsaved KV-cache copies are already in its forward peak
+        o = fwd_other + amp_sums[i + 1] - (0 if ckpt_i else lay[i].cached_unsaved) + peak - s_i
+        if fsdp is None:
+            return ((names[0][i], "forward", w, ga_grads, opt, cur_before[i] + s_i, o if o > 0 else 0),)
+        gls, upto = fsdp.gathered, fsdp.gathered_upto
+        layer_row = (names[0][i], "forward", w + (upto[i + 1] if keep_gathered else gls[i]) + fsdp.experts[i]
+                     + fsdp.all_gather[i], ga_grads, opt, cur_before[i] + s_i, o if o > 0 else 0)
+        # FSDP2 pre-forward: the all-gather output and the unsharded parameters it is copied into, and the previous
+        # group's all-gather output, which wait_for_unshard frees only when it returns (`prev_all_gather_state`
+        # is a local of it): the previous layer's last group, or for layer 0 the root's
+        before = w + (upto[i] if keep_gathered else 0)
+        prev_ag = fsdp.all_gather[i - 1] if i else root_ag
+        return ((ALL_GATHER_LAYER.format(layer=i), "forward", before + 2 * gls[i] + prev_ag, ga_grads, opt,
+                 cur_before[i], fwd_other + amp_sums[i + 1]), layer_row)
 
+    if fsdp is not None:  # a row reads its neighbours' group sizes (prefetch, kept buffers): cut where they change
+        kind = [c.dense_mlp for c in ctxs]
+
+        def neighbours_differ(a: int, b: int) -> bool:
+            return ((a > 0 and kind[a - 1]) != (b > 0 and kind[b - 1])
+                    or (a + 1 < layers and kind[a + 1]) != (b + 1 < layers and kind[b + 1]))
+
+        pieces = _split(pieces, neighbours_differ)
     tl.run(range(layers), forward_rows, 2 if gl else 1, pieces)
     cur, amp_cache = cur_before[layers], amp_sums[layers]
     if last:
-        w_all = w + gl * layers * keep_gathered  # ZeRO-2 analogue: every layer still gathered
-        tl.add("lm_head + loss", "loss", w_all + ag, ga_grads, opt, cur + head.saved,
+        w_all = w + (fsdp.gathered_upto[layers] if fsdp and keep_gathered else 0)  # ZeRO-2: every layer gathered
+        tl.add("lm_head + loss", "loss", w_all + (fsdp.all_gather[-1] if fsdp else 0), ga_grads, opt, cur + head.saved,
                other0 + out.previous + kept + amp_cache + head.fwd_peak - head.saved)
-        g_head = round(head.param_grad_bytes * scale_g)
+        # FSDP2: the root group's gradients (lm_head, final norm) stay unsharded until the root's post-backward,
+        # at the end of backward (the root's parameters are one FSDPParamGroup, reduced last)
+        g_head = head.param_grad_bytes if gl else round(head.param_grad_bytes * scale_g)
         # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
-        tl.add("loss backward", "backward", w_all if keep_gathered else w + gl,
+        tl.add("loss backward", "backward", w_all if keep_gathered else w + (fsdp.gathered[-1] if fsdp else 0),
                ga_grads + round(head.bwd_peak_pgrad * scale_g), opt,
                cur + head.bwd_peak_saved,
                other0 + out.backward(layers) + kept + head.bwd_peak - head.bwd_peak_saved - head.bwd_peak_pgrad)
@@ -719,7 +749,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         """(plain, recomputed) backward peak of one layer: (param grads, saved alive, other)."""
         plain = (round(layer.bwd_peak_pgrad * scale_g), layer.bwd_peak_saved,
                  other0 + layer.bwd_peak - layer.bwd_peak_saved - layer.bwd_peak_pgrad)
-        recompute = layer.fwd_peak + h_bytes
+        recompute = layer.recompute_peak + h_bytes  # the recompute stops at the layer's last saved tensor
         bwd = layer.bwd_peak + (0 if layer.input_saved else h_bytes)
         if recompute >= bwd:
             again = (0, layer.saved, other0 + recompute - layer.saved)
@@ -732,6 +762,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         return plain, again
 
     moments = {id(p): backward_moments(p) for p in kinds}
+    early_experts = [fsdp2_experts_unshard_in_recompute(c) for c in ctxs] if st.gathered_experts and every else None
     tied = sc.spec.tie_word_embeddings and first and last
     reduced = _first_reduction(st, head if last else None, lay, emb if first else None, scale_g, tied)
     # a tied lm_head's gradient is summed with the embedding's inside autograd: it is alive from the head's
@@ -739,7 +770,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     tied_partial = head.param_grad_bytes if tied else 0
 
     def grads_of(i: int) -> int:
-        return round(lay[i].param_grad_bytes * scale_g) if st.grads else 0
+        return round(sharded_share(i) * scale_g) if st.grads else 0
 
     # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
     # are grads + grads_below[layers] - grads_below[layers - k]
@@ -755,20 +786,38 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         g_now = grads + pg
         if reduced is not None:  # DeepSpeed ZeRO-1/2: the layer's own full grads + the partition once reduced
             g_now = ga_grads + (part if reduced(i) else 0) + (round(pg / scale_g) if scale_g else 0) + tied_partial
-        # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
-        gathered = gl * ((i + 1) if keep_gathered else (2 if i else 1))
         o += kept + out.backward(i + 1)
-        row = (names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + ge,
+        if fsdp is None:
+            return ((names[2][i] if ckpt_i else names[1][i], "backward", w, g_now if g_now > ga_grads else ga_grads,
+                     opt, cur + alive, o if o > 0 else 0),)
+        gls, upto = fsdp.gathered, fsdp.gathered_upto
+        rs_kept = fsdp.reduce_scatter[i + 1] if i < layers - 1 else 0  # the layer above's, until this one reduces
+        # FSDP2: this layer gathered, and the next one prefetched (ZeRO-2 analogue: all below too)
+        gathered = upto[i + 1] if keep_gathered else gls[i] + (gls[i - 1] if i else 0)
+        o += rs_kept
+        if ckpt_i and early_experts and early_experts[i] and not pg:
+            # the recompute reaches the experts before their pre-backward: they unshard in forward state, keeping
+            # the all-gather output, and the next layer is not prefetched yet
+            gathered -= gls[i - 1] if i and not keep_gathered else 0
+            o += fsdp.all_gather[i]
+        row = (names[2][i] if ckpt_i else names[1][i], "backward", w + gathered + fsdp.experts[i],
                g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0)
-        if not gl:
-            return (row,)
         # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
-        left = gl * (i if keep_gathered else (1 if i else 0))
-        return row, (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
-                     cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + st.reduce_scatter_input)
+        left = upto[i] if keep_gathered else (gls[i - 1] if i else 0)
+        reduce = (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
+                  cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + fsdp.reduce_scatter_peak[i])
+        if keep_gathered:
+            return row, reduce
+        # FSDP2 pre-backward (reshard after forward): the layer's prefetched all-gather output is copied out into
+        # its unsharded parameters, both alive until the copy-out returns (in backward the output is freed at once)
+        copy_out = (ALL_GATHER_LAYER.format(layer=i), "backward", w + 2 * gls[i], grads, opt, cur_before[i + 1],
+                    other0 + kept + out.backward(i + 1) + h_bytes + rs_kept)
+        return copy_out, row, reduce
 
-    tl.run(range(layers - 1, -1, -1), backward_rows, 2 if gl else 1,
-           pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b)))
+    bwd_pieces = pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b))
+    if gl:  # the top layer's backward runs before any layer's reduce-scatter
+        bwd_pieces = _split(bwd_pieces, lambda a, b: (a == layers - 1) != (b == layers - 1))
+    tl.run(range(layers - 1, -1, -1), backward_rows, (2 if keep_gathered else 3) if gl else 1, bwd_pieces)
     cur, grads = cur_before[0], grads_top + grads_of_all
     if first:
         cur -= emb.saved
@@ -1027,6 +1076,8 @@ def fsdp2_states(sc: Scenario) -> States:
     states = precision.optimizer_state_bytes(t.optimizer, state_p, shapes)
     temp = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_p, shapes)
     root = spec.embedding_params() + spec.norm_params() + spec.lm_head_params()
+    dense = spec.layer_params() + spec.dense_layer_delta() if spec.dense_layers else 0
+    rs_bytes = 4 if p.is_mixed else store  # the reduce dtype: fp32 under MixedPrecisionPolicy(reduce_dtype=fp32)
     comps = [Component(key="weights", category="parameters", label=N_("Model weights (FSDP2 shards)"),
                        bytes=sharded * store, **words("formula", N_("{params} params / {ranks} ranks x {bytes} B"),
                                                       params=f"{spec.total_params():,}", ranks=n, bytes=store),
@@ -1037,10 +1088,60 @@ def fsdp2_states(sc: Scenario) -> States:
                   gathered_layer=(spec.layer_params() - experts) * compute,
                   gathered_experts=experts // ep * compute, reshard_after_forward=t.zero_stage == 3,
                   forward_all_gather=fsdp2_forward_all_gather(spec, n, ep) * compute,
-                  # reduce_dtype fp32 under mixed precision: the 16-bit grads are first cast to fp32
-                  # copies, then copied into the flat reduce-scatter input (foreach_reduce)
+                  # the unsharded grads are copied into one flat reduce-scatter input in the reduce dtype (fp32
+                  # under mixed precision: chunk_cat casts as it copies; foreach_reduce, torch 2.13) and freed after
                   # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
-                  reduce_scatter_input=max(spec.layer_params() - experts, experts // ep) * (8 if p.is_mixed else store))
+                  # an experts group of one rank (efsdp = 1) "reduces" into a full-size output, through a divided
+                  # temporary: reduce_output.copy_(input / gradient_divide_factor)
+                  reduce_scatter_input=max(spec.layer_params() - experts,
+                                           experts // ep * (3 if ep > 1 and n // ep == 1 else 1)) * rs_bytes,
+                  # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
+                  # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
+                  reduce_scatter_kept=(spec.layer_params() - experts) * rs_bytes,
+                  gathered_dense_layer=dense * compute, reduce_scatter_dense=dense * rs_bytes)
+
+
+@dataclass(frozen=True)
+class Fsdp2LayerTerms:
+    """FSDP2's per-layer bytes in the timeline (a MoE model's dense first layers are smaller groups, no experts)."""
+
+    gathered: list[int]  # the layer's unsharded parameters (under EP without its experts)
+    gathered_upto: list[int]  # sum of gathered over the layers below i (ZeRO-2 analogue: all stay gathered)
+    experts: list[int]  # EP: the layer's local experts, their own group
+    all_gather: list[int]  # the layer's last group's all-gather output, kept until the next copy-out
+    reduce_scatter: list[int]  # the layer's (dense group's) reduce-scatter input, kept until the next group's
+    reduce_scatter_peak: list[int]  # the larger of its groups' reduce-scatter inputs
+
+
+def fsdp2_layer_terms(st: States, ctxs: list[Ctx]) -> Fsdp2LayerTerms:
+    dense = [c.dense_mlp for c in ctxs]
+    gathered = [st.gathered_dense_layer if d else st.gathered_layer for d in dense]
+    return Fsdp2LayerTerms(
+        gathered=gathered, gathered_upto=list(accumulate(gathered, initial=0)),
+        experts=[0 if d else st.gathered_experts for d in dense],
+        all_gather=[g if d else st.forward_all_gather for g, d in zip(gathered, dense, strict=True)],
+        reduce_scatter=[st.reduce_scatter_dense if d else st.reduce_scatter_kept for d in dense],
+        reduce_scatter_peak=[st.reduce_scatter_dense if d else st.reduce_scatter_input for d in dense])
+
+
+def fsdp2_local_expert_grad_bytes(c: Ctx) -> int:
+    """Gradient bytes of one MoE layer's E / ep local routed experts, unsharded (0 for a dense layer or a
+    frozen base)."""
+    s = c.spec
+    if c.ep == 1 or c.dense_mlp or c.frozen_base or s.num_experts == 1:
+        return 0
+    return c.w * s.routed_expert_params_per_layer() // c.ep
+
+
+def fsdp2_experts_unshard_in_recompute(c: Ctx) -> bool:
+    """Under expert parallelism with full checkpointing, whether a MoE layer's recompute unshards its experts
+    group before the group's pre-backward hook does: when the shared experts run after the routed ones
+    (DeepSeek-V2/V3, GLM-4.5: experts(x) + shared_experts(x)), their saved tensors are unpacked first, which
+    starts the recompute; the experts' pre-forward then unshards in forward state and keeps the all-gather
+    output (comm_ctx.all_gather_state). Where the routed experts' output is the block's last op (Qwen3-MoE,
+    Mixtral), their pre-backward runs first and frees it. Measured on the CPU over the fake process group."""
+    s = c.spec
+    return c.ep > 1 and s.shared_experts > 0 and s.num_experts > 1 and not c.dense_mlp
 
 
 def fsdp2_forward_all_gather(spec: ModelSpec, n: int, ep: int) -> int:

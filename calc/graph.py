@@ -60,6 +60,7 @@ class BlockProfile:
     bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
     cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
     cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
+    recompute_peak: int = 0  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
 
 
 @dataclass
@@ -111,17 +112,17 @@ class Graph:
         for x in self.sizes:
             if isinstance(x, Dim):
                 return self.plan().at(x.trace.batch.value, x.trace.seq.value)
-        fwd, nosave, bwd, fields, pgrads, input_saved = self._simulate(_Bytes)
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Bytes)
         (bwd_peak, (bwd_saved, bwd_pgrad)), = bwd
-        return BlockProfile(fwd_peak=fwd[0][0], fwd_peak_nosave=nosave[0][0], bwd_peak=bwd_peak,
-                            bwd_peak_saved=bwd_saved, bwd_peak_pgrad=bwd_pgrad, param_grad_bytes=pgrads,
-                            input_saved=input_saved, **fields)
+        return BlockProfile(fwd_peak=fwd[0][0], fwd_peak_nosave=nosave[0][0], recompute_peak=recompute[0][0],
+                            bwd_peak=bwd_peak, bwd_peak_saved=bwd_saved, bwd_peak_pgrad=bwd_pgrad,
+                            param_grad_bytes=pgrads, input_saved=input_saved, **fields)
 
     def plan(self) -> Plan:
         """The profile of any (B, S): the lifetime rules run once over the block with every byte count kept as a
         linear form in the sizes' polynomials (and their rounding), so that a shape's profile is a few sums."""
-        fwd, nosave, bwd, fields, pgrads, input_saved = self._simulate(_Forms)
-        return Plan(self.round_to, [f for f, _ in fwd], [f for f, _ in nosave],
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Forms)
+        return Plan(self.round_to, [f for f, _ in fwd], [f for f, _ in nosave], [f for f, _ in recompute],
                     [(now, saved, pgrad) for now, (saved, pgrad) in bwd], fields, pgrads, input_saved)
 
     def _simulate(self, alg: type[_Bytes] | type[_Forms]) -> tuple:
@@ -149,19 +150,29 @@ class Graph:
         fields = dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else alg.total(()),
                       in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
                       cached_total=alg.total(sizes[t] for t in cached))
-        return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees), bwd, fields, pgrads,
-                0 in saved_ids)
+        return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees),
+                self._forward(alg, sizes, savers, frees, stop_at_last_save=True), bwd, fields, pgrads, 0 in saved_ids)
 
     def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
-                 frees: list[list[int]]) -> list:
-        """Candidates for the block's forward peak (live bytes, its input included)."""
+                 frees: list[list[int]], stop_at_last_save: bool = False) -> list:
+        """Candidates for the block's forward peak (live bytes, its input included).
+
+        stop_at_last_save: the recompute of non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True)
+        raises _StopRecomputationError once the forward's last tensor is packed for backward. Autograd packs a
+        node's saved inputs before the kernel runs and a saved output after it, so the recompute ends before the
+        last saving op's output is allocated unless that op saves its own output."""
         add, sub, raw = alg.add, alg.sub, alg.raw
         live = sizes[0]
         moments = [(live, ())]
-        for op, gone in zip(self.ops, frees, strict=True):
+        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1) if stop_at_last_save else -1
+        for k, (op, gone) in enumerate(zip(self.ops, frees, strict=True)):
+            if k == last and op.out not in op.saves:
+                break
             if op.out >= 0:
                 live = add(live, sizes[op.out])
             moments.append((add(live, raw(op.ws_fwd)), ()))
+            if k == last:
+                break
             for i in gone:
                 if i not in savers:
                     live = sub(live, sizes[i])
@@ -337,9 +348,10 @@ class Plan:
     """A block's profile for any (B, S): each field a linear form over the block's basis, the forward peaks
     the largest of a few forms and the backward peak the first largest of a few."""
 
-    def __init__(self, r: int, fwd: list[Form], nosave: list[Form], bwd: list[tuple[Form, Form, int]],
-                 fields: dict[str, Form], param_grad_bytes: int, input_saved: bool) -> None:
-        keys = {k for f in (*fwd, *nosave, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
+    def __init__(self, r: int, fwd: list[Form], nosave: list[Form], recompute: list[Form],
+                 bwd: list[tuple[Form, Form, int]], fields: dict[str, Form], param_grad_bytes: int,
+                 input_saved: bool) -> None:
+        keys = {k for f in (*fwd, *nosave, *recompute, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
         monos = sorted({k for k in keys if k[0] == "m"} | {("m", *m) for k in keys if k[0] == "d" for m, _ in k[2]}
                        | {_ONE})
         rounded = sorted(k for k in keys if k[0] == "d")
@@ -357,9 +369,10 @@ class Plan:
         self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
                         for k in rounded]
         # every form in one list, evaluated in one pass: the fields, the forward peaks, the backward candidates
-        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave)] + \
+        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave, *recompute)] + \
             [dense(now) for now, _, _ in bwd]
-        self.ends = (len(_FIELDS) + len(fwd), len(_FIELDS) + len(fwd) + len(nosave))
+        n = len(_FIELDS) + len(fwd)
+        self.ends = (n, n + len(nosave), n + len(nosave) + len(recompute))
         self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
         self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
 
@@ -367,14 +380,15 @@ class Plan:
         mono = [batch ** b * seq ** s for b, s in self.monos]
         basis = mono + [-sum(map(mul, p, mono)) % self.r for p in self.rounded]
         values = [sum(map(mul, f, basis)) for f in self.forms]
-        fwd_end, nosave_end = self.ends
-        bwd = values[nosave_end:]
+        fwd_end, nosave_end, recompute_end = self.ends
+        bwd = values[recompute_end:]
         best = bwd.index(max(bwd))  # the first largest
         saved, pgrad = self.bwd[best]
         kept, out, in_grad, cached_unsaved, cached_total = values[:len(_FIELDS)]
         return BlockProfile(saved=kept, out_bytes=out, in_grad_bytes=in_grad, cached_unsaved=cached_unsaved,
                             cached_total=cached_total, fwd_peak=max(values[len(_FIELDS):fwd_end]),
-                            fwd_peak_nosave=max(values[fwd_end:nosave_end]), bwd_peak=bwd[best],
+                            fwd_peak_nosave=max(values[fwd_end:nosave_end]),
+                            recompute_peak=max(values[nosave_end:recompute_end]), bwd_peak=bwd[best],
                             bwd_peak_saved=sum(map(mul, saved, basis)), bwd_peak_pgrad=pgrad,
                             param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved)
 

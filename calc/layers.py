@@ -255,7 +255,6 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     if groups > 1:
         k = g.op(a * t * qw, ins=(k,), name="repeat_kv k")
         v = g.op(a * t * qw, ins=(v,), name="repeat_kv v")
-    g.held += [k, v]  # eager_attention_forward's key_states / value_states locals
     ss = bsz * nh * seq * seq
     if s.attention_sinks:
         return _eager_with_sinks(g, q, k, v, c, ss, qw)
@@ -580,14 +579,16 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     up, a grouped down matmul, scaled by the routing weights, un-permuted and summed over top_k
     (transformers/integrations/moe.py, grouped_mm_experts_forward). The grouped matmuls produce the
     3-D weight gradients directly. The grouped matmul is not an autocast op, so under autocast the
-    experts run in the (fp32) dtype of the normalised input."""
+    experts run in the (fp32) dtype of the normalised input. The block's argument and locals, the router logits
+    (`_`) and the top-k indices, live until it returns."""
     s = c.spec
     t = c.tokens
     k = s.experts_per_token
     h, e = s.hidden_size, s.num_experts
     wb = 4
+    logits = None
     if s.router_groups or s.router_fp32_softmax:
-        weights, wb = fp32_router(g, y, c)
+        weights, wb, logits = fp32_router(g, y, c)
     elif s.expert_bias:  # GptOssTopKRouter: linear + bias, top-k of the logits, softmax over the k
         logits = linear(g, y, h, e, c, bias=True, name="router")
         ti = g.op(8 * t * k, grad=False, name="router top-k indices")
@@ -607,15 +608,17 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
     if c.ep > 1:
         out = _all_to_all_experts(g, y, weights, wb, idx, c)
     else:
-        out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_bytes=c.r * t * h)
+        out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_elem=c.r)
     if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
         shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
         out = g.op(c.r * t * h, ins=(out, shared), name="+ shared experts")
+    # the block's argument, and the router's outputs it unpacks (gpt-oss's indices are `ti` above)
+    g.keep(y, *(() if s.expert_bias else (idx,) if logits is None else (logits, idx)))
     return out
 
 
 def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, tokens: int, top_k: int,
-                     experts: int, out_bytes: int, expert_parallel: bool = False) -> int:
+                     experts: int, out_elem: int, expert_parallel: bool = False) -> int:
     """transformers' grouped_mm_experts_forward on `tokens` rows of `y` with `top_k` (expert id, weight) pairs
     each over `experts` experts (transformers/integrations/moe.py). Under expert parallelism
     (`_is_expert_parallel`) the experts run top-1 with unit weights that take no gradient, and the outputs of
@@ -627,9 +630,13 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
     perm = g.op(16 * rows, ins=(idx,), grad=False, name="sort expert ids")
     xa = 4 if c.amp else c.a  # dtype the experts compute in
     token_of_row = g.op(8 * rows, ins=(perm,), grad=False, name="perm // top_k")
-    gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="gather rows")
+    # an index's backward scatters into zeros the size of its source, then index_put copies them (index_backward)
+    gathered = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,),
+                    ws_bwd=g.sizes[y], name="gather rows")
     wsorted = g.op(wb * rows, ins=(weights, perm), saves=(perm,), grad_ins=(weights,) if weights_grad else (),
                    grad=weights_grad, name="routing weights sorted")
+    # histc's 4-byte copy of the sorted ids (float on the CPU, int32 on CUDA), the counts and the int32 offsets
+    counts = g.op(4 * rows + 8 * e, ins=(perm,), grad=False, name="expert counts (histc, cumsum)")
     sentinel = g.op(rows, ins=(perm,), grad=False, name="sentinel mask") if expert_parallel else None
     pg = 0 if c.frozen_base else c.w
     keep_in = not c.frozen_base  # a grouped matmul keeps its input only for the weight's gradient
@@ -647,17 +654,23 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
     else:
         act = activation(g, gu, rows * i, xa * rows * i, s.hidden_act, c)  # gate is a view of gu
         prod = g.op(xa * rows * i, ins=(act, gu), saves=(act, gu), name="act * up")
+    g.keep(gu)  # `proj_out` holds the gate_up output until the gating returns and it is rebound
     down = g.op(xa * rows * h, ins=(prod,), saves=(prod,) if keep_in else (), pgrad=pg * i * h * e,
                 name="experts down (grouped)")
     if sentinel is not None:
         down = g.op(xa * rows * h, ins=(down, sentinel), saves=(sentinel,), grad_ins=(down,),
                     name="mask sentinel rows")
-    scaled = g.op(xa * rows * h, ins=(down, wsorted), saves=(down, wsorted) if weights_grad else (wsorted,),
+    pb = max(xa, wb)  # tensor-tensor type promotion: fp32 routing weights make the weighted rows fp32
+    scaled = g.op(pb * rows * h, ins=(down, wsorted), saves=(down, wsorted) if weights_grad else (wsorted,),
                   name="* routing weight")
     inv = g.op(8 * rows, ins=(perm,), grad=False, name="inverse permutation")
-    unperm = g.op(xa * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), name="un-permute")
-    g.keep(y, gathered, wsorted, idx)  # locals of the experts forward live until it returns
-    return g.op(out_bytes, ins=(unperm,), name="sum over top-k")
+    unperm = g.op(pb * rows * h, ins=(scaled, inv), saves=(inv,), grad_ins=(scaled,), ws_bwd=g.sizes[scaled],
+                  name="un-permute")
+    # locals of the experts forward live until it returns (`proj_out` is the down projection's last rebinding)
+    g.keep(y, gathered, wsorted, idx, perm, counts, down)
+    summed = g.op(pb * tokens * h, ins=(unperm,), name="sum over top-k")
+    # `.to(hidden_states.dtype)` copies only when the dtype differs
+    return summed if pb == out_elem else g.op(out_elem * tokens * h, ins=(summed,), name="to the hidden dtype")
 
 
 def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx) -> int:
@@ -676,20 +689,21 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
         weights, wb = g.op(c.a * t * k, ins=(weights,), name="FSDP casts the routing weights"), c.a
     order = g.op(8 * rows, ins=(idx,), grad=False, name="argsort expert ids")
     token_of_row = g.op(8 * rows, ins=(order,), grad=False, name="order // top_k")
-    send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), name="rows to send")
+    send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), ws_bwd=g.sizes[y],
+                name="rows to send")
     recv = g.op(xa * rows * h, ins=(send,), name="all-to-all dispatch")
     local_ids = g.op(8 * rows, grad=False, name="received rows' local expert ids")
     ones = g.op(xa * rows, grad=False, name="unit routing weights")
     g.keep(send)  # a local of _dispatch_tokens until it returns
     expert_out = _grouped_experts(g, recv, ones, xa, local_ids, c, tokens=rows, top_k=1, experts=s.num_experts // c.ep,
-                                  out_bytes=xa * rows * h, expert_parallel=True)
+                                  out_elem=xa, expert_parallel=True)
     back = g.op(xa * rows * h, ins=(expert_out,), name="all-to-all combine")
     placed = g.op(xa * rows * h, ins=(back, order), saves=(order,), grad_ins=(back,), name="restore (token, slot) order")
     wbytes = max(xa, wb)  # tensor-tensor type promotion
     weighted = g.op(wbytes * rows * h, ins=(placed, weights), saves=(placed, weights), name="* routing weights")
     out = g.op(wbytes * t * h, ins=(weighted,), name="sum over top-k")
     g.keep(back)  # recv_out: a local of _combine_tokens until it returns
-    g.keep(recv, expert_out)  # locals of AllToAllEP.__call__ until it returns
+    g.keep(recv, local_ids, ones, expert_out, idx)  # locals and arguments of AllToAllEP.__call__ until it returns
     return out if wbytes == c.r else g.op(c.r * t * h, ins=(out,), name="to the hidden dtype")
 
 
@@ -770,13 +784,13 @@ def _clamped_swiglu(g: Graph, gu: int, nbytes: int) -> int:
     return out
 
 
-def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
+def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int, int]:
     """DeepSeek-V3 / GLM-4.5 TopkRouter: an fp32 linear on fp32 copies of the input and the weight
     (F.linear keeps both), sigmoid scores (kept), + the correction bias, group-limited top-k on
     detached scores, gather the chosen scores (keeps the indices), renormalise and scale
     (modeling_glm4_moe.Glm4MoeTopkRouter). DeepSeek-V2's: the same fp32 linear, a softmax (kept),
     top-k of it and the scaling (modeling_deepseek_v2.DeepseekV2TopkRouter, greedy). Under autocast
-    the linear runs in 16-bit. Returns the top-k weights and their element bytes."""
+    the linear runs in 16-bit. Returns the top-k weights, their element bytes and the router logits."""
     s = c.spec
     t, h, e, k, grp = c.tokens, s.hidden_size, s.num_experts, s.experts_per_token, s.router_groups
     pg = 0 if c.frozen_base else c.w * e * h
@@ -794,7 +808,7 @@ def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
         probs = g.op(4 * t * e, ins=(logits,), saves=(OUT,), name="router softmax")
         topw = g.op(4 * t * k, ins=(probs,), name="router top-k")
         g.op(8 * t * k, ins=(probs,), grad=False, name="top-k indices")
-        return g.op(4 * t * k, ins=(topw,), name="* routed_scaling_factor"), 4
+        return g.op(4 * t * k, ins=(topw,), name="* routed_scaling_factor"), 4, logits
     scores = g.op(sb * t * e, ins=(logits,), saves=(OUT,), name="sigmoid")
     choice = g.op(4 * t * e, ins=(scores,), grad=False, name="+ correction bias")
     top2 = g.op(12 * t * grp * 2, ins=(choice,), grad=False, name="group top-2")
@@ -809,7 +823,7 @@ def fp32_router(g: Graph, y: int, c: Ctx) -> tuple[int, int]:
     if s.router_renorm:
         den = g.op(sb * t, ins=(picked,), name="sum + eps")
         picked = g.op(sb * t * k, ins=(picked, den), saves=(den, OUT), name="/= denominator")
-    return g.op(sb * t * k, ins=(picked,), name="* routed_scaling_factor"), sb
+    return g.op(sb * t * k, ins=(picked,), name="* routed_scaling_factor"), sb, logits
 
 
 # ---- whole blocks ------------------------------------------------------------------------

@@ -95,13 +95,16 @@ FAMILY_EVIDENCE: tuple[tuple[str, str, str], ...] = (
     ("gemma2, gemma3_text",
      N_("CPU and fake (Gemma 2 2B-27B eager; Gemma 3 1B-27B local / global layers, LoRA)"), N_("CUDA-only terms")),
     ("mixtral, qwen3_moe",
-     N_("CPU (grouped_mm experts) and fake (Mixtral 8x7B, Qwen3 30B-A3B / 235B-A22B, LoRA on attention)"),
+     N_("CPU (grouped_mm experts; FSDP2 with and without expert parallelism, full checkpointing) and fake "
+     "(Mixtral 8x7B, Qwen3 30B-A3B / 235B-A22B, LoRA on attention)"),
      N_("LoRA all-linear is refused: peft 0.21 puts adapters on the routed experts' 3-D weights and the router")),
     ("glm4_moe",
-     N_("CPU (dense + MoE layers, shared expert, LoRA on attention) and fake (GLM-4.5 92 layers, GLM-4.5-Air)"),
+     N_("CPU (dense + MoE layers, shared expert, LoRA on attention; FSDP2 with and without expert parallelism, "
+     "full checkpointing) and fake (GLM-4.5 92 layers, GLM-4.5-Air)"),
      N_("LoRA all-linear refused (as for mixtral)")),
     ("deepseek_v3, deepseek_v2",
-     N_("CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o) and fake (671B, V2-Lite)"),
+     N_("CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o; DeepSeek-V3 under FSDP2 "
+     "with and without expert parallelism, full checkpointing) and fake (671B, V2-Lite)"),
      N_("CUDA SDPA for MLA; LoRA all-linear refused (as for mixtral)")),
     ("gpt_oss", N_("CPU and fake (20B, 120B; eager attention with sinks)"), N_("CUDA-only terms")),
     ("llama4_text",
@@ -155,9 +158,10 @@ GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "shar
               "engine")
 
 
-def workload_tags(sc) -> list[str]:
+def workload_tags(sc, engine: str = "") -> list[str]:
     """Regimes a record exercises, each reported as its own group: attention masks kept by
-    checkpointing, sliding windows at or past the window, expert parallelism, how the loop holds the outputs."""
+    checkpointing, sliding windows at or past the window, expert parallelism, a MoE model sharded by FSDP2
+    without it, how the loop holds the outputs."""
     t = sc.training
     tags = []
     if t.attention.value == "eager" and t.activation_checkpointing.value != "none":
@@ -167,6 +171,8 @@ def workload_tags(sc) -> list[str]:
         tags.append(f"window reached ({t.attention.value})")
     if t.expert_parallel > 1:
         tags.append("expert parallel")
+    elif engine == "fsdp2" and sc.spec.num_experts > 1:
+        tags.append("MoE under FSDP2, no expert parallel")
     if sc.mode == Mode.train:
         tags.append(f"keep_outputs {str(getattr(t, 'keep_outputs', False)).lower()}")
     return tags
@@ -210,7 +216,7 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
         optimizer=t.optimizer.value, mode=sc.mode.value, sharding=sharding,
         measured_bytes=meas, predicted_bytes=pred, error_pct=round(100.0 * (pred - meas) / meas, 4),
         measured_phase=rec.peak_phase, predicted_phase="forward" if est.peak_phase in ("loss", "inference")
-        else est.peak_phase, component_errors_pct=comp, workload=workload_tags(sc),
+        else est.peak_phase, component_errors_pct=comp, workload=workload_tags(sc, rec.engine),
     )
 
 

@@ -110,6 +110,8 @@ GLM4_MOE_EP = {"model_type": "glm4_moe", "vocab_size": 512, "hidden_size": 256, 
                "head_dim": 64, "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4,
                "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "attention_bias": True, "use_qk_norm": True,
                "max_position_embeddings": 2048}
+# FSDP2 without expert parallelism on a MoE-dominated layer: 64 experts hold 98 % of a layer's parameters
+QWEN3_MOE_WIDE = {**QWEN3_MOE_EP, "num_experts": 64, "num_experts_per_tok": 2}
 # GLM-4.5-Air's shapes as a config dict (zai-org/GLM-4.5-Air config.json; the records before the preset)
 GLM45_AIR = {"model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944,
              "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
@@ -570,6 +572,52 @@ def _expert_parallel_entries() -> list[Entry]:
         # full checkpointing under EP, measured last
         ep("ep-heldout-qwen3-moe-ep2-ws8-bf16-full", QWEN3_MOE_EP, 8, precision="bf16", expert_parallel=2,
            activation_checkpointing="full"),
+        # FSDP2 + MoE without EP: the runs that traced the FSDP2 backward terms (data/measured_cpu.jsonl)
+        ep("fsdp-moe-qwen3-moe-ws8-bf16-mixed", QWEN3_MOE_EP, 8, precision="bf16-mixed"),
+        ep("fsdp-moe-qwen3-moe-ws4-amp-bf16-full", QWEN3_MOE_EP, 4, precision="amp-bf16",
+           activation_checkpointing="full"),
+        ep("fsdp-moe-qwen3-moe-wide-ws4-bf16-mixed", QWEN3_MOE_WIDE, 4, precision="bf16-mixed", seq_len=256),
+        ep("fsdp-moe-qwen3-moe-wide-ws4-amp-bf16-full", QWEN3_MOE_WIDE, 4, precision="amp-bf16",
+           activation_checkpointing="full", seq_len=256),
+        # measured after the engine modelled the checkpoint's early stop, the MoE locals and FSDP2's backward
+        # buffers (data/measured_ep_heldout.jsonl)
+        ep("ep-heldout2-glm4-moe-ep2-ws4-bf16-full", GLM4_MOE_EP, 4, precision="bf16", expert_parallel=2,
+           activation_checkpointing="full"),
+        ep("ep-heldout2-deepseek-v3-ep2-ws8-bf16-mixed-full", DEEPSEEK_V3_EP, 8, precision="bf16-mixed",
+           expert_parallel=2, activation_checkpointing="full"),
+        ep("ep-heldout2-deepseek-v3-ep8-ws8-fp32-full", DEEPSEEK_V3_EP, 8, precision="fp32", expert_parallel=8,
+           activation_checkpointing="full"),
+        ep("ep-heldout2-mixtral-ep4-ws8-fp32-full", MIXTRAL_EP, 8, precision="fp32", expert_parallel=4,
+           activation_checkpointing="full"),
+        ep("ep-heldout2-qwen3-moe-ep4-ws8-amp-bf16-full", QWEN3_MOE_EP, 8, precision="amp-bf16", expert_parallel=4,
+           activation_checkpointing="full"),
+        ep("ep-heldout2-qwen3-moe-ep2-ws4-zero2-bf16-full", QWEN3_MOE_EP, 4, precision="bf16", zero_stage=2,
+           expert_parallel=2, activation_checkpointing="full"),
+        ep("fsdp-moe-heldout-mixtral-wide-ws8-bf16-mixed", {**MIXTRAL_EP, "num_local_experts": 32}, 8,
+           precision="bf16-mixed", seq_len=256),
+        ep("fsdp-moe-heldout-deepseek-v3-ws4-fp32-full", DEEPSEEK_V3_EP, 4, precision="fp32",
+           activation_checkpointing="full"),
+        ep("fsdp-moe-heldout-qwen3-moe-wide-ws8-zero2-bf16", QWEN3_MOE_WIDE, 8, precision="bf16", zero_stage=2,
+           seq_len=256),
+        # measured after the mechanisms the runs above exposed were modelled
+        ep("ep-heldout3-glm4-moe-ep4-ws8-amp-bf16-full", GLM4_MOE_EP, 8, precision="amp-bf16", expert_parallel=4,
+           activation_checkpointing="full"),
+        ep("ep-heldout3-mixtral-ep2-ws8-bf16-mixed-full", MIXTRAL_EP, 8, precision="bf16-mixed", expert_parallel=2,
+           activation_checkpointing="full"),
+        ep("ep-heldout3-deepseek-v3-ep4-ws4-bf16-full-b1-s1024", DEEPSEEK_V3_EP, 4, precision="bf16",
+           expert_parallel=4, activation_checkpointing="full", micro_batch_size=1, seq_len=1024),
+        ep("fsdp-moe-heldout3-glm4-moe-ws4-bf16-mixed-full", GLM4_MOE_EP, 4, precision="bf16-mixed",
+           activation_checkpointing="full"),
+        ep("fsdp-moe-heldout3-qwen3-moe-wide-ws4-amp-bf16", QWEN3_MOE_WIDE, 4, precision="amp-bf16", seq_len=256),
+        # measured after the mechanisms the third set exposed were modelled
+        ep("fsdp-moe-heldout4-deepseek-v3-ws8-bf16-mixed", DEEPSEEK_V3_EP, 8, precision="bf16-mixed"),
+        ep("fsdp-moe-heldout4-mixtral-wide-ws4-fp32-full", {**MIXTRAL_EP, "num_local_experts": 32}, 4,
+           precision="fp32", activation_checkpointing="full", seq_len=256),
+        ep("ep-heldout4-glm4-moe-ep4-ws4-fp32", GLM4_MOE_EP, 4, precision="fp32", expert_parallel=4),
+        ep("ep-heldout4-deepseek-v3-ep2-ws4-amp-bf16-full", DEEPSEEK_V3_EP, 4, precision="amp-bf16",
+           expert_parallel=2, activation_checkpointing="full"),
+        ep("ep-heldout4-qwen3-moe-wide-ep8-ws8-bf16-mixed-full", QWEN3_MOE_WIDE, 8, precision="bf16-mixed",
+           expert_parallel=8, activation_checkpointing="full", seq_len=256),
     ]
 
 
