@@ -46,6 +46,7 @@ from calc.profiles import block_profile, forget_recordings, forget_shapes
 from calc.result import (
     ALL_GATHER_LAYER,
     BACKWARD_LAYER,
+    EXPERTS_REDUCE_LAYER,
     FORWARD_LAYER,
     INFERENCE_LAYER,
     RECOMPUTED_LAYER,
@@ -94,6 +95,7 @@ class States:
     reduce_scatter_kept: int = 0  # FSDP2: the last reduce-scatter input, kept until the next group's reduce
     gathered_dense_layer: int = 0  # FSDP2: a MoE model's dense layer (first_k_dense_replace), unsharded
     reduce_scatter_dense: int = 0  # FSDP2: a dense layer's reduce-scatter input
+    reduce_scatter_experts: int = 0  # FSDP2 + EP: the experts group's reduce buffers (+ a gradient kept through it)
     load_host: int = 0  # host RAM one process needs to build / load the model (calc.parallel.model_load_host_bytes)
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
@@ -804,20 +806,37 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
                g_now if g_now > ga_grads else ga_grads, opt, cur + alive, o if o > 0 else 0)
         # FSDP2 post-backward: weights resharded, unsharded grads copied into the reduce buffer
         left = upto[i] if keep_gathered else (gls[i - 1] if i else 0)
+        # expert parallelism: the experts group's reduce, mid-layer (a dense layer repeats its row: one width)
+        rows = (row, experts_reduce_row(i, ckpt_i, gathered) or row) if st.gathered_experts else (row,)
         reduce = (REDUCE_SCATTER_LAYER.format(layer=i), "backward", w + left, grads + lay[i].param_grad_bytes, opt,
                   cur, other0 + kept * (i > 0) + out.backward(i) + h_bytes + fsdp.reduce_scatter_peak[i])
         if keep_gathered:
-            return row, reduce
+            return *rows, reduce
         # FSDP2 pre-backward (reshard after forward): the layer's prefetched all-gather output is copied out into
         # its unsharded parameters, both alive until the copy-out returns (in backward the output is freed at once)
         copy_out = (ALL_GATHER_LAYER.format(layer=i), "backward", w + 2 * gls[i], grads, opt, cur_before[i + 1],
                     other0 + kept + out.backward(i + 1) + h_bytes + rs_kept)
-        return copy_out, row, reduce
+        return copy_out, *rows, reduce
+
+    def experts_reduce_row(i: int, ckpt_i: bool, gathered: int) -> Row | None:
+        """Expert parallelism: the experts group's post-backward runs when the MoE block's backward ends, mid-layer
+        (FSDP2 registers it on the experts module's inputs): the rest of the layer is still gathered and its saved
+        tensors (the attention's) alive, the experts' own gradients already copied into the reduce buffers (the
+        foreach_reduce of torch 2.13, measured on the CPU over the fake process group). None for a dense layer."""
+        p = lay[i]
+        if not fsdp.reduce_scatter_experts[i]:
+            return None
+        h = h_bytes if ckpt_i and not p.input_saved else 0  # the checkpoint's stored input (see backward_moments)
+        grads = grads_top + grads_of_all - grads_below[i + 1]
+        return (EXPERTS_REDUCE_LAYER.format(layer=i), "backward", w + gathered, grads, opt,
+                cur_before[i] + p.experts_done_saved,
+                other0 + kept + out.backward(i + 1) + h + p.experts_done_grads + fsdp.reduce_scatter_experts[i])
 
     bwd_pieces = pieces if reduced is None else _split(pieces, lambda a, b: reduced(a) != reduced(b))
     if gl:  # the top layer's backward runs before any layer's reduce-scatter
         bwd_pieces = _split(bwd_pieces, lambda a, b: (a == layers - 1) != (b == layers - 1))
-    tl.run(range(layers - 1, -1, -1), backward_rows, (2 if keep_gathered else 3) if gl else 1, bwd_pieces)
+    width = ((2 if keep_gathered else 3) + (1 if st.gathered_experts else 0)) if gl else 1
+    tl.run(range(layers - 1, -1, -1), backward_rows, width, bwd_pieces)
     cur, grads = cur_before[0], grads_top + grads_of_all
     if first:
         cur -= emb.saved
@@ -1078,6 +1097,13 @@ def fsdp2_states(sc: Scenario) -> States:
     root = spec.embedding_params() + spec.norm_params() + spec.lm_head_params()
     dense = spec.layer_params() + spec.dense_layer_delta() if spec.dense_layers else 0
     rs_bytes = 4 if p.is_mixed else store  # the reduce dtype: fp32 under MixedPrecisionPolicy(reduce_dtype=fp32)
+    # an experts group of one rank (efsdp = 1) "reduces" into a full-size output, through a divided
+    # temporary: reduce_output.copy_(input / gradient_divide_factor)
+    rs_experts = experts // ep * (3 if ep > 1 and n // ep == 1 else 1) * rs_bytes
+    # ...and through that reduce the group's last parameter (the down projection) keeps its unsharded gradient:
+    # a DTensor that autograd, not Python, still holds once the list of gradients is cleared (measured on the CPU
+    # over the fake process group: Qwen3-MoE, 64 experts, ep 8 of 8)
+    last_grad = prod(spec.routed_expert_shapes()[-1][0]) // ep * compute if experts else 0
     comps = [Component(key="weights", category="parameters", label=N_("Model weights (FSDP2 shards)"),
                        bytes=sharded * store, **words("formula", N_("{params} params / {ranks} ranks x {bytes} B"),
                                                       params=f"{spec.total_params():,}", ranks=n, bytes=store),
@@ -1091,10 +1117,8 @@ def fsdp2_states(sc: Scenario) -> States:
                   # the unsharded grads are copied into one flat reduce-scatter input in the reduce dtype (fp32
                   # under mixed precision: chunk_cat casts as it copies; foreach_reduce, torch 2.13) and freed after
                   # (under expert parallelism the experts reduce-scatter as their own group, before the layer's)
-                  # an experts group of one rank (efsdp = 1) "reduces" into a full-size output, through a divided
-                  # temporary: reduce_output.copy_(input / gradient_divide_factor)
-                  reduce_scatter_input=max(spec.layer_params() - experts,
-                                           experts // ep * (3 if ep > 1 and n // ep == 1 else 1)) * rs_bytes,
+                  reduce_scatter_input=max((spec.layer_params() - experts) * rs_bytes, rs_experts),
+                  reduce_scatter_experts=rs_experts + last_grad,
                   # comm_ctx.reduce_scatter_states keeps one input (reduce_scatter_max_input_buffers = 1) until the
                   # next group's post-backward: a decoder layer's (its dense group's) through the next layer's backward
                   reduce_scatter_kept=(spec.layer_params() - experts) * rs_bytes,
@@ -1111,6 +1135,7 @@ class Fsdp2LayerTerms:
     all_gather: list[int]  # the layer's last group's all-gather output, kept until the next copy-out
     reduce_scatter: list[int]  # the layer's (dense group's) reduce-scatter input, kept until the next group's
     reduce_scatter_peak: list[int]  # the larger of its groups' reduce-scatter inputs
+    reduce_scatter_experts: list[int]  # EP: the experts group's reduce-scatter buffers (0 for a dense layer)
 
 
 def fsdp2_layer_terms(st: States, ctxs: list[Ctx]) -> Fsdp2LayerTerms:
@@ -1121,7 +1146,8 @@ def fsdp2_layer_terms(st: States, ctxs: list[Ctx]) -> Fsdp2LayerTerms:
         experts=[0 if d else st.gathered_experts for d in dense],
         all_gather=[g if d else st.forward_all_gather for g, d in zip(gathered, dense, strict=True)],
         reduce_scatter=[st.reduce_scatter_dense if d else st.reduce_scatter_kept for d in dense],
-        reduce_scatter_peak=[st.reduce_scatter_dense if d else st.reduce_scatter_input for d in dense])
+        reduce_scatter_peak=[st.reduce_scatter_dense if d else st.reduce_scatter_input for d in dense],
+        reduce_scatter_experts=[0 if d else st.reduce_scatter_experts for d in dense])
 
 
 def fsdp2_local_expert_grad_bytes(c: Ctx) -> int:

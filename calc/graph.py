@@ -61,6 +61,15 @@ class BlockProfile:
     cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
     cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
     recompute_peak: int = 0  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
+    # expert parallelism: when the backward of the experts' first op (EXPERTS_ENTRY) is done, where the experts
+    # module's FSDP2 post-backward runs: the block's saved tensors still alive, and the gradients in flight
+    experts_done_saved: int = 0
+    experts_done_grads: int = 0
+
+
+# the first op of the experts module under expert parallelism (its input's gradient completes the module's
+# backward: FSDP2's post-backward for the experts group runs there, mid-layer)
+EXPERTS_ENTRY = "rows to send"
 
 
 @dataclass
@@ -145,11 +154,12 @@ class Graph:
                 frees[k].append(op.out)
         saved_ids = set(savers)
         saved = alg.total(sizes[t] for t in saved_ids)
-        bwd, in_grad, pgrads = self._backward(alg, sizes, savers, saved)
+        bwd, in_grad, pgrads, (ex_saved, ex_grads) = self._backward(alg, sizes, savers, saved)
         cached = set(self.cached)
         fields = dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else alg.total(()),
                       in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
-                      cached_total=alg.total(sizes[t] for t in cached))
+                      cached_total=alg.total(sizes[t] for t in cached), experts_done_saved=ex_saved,
+                      experts_done_grads=ex_grads)
         return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees),
                 self._forward(alg, sizes, savers, frees, stop_at_last_save=True), bwd, fields, pgrads, 0 in saved_ids)
 
@@ -179,9 +189,10 @@ class Graph:
         return alg.largest(moments)
 
     def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
-            -> tuple[list, object, int]:
+            -> tuple[list, object, int, tuple]:
         """Candidates for the first backward peak, each (live bytes, (saved still alive, parameter gradients
-        created)), the input's gradient and the parameter gradients."""
+        created)), the input's gradient, the parameter gradients, and (saved alive, gradients in flight) once
+        the op named EXPERTS_ENTRY has run its backward (zero without one)."""
         add, sub, raw = alg.add, alg.sub, alg.raw
         remaining = dict(savers)
         live_saved = saved
@@ -189,6 +200,7 @@ class Graph:
         grad_bytes = sizes[self.output]
         pgrads = 0
         moments = [(add(live_saved, grad_bytes), (live_saved, 0))]
+        experts_done = (alg.total(()), alg.total(()))
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
@@ -206,7 +218,9 @@ class Graph:
                 remaining[s] -= 1
                 if remaining[s] == 0:
                     live_saved = sub(live_saved, sizes[s])
-        return alg.largest(moments, first=True), grads.get(0, alg.total(())), pgrads
+            if op.name == EXPERTS_ENTRY:
+                experts_done = (live_saved, grad_bytes)
+        return alg.largest(moments, first=True), grads.get(0, alg.total(())), pgrads, experts_done
 
 
 class _Bytes:
@@ -384,13 +398,15 @@ class Plan:
         bwd = values[recompute_end:]
         best = bwd.index(max(bwd))  # the first largest
         saved, pgrad = self.bwd[best]
-        kept, out, in_grad, cached_unsaved, cached_total = values[:len(_FIELDS)]
+        kept, out, in_grad, cached_unsaved, cached_total, ex_saved, ex_grads = values[:len(_FIELDS)]
         return BlockProfile(saved=kept, out_bytes=out, in_grad_bytes=in_grad, cached_unsaved=cached_unsaved,
-                            cached_total=cached_total, fwd_peak=max(values[len(_FIELDS):fwd_end]),
+                            cached_total=cached_total, experts_done_saved=ex_saved, experts_done_grads=ex_grads,
+                            fwd_peak=max(values[len(_FIELDS):fwd_end]),
                             fwd_peak_nosave=max(values[fwd_end:nosave_end]),
                             recompute_peak=max(values[nosave_end:recompute_end]), bwd_peak=bwd[best],
                             bwd_peak_saved=sum(map(mul, saved, basis)), bwd_peak_pgrad=pgrad,
                             param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved)
 
 
-_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total")  # BlockProfile's sums
+_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total", "experts_done_saved",
+           "experts_done_grads")  # BlockProfile's sums

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from calc.architectures import GEMMA_FAMILIES, ModelSpec
-from calc.graph import OUT, Graph
+from calc.graph import EXPERTS_ENTRY, OUT, Graph
 from calc.symbolic import fixed
 
 
@@ -690,7 +690,7 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
     order = g.op(8 * rows, ins=(idx,), grad=False, name="argsort expert ids")
     token_of_row = g.op(8 * rows, ins=(order,), grad=False, name="order // top_k")
     send = g.op(xa * rows * h, ins=(y, token_of_row), saves=(token_of_row,), grad_ins=(y,), ws_bwd=g.sizes[y],
-                name="rows to send")
+                name=EXPERTS_ENTRY)
     recv = g.op(xa * rows * h, ins=(send,), name="all-to-all dispatch")
     local_ids = g.op(8 * rows, grad=False, name="received rows' local expert ids")
     ones = g.op(xa * rows, grad=False, name="unit routing weights")

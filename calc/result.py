@@ -37,13 +37,14 @@ RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")
 INFERENCE_LAYER = N_("layer {layer}")
 REDUCE_SCATTER_LAYER = N_("reduce-scatter layer {layer}")  # FSDP2
 ALL_GATHER_LAYER = N_("all-gather layer {layer}")  # FSDP2
+EXPERTS_REDUCE_LAYER = N_("reduce-scatter layer {layer} experts")  # FSDP2 + expert parallelism
 
 
 @cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
                  for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
-                           ALL_GATHER_LAYER))
+                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER))
 
 
 def event_text(event: str) -> Text:
