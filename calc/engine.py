@@ -822,10 +822,10 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         """Expert parallelism: the experts group's post-backward runs when the MoE block's backward ends, mid-layer
         (FSDP2 registers it on the experts module's inputs): the rest of the layer is still gathered and its saved
         tensors (the attention's) alive, the experts' own gradients already copied into the reduce buffers (the
-        foreach_reduce of torch 2.13, measured on the CPU over the fake process group). None for a dense layer."""
+        foreach_reduce of torch 2.13, measured on the CPU over the fake process group)."""
         p = lay[i]
-        if not fsdp.reduce_scatter_experts[i]:
-            return None
+        if not fsdp.reduce_scatter_experts[i] or not fsdp2_local_expert_grad_bytes(ctxs[i]):
+            return None  # a dense layer, or experts without gradients (a frozen base): no experts reduce
         h = h_bytes if ckpt_i and not p.input_saved else 0  # the checkpoint's stored input (see backward_moments)
         grads = grads_top + grads_of_all - grads_below[i + 1]
         return (EXPERTS_REDUCE_LAYER.format(layer=i), "backward", w + gathered, grads, opt,

@@ -87,3 +87,21 @@ def test_measured_over_the_fake_process_group_matches_the_estimate() -> None:
     assert abs(pred - rec.peak_allocated_bytes) / rec.peak_allocated_bytes < 0.02
     with pytest.raises(Exception, match="--device cpu"):
         measure(sc, "fake", steps=1)
+
+
+def test_experts_reduce_is_a_mid_layer_row_with_the_attention_still_saved() -> None:
+    """The experts group's post-backward runs when the MoE block's backward ends: one row per MoE layer, with
+    part of the layer's recomputed saved tensors (the attention's) still alive; none without expert parallelism
+    or with a frozen base (no experts' gradients)."""
+    from calc.engine import _ctx, _layer_profile
+
+    sc = _sc(ep=8, precision="bf16-mixed", activation_checkpointing="full")
+    rows = estimate(sc, target="cpu", sharding="fsdp2").timeline.events
+    assert [e for e in rows if e.endswith("experts")] == ["reduce-scatter layer 1 experts",
+                                                          "reduce-scatter layer 0 experts"]
+    prof = _layer_profile(_ctx(sc, "cpu", fsdp=True), eager=False)
+    assert 0 < prof.experts_done_saved < prof.saved
+    assert prof.experts_done_grads > 0
+    assert not any(e.endswith("experts") for e in estimate(_sc(ep=1), target="cpu", sharding="fsdp2").timeline.events)
+    lora = _sc(ep=8, lora={"rank": 8, "targets": "attention"})
+    assert not any(e.endswith("experts") for e in estimate(lora, target="cpu", sharding="fsdp2").timeline.events)
