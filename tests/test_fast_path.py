@@ -119,8 +119,8 @@ def broad_scenarios(draw):
     t["checkpoint_every"] = draw(st.sampled_from([1, 2, 3]))
     t["keep_outputs"] = draw(st.booleans())
     t["cross_entropy"] = draw(st.sampled_from(["standard", "liger-fused"]))
-    parallel = draw(st.sampled_from(["data", "pipeline", "tensor", "fsdp2", "offload"]))
-    if parallel in ("pipeline", "tensor", "fsdp2"):
+    parallel = draw(st.sampled_from(["data", "pipeline", "tensor", "fsdp2", "offload", "expert"]))
+    if parallel in ("pipeline", "tensor", "fsdp2", "expert"):
         data["hardware"]["num_gpus"] = 8
     if parallel == "pipeline":
         t["pipeline_parallel"], t["zero_stage"] = draw(st.sampled_from([2, 4])), draw(st.sampled_from([0, 1]))
@@ -128,6 +128,9 @@ def broad_scenarios(draw):
         t["tensor_parallel"], t["sequence_parallel"] = 2, draw(st.booleans())
     elif parallel == "fsdp2":
         t["sharding"], t["zero_stage"] = "fsdp2", draw(st.sampled_from([2, 3]))
+    elif parallel == "expert":  # the experts' mid-layer reduce rows (DeepSeek-V2-Lite: a dense first layer)
+        data["model"] = draw(st.sampled_from(["deepseek-v2-lite", "qwen3-30b-a3b"]))
+        t["sharding"], t["zero_stage"], t["expert_parallel"] = "fsdp2", draw(st.sampled_from([2, 3])), 8
     elif parallel == "offload":
         t["offload_optimizer"], t["zero_stage"] = "cpu", draw(st.sampled_from([1, 2, 3]))
     else:  # DeepSpeed ZeRO-1/2: a bucket below the model's size puts rank 0's partition mid-backward
@@ -174,6 +177,7 @@ SHAPE_CONTEXTS = [  # (model, training options): families and branches whose ops
     ("qwen3-0.6b", {"cross_entropy": "liger-fused"}),  # Liger's chunk of tokens is a power of two of them
     ("llama-3.2-1b", {"tensor_parallel": 2, "sequence_parallel": True}),  # B*S // tp: replayed per shape
     ("mixtral-8x7b", {"lora": {"rank": 8, "targets": "attention"}}),
+    ("qwen3-30b-a3b", {"sharding": "fsdp2", "zero_stage": 3, "expert_parallel": 8}),  # the experts' reduce moment
 ]
 
 
