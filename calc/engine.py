@@ -544,7 +544,13 @@ class _Timeline:
             else:
                 rows = part[1]
                 for i in part[0]:
-                    out.extend(rows(i))
+                    listed = None
+                    for row in rows(i):
+                        # a layer without one of the run's moments repeats a row object to keep the run's width
+                        # (a dense layer under expert parallelism): the chart lists that moment once
+                        if row is not listed:
+                            out.append(row)
+                        listed = row
         return out
 
     def build(self) -> Timeline:

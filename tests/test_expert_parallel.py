@@ -105,3 +105,20 @@ def test_experts_reduce_is_a_mid_layer_row_with_the_attention_still_saved() -> N
     assert not any(e.endswith("experts") for e in estimate(_sc(ep=1), target="cpu", sharding="fsdp2").timeline.events)
     lora = _sc(ep=8, lora={"rank": 8, "targets": "attention"})
     assert not any(e.endswith("experts") for e in estimate(lora, target="cpu", sharding="fsdp2").timeline.events)
+
+
+def test_dense_layers_list_each_moment_once_under_expert_parallelism() -> None:
+    """A MoE model's dense first layers have no experts' reduce: the timeline lists their backward once (the run
+    keeps one width by repeating the row, which the listing drops), and the peak is unchanged by the listing."""
+    dense_first = {**MOE, "model_type": "deepseek_v2", "first_k_dense_replace": 1, "n_routed_experts": 8,
+                   "n_shared_experts": 1, "kv_lora_rank": 32, "q_lora_rank": None, "qk_nope_head_dim": 32,
+                   "qk_rope_head_dim": 16, "v_head_dim": 32, "moe_layer_freq": 1, "topk_method": "greedy",
+                   "n_group": 1, "topk_group": 1}
+    dense_first.pop("num_experts")
+    dense_first.pop("norm_topk_prob")
+    dense_first.pop("head_dim")
+    est = estimate(_sc(ep=8, model=dense_first), target="cpu", sharding="fsdp2")
+    ev = est.timeline.events
+    assert all(a != b for a, b in zip(ev, ev[1:], strict=False)), ev
+    assert [e for e in ev if e.endswith("experts")] == ["reduce-scatter layer 1 experts"]
+    assert est.timeline.total(est.timeline.peak_index) == est.peak_allocated_bytes
