@@ -51,36 +51,24 @@ def main() -> None:
     print(f"warm (same scenario):         {n / dt:8.0f} estimates/s  ({dt / n * 1e6:6.1f} us each)")
     variants = [_scenario(b, s, p, c) for b, s, p, c in itertools.product(
         [1, 2, 4, 8], [1024, 2048, 4096, 8192], ["bf16-mixed", "bf16", "amp-bf16"], ["none", "full"])]
-
-    def cold() -> None:
-        clear_memo()
-        for v in variants:
-            estimate(v)
-
-    n, dt = _rate(cold, args.seconds)
-    per = dt / (n * len(variants))
-    print(f"cold (new shapes):            {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
+    _per_estimate("cold (new shapes):", variants, clear_memo, args.seconds)
     layouts = [_scenario(zero=z, gpus=g, optimizer=o) for z, g, o in itertools.product(
         [0, 1, 2, 3], [8, 16, 32, 64, 128, 256], ["adamw", "sgd", "adafactor", "adamw-8bit"])]
+    _per_estimate("new layout (profiles cached):", layouts, lambda: clear_memo(profiles=False), args.seconds)
+    _per_estimate("new contexts (nothing kept):", variants, lambda: clear_memo(shape_free=True), args.seconds)
 
-    def new_layout() -> None:
-        clear_memo(profiles=False)
-        for v in layouts:
+
+def _per_estimate(label: str, scenarios: list[Scenario], clear, seconds: float) -> None:
+    """Rounds of `clear()` then one estimate of each scenario, timed together; prints the rate per estimate."""
+
+    def one_round() -> None:
+        clear()
+        for v in scenarios:
             estimate(v)
 
-    n, dt = _rate(new_layout, args.seconds)
-    per = dt / (n * len(layouts))
-    print(f"new layout (profiles cached): {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
-
-    def new_contexts() -> None:
-        clear_memo(shape_free=True)
-        for v in variants:
-            estimate(v)
-
-    n, dt = _rate(new_contexts, args.seconds)
-    per = dt / (n * len(variants))
-    print(f"new contexts (nothing kept):  {1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
-
+    n, dt = _rate(one_round, seconds)
+    per = dt / (n * len(scenarios))
+    print(f"{label:<30}{1 / per:8.0f} estimates/s  ({per * 1e6:6.1f} us each)")
 
 if __name__ == "__main__":
     main()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter, mul
 
 from calc.symbolic import Dim, as_poly
+from calc.symbolic import accumulate as _acc
 
 OUT = -1  # placeholder in `saves` for the op's own output
 
@@ -265,16 +266,6 @@ def _size_form(x: Dim | int, r: int) -> Form:
     if list(p) == [(0, 0)]:
         return {_ONE: -(-p[(0, 0)] // r) * r}
     return {**as_form(x), ("d", r, tuple(sorted(p.items()))): 1}
-
-
-def _acc(form: Form, other: Form, sign: int = 1) -> Form:
-    for k, c in other.items():
-        v = form.get(k, 0) + sign * c
-        if v:
-            form[k] = v
-        else:
-            form.pop(k, None)
-    return form
 
 
 def _sum(forms) -> Form:

@@ -58,27 +58,27 @@ def _poly(x: int) -> Poly:
     return {(0, 0): x} if x else {}
 
 
-def _add(p: Poly, q: Poly, sign: int = 1) -> Poly:
-    out = dict(p)
-    for m, c in q.items():
-        v = out.get(m, 0) + sign * c
+def accumulate(out: dict, other: dict, sign: int = 1) -> dict:
+    """Add sign * other into the sparse sum `out` in place (a polynomial's monomials, a byte form's terms),
+    dropping terms that cancel to 0."""
+    for k, c in other.items():
+        v = out.get(k, 0) + sign * c
         if v:
-            out[m] = v
+            out[k] = v
         else:
-            out.pop(m, None)
+            out.pop(k, None)
     return out
+
+
+def _add(p: Poly, q: Poly, sign: int = 1) -> Poly:
+    return accumulate(dict(p), q, sign)
 
 
 def _mul(p: Poly, q: Poly) -> Poly:
     out: Poly = {}
     for (b1, s1), c1 in p.items():
-        for (b2, s2), c2 in q.items():
-            m = (b1 + b2, s1 + s2)
-            v = out.get(m, 0) + c1 * c2
-            if v:
-                out[m] = v
-            else:
-                out.pop(m, None)
+        # one term of p times q: distinct monomials, summed into the product
+        accumulate(out, {(b1 + b2, s1 + s2): c1 * c2 for (b2, s2), c2 in q.items()})
     return out
 
 
