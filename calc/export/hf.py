@@ -156,6 +156,8 @@ _SCRIPT_WORDS: dict[str, str] = {
     "t_one_write": N_("one write per line, so that ranks sharing an unbuffered stream (`python -u`) do not split it"),
     "t_note": N_("Note: {note}."),
     "t_embedded": N_("the embedded config"),
+    "t_shutdown": N_("end the process group before exiting: its communication threads left running abort the "
+                     "process at exit (SIGABRT after a finished run)"),
 }
 
 _SCRIPT = '''\
@@ -295,6 +297,9 @@ def main():
         data = RandomTokens(samples, script.seq_len, model.config.get_text_config().vocab_size)
     trainer = Trainer(model=model, args=args, train_dataset=data)
     trainer.train()
+    if torch.distributed.is_initialized():
+        # {t_shutdown}
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
