@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import accumulate
 from math import prod
 from typing import Literal, TypeVar
@@ -1072,13 +1072,24 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
             listing: Callable[[], Timeline] = lambda full=full: full  # noqa: E731 - already listed
         else:
             _, row = tl.peak()
-            listing = tl.build
+            listing = partial(_listed_timeline, sc, st, ctx, layers, first, last, ws, training)
         peak = row[2] + row[3] + row[4] + row[5] + row[6]
         if best is None or peak > best[0]:
             best = (peak, row, listing, st)
     assert best is not None
     peak, row, listing, st = best
     return _result(sc, spec, hw, gpu, peak, row, listing, st, layers, ws, training)
+
+
+def _listed_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool, ws: int,
+                     training: bool) -> Timeline:
+    """Every moment of the stage's timeline, listed again from its inputs when a chart asks for it. An
+    estimate keeps these inputs, not the timeline it found the peak in: that one's per-layer closures and
+    sums would outlive the estimate in every memo entry, and the cyclic collector would scan them over and
+    over (a fifth of a new shape's estimate); few estimates are ever drawn."""
+    tl = (_train_timeline(sc, st, ctx, layers, first, last, ws) if training
+          else _inference_timeline(sc, _inference_states(st), ctx, layers, ws))
+    return tl.build()
 
 
 def fsdp2_states(sc: Scenario) -> States:

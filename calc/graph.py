@@ -23,9 +23,9 @@ symbolic batch and sequence (calc.symbolic), giving a Plan that yields the profi
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter, mul
+from operator import itemgetter
 
 from calc.symbolic import Dim, as_poly
 from calc.symbolic import accumulate as _acc
@@ -380,23 +380,50 @@ class Plan:
         self.ends = (n, n + len(nosave), n + len(nosave) + len(recompute))
         self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
         self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
+        self._at: Callable[[int, int], BlockProfile] | None = None  # at(), written on first use
 
     def at(self, batch: int, seq: int) -> BlockProfile:
-        mono = [batch ** b * seq ** s for b, s in self.monos]
-        basis = mono + [-sum(map(mul, p, mono)) % self.r for p in self.rounded]
-        values = [sum(map(mul, f, basis)) for f in self.forms]
+        """The profile of (batch, seq): the forms evaluated by straight-line code written for this plan (a
+        generic loop over the dense forms cost 5-9 us a block, most of a new shape's profiles)."""
+        if self._at is None:
+            self._at = self._compile()
+        return self._at(batch, seq)
+
+    def _terms(self, coefs: tuple[int, ...]) -> str:
+        """sum(c * basis[i]) as Python source over the locals b0.. (zero terms left out)."""
+        out = " + ".join(f"{c} * b{i}" for i, c in enumerate(coefs) if c)
+        return out or "0"
+
+    def _compile(self) -> Callable[[int, int], BlockProfile]:
+        """A function (batch, seq) -> BlockProfile equal to the plan's evaluation, written out: monomials,
+        the allocator's rounding (-x % r) of the rounded sizes, each form's sum, the first largest backward
+        candidate. Only ints this plan holds go into the source."""
+        n_mono = len(self.monos)
+        lines = ["def at(batch, seq):"]
+        lines += [f"    b{i} = batch ** {b} * seq ** {s}" for i, (b, s) in enumerate(self.monos)]
+        lines += [f"    b{n_mono + j} = -({self._terms(p)}) % {self.r}" for j, p in enumerate(self.rounded)]
+        lines += [f"    v{k} = {self._terms(f)}" for k, f in enumerate(self.forms)]
         fwd_end, nosave_end, recompute_end = self.ends
-        bwd = values[recompute_end:]
-        best = bwd.index(max(bwd))  # the first largest
-        saved, pgrad = self.bwd[best]
-        kept, out, in_grad, cached_unsaved, cached_total, ex_saved, ex_grads = values[:len(_FIELDS)]
-        return BlockProfile(saved=kept, out_bytes=out, in_grad_bytes=in_grad, cached_unsaved=cached_unsaved,
-                            cached_total=cached_total, experts_done_saved=ex_saved, experts_done_grads=ex_grads,
-                            fwd_peak=max(values[len(_FIELDS):fwd_end]),
-                            fwd_peak_nosave=max(values[fwd_end:nosave_end]),
-                            recompute_peak=max(values[nosave_end:recompute_end]), bwd_peak=bwd[best],
-                            bwd_peak_saved=sum(map(mul, saved, basis)), bwd_peak_pgrad=pgrad,
-                            param_grad_bytes=self.param_grad_bytes, input_saved=self.input_saved)
+        n_fields = len(_FIELDS)
+
+        def largest(a: int, b: int) -> str:
+            return f"max({', '.join(f'v{k}' for k in range(a, b))})" if b - a > 1 else f"v{a}"
+
+        bwd = range(recompute_end, len(self.forms))
+        lines.append(f"    bwd = ({', '.join(f'v{k}' for k in bwd)},)")
+        lines.append("    best = bwd.index(max(bwd))")  # the first largest
+        choices = [f"({self._terms(sv)}) if best == {k} else " for k, (sv, _) in enumerate(self.bwd[:-1])]
+        lines.append(f"    saved = {''.join(choices)}({self._terms(self.bwd[-1][0])})")
+        lines.append(f"    pgrad = {tuple(pg for _, pg in self.bwd)!r}[best]")
+        fields = ", ".join(f"{name}=v{k}" for k, name in enumerate(_FIELDS))
+        lines.append(f"    return BlockProfile({fields}, fwd_peak={largest(n_fields, fwd_end)}, "
+                     f"fwd_peak_nosave={largest(fwd_end, nosave_end)}, "
+                     f"recompute_peak={largest(nosave_end, recompute_end)}, bwd_peak=bwd[best], "
+                     f"bwd_peak_saved=saved, bwd_peak_pgrad=pgrad, param_grad_bytes={self.param_grad_bytes}, "
+                     f"input_saved={self.input_saved})")
+        scope: dict[str, object] = {"BlockProfile": BlockProfile}
+        exec(compile("\n".join(lines), "<calc.graph.Plan>", "exec"), scope)  # noqa: S102 - our own ints only
+        return scope["at"]  # type: ignore[return-value]
 
 
 _FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total", "experts_done_saved",
