@@ -51,16 +51,13 @@ from calc.result import (
     INFERENCE_LAYER,
     RECOMPUTED_LAYER,
     REDUCE_SCATTER_LAYER,
-    Breakdown,
     Component,
-    DeviceTotal,
     Estimate,
-    ModelSummary,
     Timeline,
     words,
 )
 from calc.scenario import Attention, Checkpointing, Mode, Offload, OptimizerImpl, Precision, Scenario
-from calc.verdict import make_verdict
+from calc.verdict import gpu_headroom, verdict_data
 
 T = TypeVar("T")
 Target = Literal["cuda", "cpu"]
@@ -1219,32 +1216,34 @@ def _inference_states(st: States) -> States:
 def _result(sc, spec, hw, gpu, peak, row: Row, listing: Callable[[], Timeline], st: States, layers, ws,
             training) -> Estimate:
     event, phase, params, grads, opt, acts, other = row
-    bd = Breakdown(parameters=params, gradients=grads, optimizer_states=opt, activations=acts, other=other)
     ov = device_overhead(peak, hw.num_gpus)
-    dt = DeviceTotal(
-        low=peak + ov.context["low"] + ov.nccl["low"] + ov.reserve["low"],
-        expected=peak + ov.context["expected"] + ov.nccl["expected"] + ov.reserve["expected"],
-        high=peak + ov.context["high"] + ov.nccl["high"] + ov.reserve["high"],
-        cuda_context_bytes=ov.context["expected"], workspace_bytes=ov.nccl["expected"],
-        reserve_low_bytes=ov.reserve["low"], reserve_expected_bytes=ov.reserve["expected"],
-        reserve_high_bytes=ov.reserve["high"],
-    )
+    context, nccl, reserve = ov.context, ov.nccl, ov.reserve
+    expected = peak + context["expected"] + nccl["expected"] + reserve["expected"]
     mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
     step = 1 if (phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()
     # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
     cpu_ram = max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0
     nvme = st.offloaded_nvme * per_node
-    verdict = make_verdict(dt.expected, mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
-    est = Estimate(
-        model=ModelSummary(name=spec.name or spec.family, family=spec.family, total_params=_count(spec, "total_params"),
-                           trainable_params=st.trainable if training else 0, params_on_this_gpu=st.params_local,
-                           num_layers=spec.num_layers, layers_on_this_gpu=layers),
-        peak_allocated_bytes=peak, peak_phase=phase, peak_event=event, peak_step=step,
-        breakdown=bd, device_total_bytes=dt,
-        gpu_memory_bytes=mem, fits=verdict.fits, headroom_bytes=verdict.gpu_headroom_bytes,
-        cpu_ram_bytes=cpu_ram, nvme_bytes=nvme, verdict=verdict,
-    )
+    verdict = verdict_data(expected, mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
+    # the result and its parts validated in one pass (six model constructors cost twice as much)
+    est = Estimate.model_validate({
+        "model": {"name": spec.name or spec.family, "family": spec.family,
+                  "total_params": _count(spec, "total_params"), "trainable_params": st.trainable if training else 0,
+                  "params_on_this_gpu": st.params_local, "num_layers": spec.num_layers,
+                  "layers_on_this_gpu": layers},
+        "peak_allocated_bytes": peak, "peak_phase": phase, "peak_event": event, "peak_step": step,
+        "breakdown": {"parameters": params, "gradients": grads, "optimizer_states": opt, "activations": acts,
+                      "other": other},
+        "device_total_bytes": {
+            "low": peak + context["low"] + nccl["low"] + reserve["low"], "expected": expected,
+            "high": peak + context["high"] + nccl["high"] + reserve["high"],
+            "cuda_context_bytes": context["expected"], "workspace_bytes": nccl["expected"],
+            "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
+            "reserve_high_bytes": reserve["high"]},
+        "gpu_memory_bytes": mem, "fits": verdict["fits"], "headroom_bytes": gpu_headroom(verdict),
+        "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
+    })
     est._build_components = lambda: peak_components(sc, st, row, ws)
     est._build_timeline = listing
     return est

@@ -8,7 +8,7 @@ verdict is then `None` unless another limit is exceeded: we ask for the number i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,7 +46,7 @@ class Verdict(BaseModel):
     @property
     def gpu_headroom_bytes(self) -> int | None:
         gpu = self.limit("gpu")
-        return None if gpu is None or gpu.available_bytes is None else gpu.available_bytes - gpu.needed_bytes
+        return None if gpu is None else _headroom(gpu.needed_bytes, gpu.available_bytes)
 
 
 def gib_short(n_bytes: int) -> str:
@@ -59,18 +59,18 @@ def gib_short(n_bytes: int) -> str:
 _RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
 
 
-def _reason_words(lim: Limit) -> tuple[str, dict[str, str]]:
+def _reason_words(resource: Resource, needed: int, available: int | None) -> tuple[str, dict[str, str]]:
     """The reason a limit is not met, as a message id and its fields (calc.i18n): one sentence per
     resource and state, so that each translates whole."""
-    need = gib_short(lim.needed_bytes)
-    have = None if lim.available_bytes is None else gib_short(lim.available_bytes)
-    if lim.resource == "gpu":
+    need = gib_short(needed)
+    have = None if available is None else gib_short(available)
+    if resource == "gpu":
         if have is None:
             return N_("needs {need} per GPU; no GPU memory size is chosen"), {"need": need}
-        short_by = gib_short(lim.needed_bytes - lim.available_bytes)
+        short_by = gib_short(needed - available)
         return N_("needs {need} per GPU; the GPU has {have} (short by {short})"), {"need": need, "have": have,
                                                                                    "short": short_by}
-    if lim.resource == "host_ram":
+    if resource == "host_ram":
         if have is None:
             return (N_("offload needs {need} of host RAM per node; this node's host RAM is unknown (set it under "
                        "Hardware)"), {"need": need})
@@ -81,31 +81,48 @@ def _reason_words(lim: Limit) -> tuple[str, dict[str, str]]:
     return N_("offload needs {need} of NVMe space per node; this node has {have}"), {"need": need, "have": have}
 
 
-def _reason(lim: Limit) -> str:
-    msgid, fields = _reason_words(lim)
-    return msgid.format(**fields)
-
-
 def reason_texts(v: Verdict) -> list[Text]:
     """`v.reasons` as translatable sentences (built on demand: the engine stores only the English)."""
     return [Text.model_construct(msgid=msgid, fields=fields)
-            for msgid, fields in map(_reason_words, (lim for lim in v.limits if lim.fits is not True))]
+            for msgid, fields in (_reason_words(lim.resource, lim.needed_bytes, lim.available_bytes)
+                                  for lim in v.limits if lim.fits is not True)]
 
 
-def make_verdict(gpu_needed: int, gpu_available: int | None, host_ram_needed: int, host_ram_available: int | None,
-                 nvme_needed: int, nvme_available: int | None) -> Verdict:
-    """The verdict from what is needed and what is there. Host RAM / NVMe limits appear only when
-    offload needs them."""
+def verdict_data(gpu_needed: int, gpu_available: int | None, host_ram_needed: int, host_ram_available: int | None,
+                 nvme_needed: int, nvme_available: int | None) -> dict[str, Any]:
+    """The verdict's fields from what is needed and what is there, as Verdict validates them (the engine
+    validates them inside its Estimate, in one pass with the other result models). Host RAM / NVMe limits
+    appear only when offload needs them."""
     wanted: list[tuple[Resource, int, int | None]] = [("gpu", gpu_needed, gpu_available)]
     if host_ram_needed:
         wanted.append(("host_ram", host_ram_needed, host_ram_available))
     if nvme_needed:
         wanted.append(("nvme", nvme_needed, nvme_available))
-    limits = [Limit(resource=r, needed_bytes=need, available_bytes=have, fits=None if have is None else need <= have)
-              for r, need, have in wanted]
-    states = [lim.fits for lim in limits]
+    states = [None if have is None else need <= have for _, need, have in wanted]
+    limits = [{"resource": r, "needed_bytes": need, "available_bytes": have, "fits": ok}
+              for (r, need, have), ok in zip(wanted, states, strict=True)]
+    reasons = [msgid.format(**fields) for msgid, fields in
+               (_reason_words(r, need, have) for (r, need, have), ok in zip(wanted, states, strict=True)
+                if ok is not True)]
     fits = False if False in states else (None if None in states else True)
-    return Verdict(fits=fits, limits=limits, reasons=[_reason(lim) for lim in limits if lim.fits is not True])
+    return {"fits": fits, "limits": limits, "reasons": reasons}
+
+
+def make_verdict(gpu_needed: int, gpu_available: int | None, host_ram_needed: int, host_ram_available: int | None,
+                 nvme_needed: int, nvme_available: int | None) -> Verdict:
+    """The verdict from what is needed and what is there (verdict_data)."""
+    return Verdict.model_validate(verdict_data(gpu_needed, gpu_available, host_ram_needed, host_ram_available,
+                                               nvme_needed, nvme_available))
+
+
+def gpu_headroom(data: dict[str, Any]) -> int | None:
+    """Verdict.gpu_headroom_bytes of verdict_data's fields."""
+    gpu = data["limits"][0]
+    return _headroom(gpu["needed_bytes"], gpu["available_bytes"])
+
+
+def _headroom(needed: int, available: int | None) -> int | None:
+    return None if available is None else available - needed
 
 
 def _reasons(v: Verdict, lang: Lang) -> str:
@@ -141,4 +158,5 @@ def short(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
             else translate(N_("unknown ({what})"), lang, what=what))
 
 
-__all__ = ["Limit", "Resource", "Verdict", "gib_short", "headline", "make_verdict", "reason_texts", "short"]
+__all__ = ["Limit", "Resource", "Verdict", "gib_short", "gpu_headroom", "headline", "make_verdict", "reason_texts",
+           "short", "verdict_data"]
