@@ -161,33 +161,37 @@ class Graph:
                       in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
                       cached_total=alg.total(sizes[t] for t in cached), experts_done_saved=ex_saved,
                       experts_done_grads=ex_grads)
-        return (self._forward(alg, sizes, savers, frees), self._forward(alg, sizes, {}, frees),
-                self._forward(alg, sizes, savers, frees, stop_at_last_save=True), bwd, fields, pgrads, 0 in saved_ids)
+        moments = self._forward(alg, sizes, savers, frees)
+        return (alg.largest(moments), alg.largest(self._forward(alg, sizes, {}, frees)),
+                alg.largest(moments[:self._recompute_moments()]), bwd, fields, pgrads, 0 in saved_ids)
 
     def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
-                 frees: list[list[int]], stop_at_last_save: bool = False) -> list:
-        """Candidates for the block's forward peak (live bytes, its input included).
-
-        stop_at_last_save: the recompute of non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True)
-        raises _StopRecomputationError once the forward's last tensor is packed for backward. Autograd packs a
-        node's saved inputs before the kernel runs and a saved output after it, so the recompute ends before the
-        last saving op's output is allocated unless that op saves its own output."""
+                 frees: list[list[int]]) -> list:
+        """The block's forward moments (live bytes, its input included): before the first op, then as each op
+        runs (its output and scratch alive), its inputs that nothing saves freed after their last read."""
         add, sub, raw = alg.add, alg.sub, alg.raw
         live = sizes[0]
         moments = [(live, ())]
-        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1) if stop_at_last_save else -1
-        for k, (op, gone) in enumerate(zip(self.ops, frees, strict=True)):
-            if k == last and op.out not in op.saves:
-                break
+        for op, gone in zip(self.ops, frees, strict=True):
             if op.out >= 0:
                 live = add(live, sizes[op.out])
-            moments.append((add(live, raw(op.ws_fwd)), ()))
-            if k == last:
-                break
+            moments.append((add(live, raw(op.ws_fwd)) if op.ws_fwd else live, ()))
             for i in gone:
                 if i not in savers:
                     live = sub(live, sizes[i])
-        return alg.largest(moments)
+        return moments
+
+    def _recompute_moments(self) -> int:
+        """How many of the forward's first moments a checkpoint's recompute reaches. The recompute of
+        non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True) raises _StopRecomputationError
+        once the forward's last tensor is packed for backward. Autograd packs a node's saved inputs before the
+        kernel runs and a saved output after it, so the recompute ends before the last saving op's output is
+        allocated unless that op saves its own output. Until then it is the forward itself (moment k + 1 is
+        op k's)."""
+        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1)
+        if last < 0:
+            return len(self.ops) + 1
+        return last + (2 if self.ops[last].out in self.ops[last].saves else 1)
 
     def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
             -> tuple[list, object, int, tuple]:
