@@ -209,14 +209,16 @@ class Graph:
         for op in reversed(self.ops):
             if op.out >= 0 and op.out not in grads and op.pgrad == 0:
                 continue  # no gradient reaches this node (non-differentiable branch)
-            now = add(add(live_saved, grad_bytes), raw(op.ws_bwd))
+            now = add(live_saved, grad_bytes)
+            if op.ws_bwd:
+                now = add(now, raw(op.ws_bwd))
             for i in op.grad_ins:
                 now = add(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
                 if i not in grads:
                     grads[i] = sizes[i]
                     grad_bytes = add(grad_bytes, sizes[i])
             pgrads += op.pgrad
-            moments.append((add(now, raw(pgrads)), (live_saved, pgrads)))
+            moments.append((add(now, raw(pgrads)) if pgrads else now, (live_saved, pgrads)))
             if op.out >= 0 and op.out in grads and op.out != 0:
                 grad_bytes = sub(grad_bytes, grads.pop(op.out))
             for s in op.saves:
