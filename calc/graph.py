@@ -283,16 +283,27 @@ def _sum(forms) -> Form:
 
 def _margin(a: Form, b: Form) -> int | None:
     """A lower bound of a - b over every shape, or None when a - b has no lower bound (a monomial's coefficient is
-    smaller): each monomial is at least 1, each rounding of a size to r bytes between 0 and r - 1."""
+    smaller): each monomial is at least 1, each rounding of a size to r bytes between 0 and r - 1. (One pass over
+    each form's items, not over the union of their keys: a recording compares every moment with the candidates
+    it keeps.)"""
     margin = 0
-    for k in a.keys() | b.keys():
-        d = a.get(k, 0) - b.get(k, 0)
-        if k[0] == "m":
-            if d < 0:
+    for k, c in a.items():
+        d = c - b.get(k, 0)
+        if d < 0:
+            if k[0] == "m":
                 return None
-            margin += d
-        elif d < 0:
             margin += d * (k[1] - 1)
+        elif k[0] == "m":
+            margin += d
+    for k, c in b.items():
+        if k in a:
+            continue
+        if c > 0:  # a - b = -c < 0 here
+            if k[0] == "m":
+                return None
+            margin -= c * (k[1] - 1)
+        elif k[0] == "m":
+            margin -= c
     return margin
 
 
@@ -318,7 +329,7 @@ class _Frontier:
         self.found: list[tuple[Form, tuple]] = []
 
     def add(self, form: Form, extra: tuple = ()) -> None:
-        if any(_at_least(f, form) for f, _ in self.found):
+        if any(f == form or _at_least(f, form) for f, _ in self.found):  # an equal form is bounded, and cheap
             return
         drop = _above if self.first else _at_least
         self.found = [(f, x) for f, x in self.found if not drop(form, f)]
