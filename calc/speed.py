@@ -558,6 +558,24 @@ def compute_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions) -> float:
     return gpus * raw.peak_flops * a.mfu / raw.exec_fpt * (1 + 1e-9)
 
 
+# Terms whose seconds are the same at every micro-batch split of the same sequences per replica in training: the
+# compute (executed FLOPs x tokens per replica), the CPU Adam step and the optimizer states' NVMe traffic (both per
+# optimizer step, of the trainable parameters' partition). The other terms depend on the split or are >= 0.
+_SPLIT_FREE_TERMS = frozenset({"compute", "cpu_adam", "nvme_optimizer"})
+
+
+def split_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions, training: bool) -> float:
+    """An upper bound of the tokens/s of every micro-batch split of `raw`'s sequences per replica, at least as
+    tight as compute_rate_bound: in training, the tokens per step over the seconds of the terms that do not depend
+    on the split (with a relative 1e-9 for rounding); in inference (one micro-batch of varying size) the
+    compute-bound rate."""
+    rate = compute_rate_bound(raw, gpus, a)
+    if not training:
+        return rate
+    fixed = sum(x.seconds for x in raw.terms if x.key in _SPLIT_FREE_TERMS)
+    return min(rate, raw.tokens_per_step / fixed * (1 + 1e-9)) if fixed > 0 else rate
+
+
 def estimate_speed(sc: Scenario, assumptions: SpeedAssumptions | None = None) -> SpeedEstimate:
     """Step time and tokens/s per GPU for `sc`, with every term shown."""
     a = assumptions or SpeedAssumptions()

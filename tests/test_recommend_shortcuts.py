@@ -1,7 +1,7 @@
 """The recommender's shortcuts change nothing but its work. It skips the memory estimate of a configuration
 whose weights and optimizer states alone exceed the usable memory (calc.recommend.search.states_floor), does
 not rank the members of a group whose most frugal member is such a configuration, and evaluates a
-combination's micro-batch splits only when its compute-bound rate (calc.speed.compute_rate_bound) says it
+combination's micro-batch splits only when a rate bound from one split (calc.speed.split_rate_bound) says it
 could be next. The floor is a lower bound of the engine's peak and the rate an upper bound of every split's
 speed (on the committed data set and on random scenarios), and the search with them answers exactly as the
 search without them: the same candidates, explanations, advice and notes, in both languages; only the
@@ -21,7 +21,7 @@ import calc.recommend.search as search
 from calc.engine import estimate
 from calc.recommend import RecommendRequest, format_recommendation, recommend
 from calc.scenario import Mode, Scenario
-from calc.speed import SpeedAssumptions, compute_rate_bound, hardware_of, step_time
+from calc.speed import SpeedAssumptions, compute_rate_bound, hardware_of, split_rate_bound, step_time
 from calc.validate import load_all
 
 
@@ -76,6 +76,9 @@ def test_compute_rate_bounds_every_split(data, mode, shift):
                       hw, sc.mode, a, explain=False) for mb in splits]
     for raw in raws:
         assert all(compute_rate_bound(raw, gpus, a) >= r.tokens_per_s for r in raws)
+        bound = split_rate_bound(raw, gpus, a, sc.mode == Mode.train)
+        assert bound <= compute_rate_bound(raw, gpus, a)  # never looser
+        assert all(bound >= r.tokens_per_s for r in raws)
 
 
 def _answer(rec) -> tuple[dict, str]:
@@ -88,7 +91,7 @@ def _answer(rec) -> tuple[dict, str]:
 def _both(req: RecommendRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
         m.setattr(search, "states_floor", lambda sc: 0)  # every configuration estimated and ranked: as it was
-        m.setattr(search, "compute_rate_bound", lambda *a: math.inf)  # every split's speed evaluated first
+        m.setattr(search, "split_rate_bound", lambda *a: math.inf)  # every split's speed evaluated first
         full = recommend(req)
     floored = recommend(req)
     assert _answer(floored) == _answer(full)

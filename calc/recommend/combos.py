@@ -53,8 +53,7 @@ class Combo:
         return self.precision, self.zero, self.off_opt, self.off_par, self.tp, self.pp, self.optimizer, self.lora_key
 
     def with_(self, **kw: Any) -> Combo:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d.update(kw)
+        d = {**self.__dict__, **kw}  # the fields (a frozen dataclass without __slots__ keeps them there)
         if "lora" in kw:
             d["lora_key"] = _lora_key(kw["lora"])
         return Combo(**d)

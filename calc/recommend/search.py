@@ -10,8 +10,9 @@ It stays fast by never estimating what cannot win (branch and bound):
 1. Speed needs no memory estimate (~10 us), so every combination gets an upper bound first: its best
    tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
    once `max_candidates` fitting results are at least as fast as the next bound. A combination's splits
-   are evaluated only when it could be next (`_Ranking`): until then the compute-bound rate of one split,
-   which bounds them all, stands in for their best.
+   are evaluated only when it could be next (`_Ranking`): until then a rate from one split that bounds them
+   all stands in for their best (calc.speed.split_rate_bound: the compute and, in training, the CPU Adam
+   step and NVMe optimizer traffic, which take the same seconds at every split).
 2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
    over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
 3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
@@ -69,7 +70,7 @@ from calc.recommend.words import (
 )
 from calc.result import Estimate
 from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
-from calc.speed import SpeedAssumptions, _Hw, _Raw, compute_rate_bound, hardware_of, step_time, to_estimate
+from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, split_rate_bound, step_time, to_estimate
 from calc.verdict import gib_short, reason_texts
 
 
@@ -147,6 +148,7 @@ class _Search:
     frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
     tried: set[tuple[Combo, int, int]] = field(default_factory=set)  # what fit() was asked, in this visit's order
     tried_method_change: bool = False
+    frugals: dict[Combo, Combo] = field(default_factory=dict)  # _frugal by combination (asked in _rank and _visit)
 
     def mark(self) -> tuple:
         """Where the search stands, for `rewind` (the fits made stay cached)."""
@@ -160,7 +162,10 @@ class _Search:
         self.tried = set(tried)
 
     def frugal(self, c: Combo) -> Combo:
-        return _frugal(c, self.base.training.sharding != "fsdp2", self.base.spec.sdpa_supported)
+        fr = self.frugals.get(c)
+        if fr is None:
+            fr = self.frugals[c] = _frugal(c, self.base.training.sharding != "fsdp2", self.base.spec.sdpa_supported)
+        return fr
 
     def doomed(self, fr: Combo, mb: int, ga: int) -> bool:
         """The group of its most frugal member `fr` cannot fit: fr is not a valid scenario, or its model states
@@ -280,7 +285,7 @@ _Entry = tuple[float, Combo, int, list[int], dict[int, _Raw]]  # (best tokens/s,
 class _Ranking:
     """Combinations fastest first: by their best tokens/s over the micro-batch splits, then the simpler setup,
     then the order enumerated. A combination's splits are evaluated only when it could be next: until then it
-    is ranked by the compute-bound rate of its first split (calc.speed.compute_rate_bound), an upper bound of
+    is ranked by a bound from its first split (calc.speed.split_rate_bound), an upper bound of
     its best, so the order in which combinations come out is the order of their exact best speeds."""
 
     def __init__(self, s: _Search) -> None:
@@ -295,8 +300,8 @@ class _Ranking:
         if len(mbs) == 1:
             value, raws = first.tokens_per_s, {mbs[0]: first}
         else:
-            value, raws = compute_rate_bound(first, self.s.hw.num_gpus // (c.tp * c.pp) * c.tp * c.pp,
-                                             self.s.assumptions), None
+            value, raws = split_rate_bound(first, self.s.hw.num_gpus // (c.tp * c.pp) * c.tp * c.pp,
+                                           self.s.assumptions, self.s.base.mode == Mode.train), None
         heapq.heappush(self.heap, (-value, _complexity(c), len(self.heap), c, per, mbs, raws))
 
     def next(self, floor: float | None = None) -> _Entry | None:
