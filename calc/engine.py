@@ -354,6 +354,35 @@ def _attention_saved(ctx: Ctx, eager: bool, replay: bool = False) -> int:
             - block_profile(_norm_and_attention, ctx, None, replay=replay).saved)
 
 
+def forward_activations_floor(sc: Scenario) -> int:
+    """A lower bound of what a training estimate's peak holds beyond the first stage's weights and optimizer
+    states (calc.recommend.search.states_floor): the activations alive at the end of the first pipeline stage's
+    forward, the row of its last layer in _train_timeline (every in-flight micro-batch's saved tensors of the
+    embedding and of each layer, and the rotary tables). 0 where no bound is taken (inference, FSDP2). A layer
+    checkpointed at every layer keeps only its input, so no layer profile is built for it. The recommender
+    skips the estimate of a configuration whose floor exceeds the usable memory; tests/test_recommend_shortcuts.py
+    checks the bound against the engine."""
+    t = sc.training
+    if sc.mode != Mode.train or t.sharding == "fsdp2":
+        return 0
+    ctx = _ctx(sc, "cuda")
+    eager, ckpt = t.attention == Attention.eager, t.activation_checkpointing
+    layers = parallel.layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
+    h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # a layer's input
+    every = t.checkpoint_every if ckpt == Checkpointing.full else 0
+    if every == 1:
+        saved = layers * h_bytes
+    else:
+        ctxs = layer_ctxs(ctx, layers, first_input_grad=embeddings_need_grad(ctx, ckpt))
+        lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))
+        drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
+            else [0] * layers
+        saved = sum(h_bytes if every and i % every == 0 else lay[i].saved - drop[i] + (h_bytes if drop[i] else 0)
+                    for i in range(layers))
+    in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
+    return in_flight * (saved + block_profile(embedding_block, ctx).saved) + model_level_bytes(ctx, eager)[0]
+
+
 def _norm_and_attention(ctx: Ctx, eager: bool | None) -> Graph:
     """A layer's input norm and (unless eager is None) its attention module."""
     g = Graph(input_bytes=ctx.r * ctx.tokens * ctx.spec.hidden_size, input_requires_grad=ctx.input_grad)

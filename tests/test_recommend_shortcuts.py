@@ -1,5 +1,6 @@
 """The recommender's shortcuts change nothing but its work. It skips the memory estimate of a configuration
-whose weights and optimizer states alone exceed the usable memory (calc.recommend.search.states_floor), does
+whose weights and optimizer states alone exceed the usable memory (calc.recommend.search.states_floor), or do
+with the activations the forward pass holds on top of them (calc.engine.forward_activations_floor), does
 not rank the members of a group whose most frugal member is such a configuration, and evaluates a
 combination's micro-batch splits only when a rate bound from one split (calc.speed.split_rate_bound) says it
 could be next. The floor is a lower bound of the engine's peak and the rate an upper bound of every split's
@@ -18,19 +19,27 @@ from test_fast_path import broad_scenarios
 from test_properties import FAST
 
 import calc.recommend.search as search
-from calc.engine import estimate
+from calc.engine import estimate, forward_activations_floor
 from calc.recommend import RecommendRequest, format_recommendation, recommend
 from calc.scenario import Mode, Scenario
 from calc.speed import SpeedAssumptions, compute_rate_bound, hardware_of, split_rate_bound, step_time
 from calc.validate import load_all
 
 
+def _floor(sc: Scenario) -> int:
+    """What the search compares with the usable memory once the states fit."""
+    states = search.states_floor(sc)
+    return states + forward_activations_floor(sc) if states else 0
+
+
 def test_data_set_floor_is_below_the_peak():
     records = [r for r in load_all() if r.scenario.mode == Mode.train]
     assert len(records) > 100
-    floors = [(search.states_floor(r.scenario), estimate(r.scenario).peak_allocated_bytes) for r in records]
-    assert all(floor <= peak for floor, peak in floors)
-    assert sum(floor > 0 for floor, _ in floors) > 100  # the bound is taken, not 0 everywhere
+    floors = [(search.states_floor(r.scenario), _floor(r.scenario), estimate(r.scenario).peak_allocated_bytes)
+              for r in records]
+    assert all(states <= floor <= peak for states, floor, peak in floors)
+    assert sum(states > 0 for states, _, _ in floors) > 100  # the bound is taken, not 0 everywhere
+    assert sum(floor > states > 0 for states, floor, _ in floors) > 100  # and the activations with them
 
 
 @settings(FAST, max_examples=100)
@@ -41,7 +50,7 @@ def test_random_scenarios_floor_is_below_the_peak(data):
         peak = estimate(sc).peak_allocated_bytes
     except ValueError:  # a combination the scenario or the engine rejects
         return
-    assert search.states_floor(sc) <= peak
+    assert search.states_floor(sc) <= _floor(sc) <= peak
 
 
 @settings(FAST, max_examples=40)
@@ -91,6 +100,7 @@ def _answer(rec) -> tuple[dict, str]:
 def _both(req: RecommendRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
         m.setattr(search, "states_floor", lambda sc: 0)  # every configuration estimated and ranked: as it was
+        m.setattr(search, "forward_activations_floor", lambda sc: 0)
         m.setattr(search, "split_rate_bound", lambda *a: math.inf)  # every split's speed evaluated first
         full = recommend(req)
     floored = recommend(req)

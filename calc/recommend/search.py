@@ -40,7 +40,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from calc import parallel
-from calc.engine import estimate, model_states
+from calc.engine import estimate, forward_activations_floor, model_states
 from calc.recommend.combos import (
     Combo,
     _complexity,
@@ -218,6 +218,8 @@ class _Search:
         floor = self.floors.get(c.states_key())
         if floor is None:
             floor = self.floors[c.states_key()] = states_floor(sc)
+        if floor <= self.usable and floor:  # the states fit: add what the forward pass holds on top of them
+            floor += forward_activations_floor(sc)
         f = _Fit(None, False, floor=floor, settle=lambda: self._judge(sc)) if floor > self.usable else self._judge(sc)
         self.cache[key] = f
         return f
