@@ -323,7 +323,10 @@ def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx
     out = []
     for i in range(layers):
         key = (spec.is_sliding(i), i < spec.dense_layers, i > 0 or first_input_grad)
-        out.append(kinds.setdefault(key, replace(ctx, sliding=key[0], dense_mlp=key[1], input_grad=key[2])))
+        c = kinds.get(key)
+        if c is None:  # each kind made once (a dataclass replace per layer cost more than the layer's rows)
+            c = kinds[key] = replace(ctx, sliding=key[0], dense_mlp=key[1], input_grad=key[2])
+        out.append(c)
     return out
 
 
