@@ -558,10 +558,11 @@ def compute_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions) -> float:
     return gpus * raw.peak_flops * a.mfu / raw.exec_fpt * (1 + 1e-9)
 
 
-# Terms whose seconds are the same at every micro-batch split of the same sequences per replica in training: the
-# compute (executed FLOPs x tokens per replica), the CPU Adam step and the optimizer states' NVMe traffic (both per
-# optimizer step, of the trainable parameters' partition). The other terms depend on the split or are >= 0.
-_SPLIT_FREE_TERMS = frozenset({"compute", "cpu_adam", "nvme_optimizer"})
+# Terms whose seconds are the same at every micro-batch split of the same sequences per replica in training: what
+# is proportional to micro-batch x accumulation steps (the compute, eager attention's S x S traffic, the tensor-
+# parallel all-reduces and the pipeline's sends, each B x S x H per micro-batch) and what happens once per optimizer
+# step (the CPU Adam step and the optimizer states' NVMe traffic). The other terms depend on the split; all are >= 0.
+_SPLIT_FREE_TERMS = frozenset({"compute", "eager_attention", "tp_comm", "pp_comm", "cpu_adam", "nvme_optimizer"})
 
 
 def split_rate_bound(raw: _Raw, gpus: int, a: SpeedAssumptions, training: bool) -> float:

@@ -11,8 +11,8 @@ It stays fast by never estimating what cannot win (branch and bound):
    tokens/s over all micro-batch sizes. Combinations are visited best bound first, and the search stops
    once `max_candidates` fitting results are at least as fast as the next bound. A combination's splits
    are evaluated only when it could be next (`_Ranking`): until then a rate from one split that bounds them
-   all stands in for their best (calc.speed.split_rate_bound: the compute and, in training, the CPU Adam
-   step and NVMe optimizer traffic, which take the same seconds at every split).
+   all stands in for their best (calc.speed.split_rate_bound: in training, the terms that take the same
+   seconds at every split, such as the compute, the tensor-parallel all-reduces and the CPU Adam step).
 2. Memory is monotone in the micro-batch, so the largest micro-batch that fits is found by bisection
    over the divisors of the per-replica batch (log2 of their count estimates, not all of them).
 3. Dominated combinations are skipped without an estimate: eager attention (more memory and slower than
