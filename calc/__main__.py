@@ -300,6 +300,18 @@ def _silence_stdout() -> None:
         pass
 
 
+def _leave(code: int) -> None:
+    """End the process with `code` once what the command printed is flushed, without the interpreter's teardown:
+    the command is over and its files are closed, and freeing every object it made, one at a time, took a
+    tenth of `python -m calc recommend`'s CPU time (a search keeps its block profiles and estimates)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader left: as main() does, stop quietly
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
     _PROGRAM = True
-    sys.exit(main())
+    _leave(main())
