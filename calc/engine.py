@@ -380,8 +380,15 @@ def forward_activations_floor(sc: Scenario) -> int:
         lay = per_layer(ctxs, lambda c: _layer_profile(c, eager))
         drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
             else [0] * layers
-        saved = sum(h_bytes if every and i % every == 0 else lay[i].saved - drop[i] + (h_bytes if drop[i] else 0)
-                    for i in range(layers))
+
+        def kept(p: BlockProfile, d: int) -> int:  # a layer not checkpointed, as _train_timeline's saved(i)
+            return p.saved - d + (h_bytes if d else 0)  # (selective: + the stored attention input)
+
+        if _identical_layers(lay, drop):  # one kind of layer: count the checkpointed ones and the others
+            n_ck = len(range(0, layers, every)) if every else 0
+            saved = n_ck * h_bytes + (layers - n_ck) * kept(lay[0], drop[0])
+        else:
+            saved = sum(h_bytes if every and i % every == 0 else kept(lay[i], drop[i]) for i in range(layers))
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     return in_flight * (saved + block_profile(embedding_block, ctx).saved) + model_level_bytes(ctx, eager)[0]
 
