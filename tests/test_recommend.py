@@ -351,3 +351,17 @@ def test_adapters_on_families_that_refuse_lora_all_linear(model):
     steps = optimization_waterfall(sc)
     lora_steps = [s for s in steps if s.scenario.training.lora is not None]
     assert lora_steps and all(s.scenario.training.lora.targets == "attention" for s in lora_steps)
+
+
+def test_package_names_are_their_modules():
+    """calc.recommend's names, imported on first use, are the objects their submodules define."""
+    import importlib
+
+    import calc.recommend as package
+
+    assert set(package.__all__) <= set(dir(package))
+    for name in package.__all__:
+        module = importlib.import_module(f"calc.recommend.{package._MODULE_OF[name]}")
+        assert getattr(package, name) is getattr(module, name)
+    with pytest.raises(AttributeError):
+        package.no_such_name  # noqa: B018

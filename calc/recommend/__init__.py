@@ -38,10 +38,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_MODULE_OF])
 
 
-__all__ = [
-    "DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "TABLE_HARDWARE", "TABLE_MODELS", "Candidate", "Combo",
-    "Group", "GroupResult", "Recommendation", "RecommendRequest", "SearchStats", "Table", "TableCell",
-    "WaterfallStep", "cli_main", "combo_of", "enumerate_combos", "fastest_fitting", "format_recommendation", "groups_for", "label",
-    "load_request", "methods_for", "optimization_waterfall", "recommend", "recommendation_table", "table_assumptions", "table_cell", "scenario_for",
-    "short_label", "speed_ratio_words",
-]
+__all__ = sorted(_MODULE_OF)  # the names above, each once
