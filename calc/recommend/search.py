@@ -24,8 +24,10 @@ It stays fast by never estimating what cannot win (branch and bound):
    microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
    step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
    Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
-   reads it (`_Fit.est`, `_Fit.reason`). A group whose most frugal member is such a configuration is not
-   ranked at all (`_run`).
+   reads it (`_Fit.est`, `_Fit.reason`). So is one whose states fit but not with the activations its first
+   pipeline stage holds at the end of its forward (calc.engine.forward_activations_floor, a row of every
+   training timeline; a fit of it asks the same block profiles the estimate would). A group whose most
+   frugal member is such a configuration is not ranked at all (`_run`).
 """
 
 
