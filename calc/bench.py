@@ -11,7 +11,7 @@ least; "cold (new shapes)" clears the memo and the per-shape profiles before eac
 (batch, sequence, precision, checkpointing) shapes, keeping what does not depend on the shape; "new
 layout" is a search over parallel layouts (a new ZeRO stage, GPU count and optimizer for a shape
 whose block profiles are kept); "new contexts" clears everything, so each of the 6 contexts of the
-96 shapes is replayed for its first two shapes and recorded at its third.
+96 shapes is replayed for its first six shapes and recorded at its seventh.
 """
 
 from __future__ import annotations

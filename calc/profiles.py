@@ -6,9 +6,11 @@ with the micro-batch and the sequence length as symbols (calc.symbolic); the sim
 there. A recording whose builder compared a size (seq >= sliding_window, Liger's chunk of tokens) serves
 only the shapes where that answer is the same (its guards); another answer records again. A block the
 symbols cannot describe (Unsupported) is replayed for each shape, as `replay=True` always does (the
-reference that the tests compare with). Recording a layer costs about seven replays (0.4 ms against
-0.06 ms; evaluating its plan ~5 us), so a context is replayed for its first two shapes and recorded at
-its third (a search over parallel layouts asks most contexts for one or two shapes).
+reference that the tests compare with). Recording a layer costs about six replays (0.64 ms against
+0.1 ms for a 70B layer; evaluating its plan ~3 us), so a context is replayed for its first six shapes and
+recorded at its seventh: a context asked for few shapes (a search over parallel layouts asks most contexts
+for one to six) never pays for a recording, and one asked for many (a sweep over batch and sequence) pays at
+most about twice what it would have paid knowing the number in advance.
 Profiles are also kept per shape (a new parallel layout of a shape seen before asks for the same
 blocks).
 """
@@ -26,7 +28,7 @@ from calc.symbolic import Trace, Unsupported
 _MAX_CONTEXTS = 1024  # shape-free contexts whose recordings are kept
 _MAX_RECORDINGS = 16  # recordings per context (one per set of answers to its guards)
 _MAX_SHAPES = 8192  # profiles kept per shape
-_RECORD_AT = 3  # a context is recorded when this many shapes have asked for it
+_RECORD_AT = 7  # a context is recorded when this many shapes have asked for it (recording ~ 6 replays)
 # (build, ctx.shape_free, args) -> (the spec its id stands for, recordings; an int: the shapes replayed so far;
 # None: replay every shape)
 _recordings: dict[tuple, tuple[ModelSpec, list[tuple[Trace, Plan]] | int | None]] = {}

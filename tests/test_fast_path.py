@@ -185,29 +185,35 @@ SHAPE_CONTEXTS = [  # (model, training options): families and branches whose ops
 @given(st.sampled_from(SHAPE_CONTEXTS), st.integers(1, 9), st.integers(1, 9000), st.sampled_from(["cuda", "cpu"]))
 def test_recorded_blocks_equal_a_replay_of_each_shape(context, batch, seq, target):
     """Recordings stay warm across examples: each context is evaluated at many shapes, among them sequences
-    on both sides of a sliding window and token counts that change Liger's chunk."""
+    on both sides of a sliding window and token counts that change Liger's chunk. Every context is recorded
+    at its first shape here, so that every example after it is served by a recording."""
     model, training = context
     sc = _shape_scenario(model, batch, seq, **training)
     clear_memo()  # the estimate memo and the profiles kept per shape, not the recordings
-    _same_as_reference(estimate(sc, target=target), reference_estimate(sc, target=target))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profiles, "_RECORD_AT", 1)
+        _same_as_reference(estimate(sc, target=target), reference_estimate(sc, target=target))
 
 
 @pytest.mark.parametrize("model, training, shapes", [
     ("llama-3.2-1b", {}, [(1, 128), (3, 1000), (8, 4096), (2, 77), (5, 5)]),
     ("mistral-7b", {}, [(1, 4095), (2, 4096), (1, 8000), (4, 100), (2, 4095)]),
-    ("qwen3-0.6b", {"cross_entropy": "liger-fused"}, [(2, 64), (1, 4096), (1, 100), (1, 101), (5, 3333)]),
+    ("qwen3-0.6b", {"cross_entropy": "liger-fused"}, [(1, 4096), (1, 100), (1, 101), (5, 3333)]),
 ])
 def test_one_recording_serves_the_shapes_with_the_same_answers(model, training, shapes):
     """A new (B, S) reuses the recording of its context unless a guard's answer changes (the sliding window
     reached, another Liger chunk), and then records once more; every profile equals a replay. The first
-    shapes of a context are replayed (profiles._RECORD_AT)."""
+    shapes of a context are replayed (profiles._RECORD_AT): short sequences here, then the listed ones."""
     clear_memo(shape_free=True)
-    for batch, seq in shapes:
+    replayed = [(1, 10 + k) for k in range(profiles._RECORD_AT - 1)]
+    for batch, seq in replayed + shapes:
         sc = _shape_scenario(model, batch, seq, **training)
         _same_as_reference(estimate(sc), reference_estimate(sc))
+        if (batch, seq) == replayed[-1]:  # nothing recorded yet
+            assert all(isinstance(recs, int) for _, recs in profiles._recordings.values())
     counts = {key[0].__name__: len(recs) for key, (_, recs) in profiles._recordings.items()}
-    recorded = shapes[profiles._RECORD_AT - 1:]
-    if model == "llama-3.2-1b":  # no guard: one recording of each block for every shape from the third on
+    recorded = shapes
+    if model == "llama-3.2-1b":  # no guard: one recording of each block for every listed shape
         assert counts == {"decoder_layer": 1, "embedding_block": 1, "head_block": 1}
     if model == "mistral-7b":  # the layer on each side of the window; the other blocks do not ask
         assert counts["decoder_layer"] == 2 and counts["head_block"] == 1
@@ -220,7 +226,8 @@ def test_one_recording_serves_the_shapes_with_the_same_answers(model, training, 
 def test_sequence_parallel_blocks_are_replayed_per_shape():
     """B*S // tp is no polynomial with integer coefficients: such a layer is replayed for each shape."""
     clear_memo(shape_free=True)
-    for batch, seq in [(3, 1001), (2, 999), (1, 4096)]:  # the first shape of a context is replayed in any case
+    shapes = [(3, 1001), (2, 999), (1, 4096)] + [(1, 500 + k) for k in range(profiles._RECORD_AT - 2)]
+    for batch, seq in shapes:  # the first shapes of a context are replayed in any case, then a recording is tried
         sc = _shape_scenario("llama-3.2-1b", batch, seq, tensor_parallel=2, sequence_parallel=True)
         _same_as_reference(estimate(sc), reference_estimate(sc))
     layer = [recs for key, (_, recs) in profiles._recordings.items() if key[0].__name__ == "decoder_layer"]
