@@ -97,15 +97,15 @@ class Graph:
         """Add an op creating a new tensor of `out_bytes`; returns its id."""
         tid = len(self.sizes)
         self.sizes.append(out_bytes)  # rounded to the allocator's block size when the plan is evaluated
-        if ins and pgrad == 0 and not any(self.needs_grad[i] for i in ins):
+        ng = self.needs_grad
+        if ins and pgrad == 0 and not any(map(ng.__getitem__, ins)):
             # no input and no parameter requires grad: autograd records no node, so nothing is
             # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
             saves, grad, grad_ins = (), False, ()
-        self.needs_grad.append(grad)
+        ng.append(grad)
         if OUT in saves:
-            saves = tuple(tid if s == OUT else s for s in saves)
+            saves = tuple([tid if s == OUT else s for s in saves])
         if grad_ins is None:
-            ng = self.needs_grad
             grad_ins = tuple([i for i in ins if ng[i]])
         self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name))
         self.output = tid
