@@ -152,6 +152,14 @@ class _Search:
     tried_method_change: bool = False
     frugals: dict[Combo, Combo] = field(default_factory=dict)  # _frugal by combination (asked in _rank and _visit)
 
+    def release(self) -> None:
+        """Drop what refers back to the search (a deferred _Fit's settle closure holds it): a finished search is
+        then freed at once by reference counting. Left in that cycle, its ~11,000 objects (fits, step times and
+        their terms) waited for the cyclic collector, which in the app scanned them with everything else."""
+        self.cache.clear()
+        self.infeasible.clear()
+        self.frugal_failures.clear()
+
     def mark(self) -> tuple:
         """Where the search stands, for `rewind` (the fits made stay cached)."""
         return dict(self.stats), len(self.infeasible), len(self.frugal_failures), set(self.tried)
@@ -439,11 +447,14 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     groups = [group_result(group, s, found, searched) for group, s, found in searched]
     stats = {key: sum(s.stats[key] for _, s, _ in searched) for key in searched[0][1].stats}
     first = searched[0][1]
-    return Recommendation(
+    rec = Recommendation(
         candidates=cands, groups=groups, explanation=overall_explanation(groups, cands),
         gpu_memory_bytes=first.gpu_memory, usable_bytes=first.usable, target_global_batch_sequences=first.target_seqs,
         method_change=bool(cands) and all(c.method_change for c in cands),
         stats=SearchStats(**stats, elapsed_s=time.perf_counter() - t0), notes=notes)
+    for _, s, _ in searched:
+        s.release()
+    return rec
 
 
 def _candidate(rank: int, f: _Found, s: _Search, group: Group) -> Candidate:
