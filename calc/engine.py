@@ -371,7 +371,7 @@ def forward_activations_floor(sc: Scenario) -> int:
     ctx = _ctx(sc, "cuda")
     eager, ckpt = t.attention == Attention.eager, t.activation_checkpointing
     layers = parallel.layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
-    h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # a layer's input
+    h_bytes = residual_stream_bytes(ctx)
     every = t.checkpoint_every if ckpt == Checkpointing.full else 0
     if every == 1:
         saved = layers * h_bytes
@@ -381,16 +381,29 @@ def forward_activations_floor(sc: Scenario) -> int:
         drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
             else [0] * layers
 
-        def kept(p: BlockProfile, d: int) -> int:  # a layer not checkpointed, as _train_timeline's saved(i)
-            return p.saved - d + (h_bytes if d else 0)  # (selective: + the stored attention input)
-
         if _identical_layers(lay, drop):  # one kind of layer: count the checkpointed ones and the others
             n_ck = len(range(0, layers, every)) if every else 0
-            saved = n_ck * h_bytes + (layers - n_ck) * kept(lay[0], drop[0])
+            saved = n_ck * h_bytes + (layers - n_ck) * layer_saved_bytes(lay[0], drop[0], False, h_bytes)
         else:
-            saved = sum(h_bytes if every and i % every == 0 else kept(lay[i], drop[i]) for i in range(layers))
+            saved = sum(layer_saved_bytes(lay[i], drop[i], bool(every) and i % every == 0, h_bytes)
+                        for i in range(layers))
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     return in_flight * (saved + block_profile(embedding_block, ctx).saved) + model_level_bytes(ctx, eager)[0]
+
+
+def residual_stream_bytes(ctx: Ctx) -> int:
+    """One layer's input (the residual stream): B x S x hidden in the residual dtype, S / tp under sequence
+    parallelism."""
+    return ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * ctx.spec.hidden_size
+
+
+def layer_saved_bytes(p: BlockProfile, drop: int, checkpointed: bool, h_bytes: int) -> int:
+    """What a layer keeps for backward after its forward: only its input when its checkpoint wraps it, else
+    its saved tensors less what selective checkpointing drops (`drop`, the attention core's), plus the
+    attention input selective checkpointing stores instead."""
+    if checkpointed:
+        return h_bytes
+    return p.saved - drop + (h_bytes if drop else 0)
 
 
 def _norm_and_attention(ctx: Ctx, eager: bool | None) -> Graph:
@@ -675,7 +688,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager, replay)) if ckpt == Checkpointing.selective \
         else [0] * layers
-    h_bytes = ctx.r * (ctx.tokens // ctx.tp if ctx.sp else ctx.tokens) * sc.spec.hidden_size  # residual stream
+    h_bytes = residual_stream_bytes(ctx)
     pieces = _pieces(lay, every, sel_drop)
     alike = _identical_layers(lay, sel_drop)
     if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
@@ -685,9 +698,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
 
     def saved(i: int) -> int:
-        if every and i % every == 0:
-            return h_bytes  # the checkpoint keeps only the layer input
-        return lay[i].saved - sel_drop[i] + (h_bytes if sel_drop[i] else 0)  # + the stored attention input
+        return layer_saved_bytes(lay[i], sel_drop[i], bool(every) and i % every == 0, h_bytes)
 
     saved_by_layer = _PrefixSums(saved, layers, period)
     tl = _Timeline()
