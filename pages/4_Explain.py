@@ -15,6 +15,7 @@ from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
 from ui.explain.figures import BPP_ZERO_GPUS, bytes_per_param_table, figures
 from ui.explain.recipes import recipe_rows
+from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, current, say, tr
 from ui.widgets import page_setup, scenario_or_stop
 
@@ -98,6 +99,7 @@ st.markdown("\n" + _("Four consumers share the GPU during training, plus transie
                 "created lazily in the first step. The timeline of one step shows it; the black line is the peak:",
                 sum=g(f["category_max_sum"]), more=g(f["category_max_sum"] - b["peak"])))
 st.plotly_chart(charts.timeline_area(f["estimate"]), key="explain_timeline")
+stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
 st.markdown(_("The terms alive at the peak, as the Calculator lists them (they sum to the peak allocated):"))
 st.markdown(fmt.table([{_("term"): fmt.plain(c.label_in(current())), _("at the peak"): g(c.bytes),
            _("formula"): fmt.plain(c.formula_in(current()))}

@@ -8,6 +8,7 @@ import streamlit as st
 from calc.i18n import N_
 from calc.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
 from ui import charts, compute, fmt, state
+from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, tr
 from ui.widgets import page_setup, scenario_or_stop
 
@@ -72,6 +73,16 @@ st.session_state.setdefault("val_log", True)
 log_axes = st.toggle(_("Logarithmic axes (runs span from MiB to TiB)"), key="val_log")
 plots = st.container()  # drawn after the uploader below, so that a user's record joins the plot
 
+
+def draw_scatter(records: list) -> None:
+    if cases or records:
+        plots.plotly_chart(charts.validation_scatter(cases, records, log=log_axes), key="val_scatter")
+
+
+if state.arrived():  # nothing is uploaded yet: the plot is the first screen, the rest follows once it is drawn
+    draw_scatter([])
+    stop_after_first_screen()
+
 st.subheader(_("Check your own measurement"))
 st.markdown(_("Run `python -m measure` (see measure/) on your machine and upload the JSON record it prints "
               "(one record, or JSON lines). The record is validated field by field, then predicted."))
@@ -101,11 +112,9 @@ if text is not None:
                      predicted=fmt.gib(c.predicted_bytes), error=f"{c.error_pct:+.2f}", phase=c.measured_phase,
                      predicted_phase=c.predicted_phase), icon=":material/check_circle:")
 
-with plots:
-    if cases or mine:
-        st.plotly_chart(charts.validation_scatter(cases, mine, log=log_axes), key="val_scatter")
-    if cases:
-        st.plotly_chart(charts.error_histogram(cases), key="val_hist")
+draw_scatter(mine)
+if cases:
+    plots.plotly_chart(charts.error_histogram(cases), key="val_hist")
 modelled = st.expander(_("Modelled from source, not measured yet"), key="val_modelled", on_change="rerun")
 if modelled.open:
     modelled.markdown("\n".join(f"- **{tr(what)}**: {tr(where)}" for what, where in compute.modelled_from_source()))

@@ -24,6 +24,8 @@ for page in ("pages/2_Compare.py", "pages/3_Recommend.py", "pages/4_Explain.py",
              "pages/6_Validation.py"):
     at.switch_page(page)
     at.run()
+    if at.session_state["vc_first_screen"]:  # stopped after its first screen: the browser reruns it (ui.first_screen)
+        at.run()
     assert not at.exception, page
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """

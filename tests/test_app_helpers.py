@@ -39,14 +39,23 @@ def open_app(page: str = "calculator", params: dict[str, str] | None = None) -> 
     if PAGES[page] is not None:  # a deep link straight to the page
         at.switch_page(PAGES[page])
     at.run()
-    assert_clean(at)
-    return at
+    return rest_of_page(at)
 
 
 def go(at: AppTest, page: str) -> AppTest:
     at.switch_page(PAGES[page] or "app.py")
     at.run()
+    return rest_of_page(at)
+
+
+def rest_of_page(at: AppTest) -> AppTest:
+    """What the browser does when a page stopped after its first screen (ui.first_screen): once the first
+    chart is drawn, rerun the page, which then draws all of it."""
     assert_clean(at)
+    if at.session_state[state.FIRST_SCREEN]:
+        at.run()
+        assert_clean(at)
+        assert not at.session_state[state.FIRST_SCREEN]
     return at
 
 

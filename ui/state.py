@@ -35,6 +35,8 @@ CONFIG_UPLOAD_ERROR = "vc_config_upload_error"  # (file_id, message) of an uploa
 COMPARE = "vc_compare"  # list[CompareColumn] for the Compare page
 SYNC = "vc_sync_widgets"  # set when the scenario changed outside the widgets: re-seed them
 PAGE = "vc_page"  # the page of the previous run: on a page switch all widgets are re-seeded
+ARRIVED = "vc_arrived"  # True on the first run after arriving at a page (ui.first_screen)
+FIRST_SCREEN = "vc_first_screen"  # True when the run stopped after the page's first screen (ui.first_screen)
 CALIBRATION = "vc_calibration"  # calc.calibrate.Calibration from the user's own run, or absent
 CALIBRATION_UPLOAD = "vc_calibration_upload"  # file ids of the records already fitted (not refitted on rerun)
 CALIBRATION_NONCE = "vc_calibration_nonce"  # bumped by "clear" so that the uploader forgets its file
@@ -431,11 +433,19 @@ def enter_page(page: str) -> None:
     """Call first on every page. Streamlit gives a widget on another page a new identity, so on a
     page switch the old widget values are dropped here and re-seeded from the session's state."""
     ss = _st().session_state
-    if ss.get(PAGE) != page:
+    ss[ARRIVED] = ss.get(PAGE) != page
+    ss[FIRST_SCREEN] = False
+    if ss[ARRIVED]:
         for k in list(ss.keys()):
             if isinstance(k, str) and k.startswith(WIDGET_PREFIXES):
                 del ss[k]
         ss[PAGE] = page
+
+
+def arrived() -> bool:
+    """Whether this run is the first since the session arrived at its page (a new session, a link or the
+    navigation); reruns on the same page are not."""
+    return bool(_st().session_state.get(ARRIVED))
 
 
 def get_scenario() -> Scenario:
