@@ -11,6 +11,7 @@ import streamlit as st
 from calc.result import phase_name
 from ui import calibration, charts, compute, fmt, state
 from ui import verdict as verdict_ui
+from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, current, tr
 from ui.widgets import MODE_LABELS, hardware_name, page_setup, scenario_or_stop
 
@@ -59,6 +60,7 @@ calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrat
 
 st.subheader(_("Where the memory goes (per GPU, at the peak)"))
 st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
+stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
 
 st.subheader(_("Memory across one training step") if sc.mode.value == "train" else
              _("Memory across one forward pass (inference, KV cache on)"))

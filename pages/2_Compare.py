@@ -7,6 +7,7 @@ import streamlit as st
 from calc.i18n import N_
 from ui import charts, compute, fmt, state
 from ui import verdict as verdict_ui
+from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, say, tr
 from ui.widgets import column_name, compare_columns_editor, page_setup, scenario_or_stop
 
@@ -55,6 +56,7 @@ for box, (name, est), (col, cand) in zip(st.columns(len(items)), items, chosen, 
         box.caption(_("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it."))
 
 st.plotly_chart(charts.compare_bars(items), key="cmp_chart")
+stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
 
 st.subheader(_("Differences (GiB per GPU)"))
 first = items[0][1]

@@ -12,6 +12,7 @@ from calc.recommend.phrase import Phrase
 from calc.verdict import headline as verdict_headline
 from calc.verdict import short as verdict_short
 from ui import charts, compute, fmt, state
+from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, current, say
 from ui.widgets import cluster_short_name, hardware_name, page_setup, scenario_or_stop
 
@@ -64,6 +65,7 @@ if steps:
     est = compute.run(sc)
     usable = None if est.gpu_memory_bytes is None else round(est.gpu_memory_bytes * (1 - compute.SAFETY_MARGIN))
     st.plotly_chart(charts.waterfall_chart(_named(steps), est.gpu_memory_bytes, usable), key="rec_waterfall")
+    stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
     rows = []
     for i, s in enumerate(steps):
         prev = steps[i - 1].tokens_per_s_per_gpu if i else None

@@ -57,6 +57,9 @@ def stop_after_first_screen() -> None:
     drawn); on every other run, return and let the page continue."""
     if not state.arrived():
         return
-    st.session_state[state.FIRST_SCREEN] = True
+    ss = st.session_state
+    ss[state.FIRST_SCREEN] = True
+    if ss.get(state.URL_ERROR_SHOWN):  # a link's problem, shown once: again above the whole page
+        ss[state.URL_ERROR] = ss[state.URL_ERROR_SHOWN]
     _trigger(key="vc_first_chart_drawn", on_drawn_change=lambda: None)
     st.stop()

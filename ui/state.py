@@ -30,6 +30,7 @@ from calc.scenario import HardwareConfig, Offload, Scenario
 SCENARIO = "vc_scenario"  # the current, validated Scenario
 SCENARIO_ERROR = "vc_scenario_error"  # message of the last invalid widget combination, or None
 URL_ERROR = "vc_url_error"  # a link that did not validate: shown once, then the default is used
+URL_ERROR_SHOWN = "vc_url_error_shown"  # the URL_ERROR this run shows (drawn again with the rest of the page)
 CONFIG_FILE_ID = "vc_config_file_id"  # the uploaded config.json already copied into the text area
 CONFIG_UPLOAD_ERROR = "vc_config_upload_error"  # (file_id, message) of an upload that did not parse
 COMPARE = "vc_compare"  # list[CompareColumn] for the Compare page

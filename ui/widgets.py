@@ -123,7 +123,7 @@ def page_setup(title: str, icon: str = ":material/memory:") -> None:
     state.init_state()
     state.enter_page(title)
     nav_links()
-    err = st.session_state.pop(state.URL_ERROR, None)
+    err = st.session_state[state.URL_ERROR_SHOWN] = st.session_state.pop(state.URL_ERROR, None)
     if err:
         st.warning(fmt.literal(err), icon=":material/link_off:")
 
