@@ -79,7 +79,7 @@ def draw_scatter(records: list) -> None:
         plots.plotly_chart(charts.validation_scatter(cases, records, log=log_axes), key="val_scatter")
 
 
-if state.arrived():  # nothing is uploaded yet: the plot is the first screen, the rest follows once it is drawn
+if state.arrived() and cases:  # nothing is uploaded yet: the plot is the first screen, the rest follows once drawn
     draw_scatter([])
     stop_after_first_screen()
 

@@ -49,3 +49,14 @@ def test_coming_back_to_a_page_is_an_arrival_again():
     at.switch_page(PAGES["explain"])
     at.run()
     assert at.session_state[state.FIRST_SCREEN] and len(at.get("plotly_chart")) == 1
+
+
+def test_a_links_problem_is_shown_on_the_first_screen_and_with_the_rest_then_dropped():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update({"model": "llama-2-7b", "zero": "9"})
+    at.run()
+    assert at.session_state[state.FIRST_SCREEN] and any("not valid" in w.value for w in at.warning)
+    at.run()  # the rest of the page
+    assert not at.session_state[state.FIRST_SCREEN] and any("not valid" in w.value for w in at.warning)
+    at.run()  # shown once: a later run does not repeat it
+    assert not any("not valid" in w.value for w in at.warning)
