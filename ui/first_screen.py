@@ -8,7 +8,7 @@ that was 0.9 s of Markdown and a syntax highlighter before five charts drawn in 
 So, on the first run after arriving at a page (a new session, a link, the navigation), a page draws its
 first screen, up to and including its first chart, and stops there (`stop_after_first_screen`). A small
 component (Streamlit's components v2: inline JavaScript in the page, no iframe) waits in the browser until
-that chart is on screen, lets one frame paint it, and asks for a rerun; every later run of the page draws
+that chart is on screen, lets the browser paint it and go idle, and asks for a rerun; every later run of the page draws
 all of it. The reader sees the same page, its top sooner; what is below the first screen arrives a few
 tenths of a second later.
 """
@@ -20,11 +20,12 @@ import streamlit as st
 from ui import state
 
 # Waits for the page's first plotly chart to be drawn (its .main-svg exists), lets the browser paint a frame
-# (requestAnimationFrame runs before the paint, the timeout after it), then triggers the rerun. A page whose
-# first screen has no chart, or whose chart fails, is rerun after FALLBACK_MS.
+# (requestAnimationFrame runs before the paint, the timeout after it) and finish what it still has to do for
+# the first screen (an idle callback, at most IDLE_MS later), then triggers the rerun. A page whose first
+# screen has no chart, or whose chart fails, is rerun after FALLBACK_MS.
 _JS = """
 export default function({ setTriggerValue }) {
-  const FALLBACK_MS = 3000;
+  const FALLBACK_MS = 3000, IDLE_MS = 300;
   let done = false, observer = null;
   const fire = () => {
     if (done) return;
@@ -33,7 +34,8 @@ export default function({ setTriggerValue }) {
     clearTimeout(timer);
     setTriggerValue("drawn", true);
   };
-  const afterPaint = () => requestAnimationFrame(() => setTimeout(fire, 0));
+  const whenIdle = () => window.requestIdleCallback ? requestIdleCallback(fire, { timeout: IDLE_MS }) : fire();
+  const afterPaint = () => requestAnimationFrame(() => setTimeout(whenIdle, 0));
   const drawn = () => document.querySelector("[data-testid='stPlotlyChart'] .main-svg");
   const timer = setTimeout(fire, FALLBACK_MS);
   if (drawn()) {
