@@ -1,5 +1,6 @@
 """ui.first_screen: on arrival a page draws its first screen, up to its first chart, and the browser's trigger
-asks for the rest; every other run draws the whole page."""
+asks for the rest; every other run draws the whole page. And the page frame's other start-up work: the
+first page run of a process moves what it imported out of the cyclic collector's reach, once."""
 
 from __future__ import annotations
 
@@ -60,3 +61,14 @@ def test_a_links_problem_is_shown_on_the_first_screen_and_with_the_rest_then_dro
     assert not at.session_state[state.FIRST_SCREEN] and any("not valid" in w.value for w in at.warning)
     at.run()  # shown once: a later run does not repeat it
     assert not any("not valid" in w.value for w in at.warning)
+
+
+def test_the_first_page_run_of_a_process_freezes_what_it_imported_once(monkeypatch):
+    from ui import widgets
+
+    calls = []
+    monkeypatch.setattr(widgets, "_frozen", False)
+    monkeypatch.setattr(widgets.gc, "freeze", lambda: calls.append(1))
+    at = open_app("calculator")
+    go(at, "recommend")
+    assert calls == [1] and widgets._frozen
