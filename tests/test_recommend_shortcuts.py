@@ -150,3 +150,25 @@ def test_random_requests_floor_changes_nothing(model, hw, seq, batch, top, widen
                allow_method_change=widen)
     with pytest.MonkeyPatch.context() as mp:
         _both(req, mp)
+
+
+# one cell of each kind: full fine-tuning fits (small and large), only a method change fits, nothing fits
+@pytest.mark.parametrize("model,hw,status", [
+    ("llama-3.2-1b", "1x-rtx-4090", "fits"), ("llama-3.1-70b", "8x-h100-sxm", "fits"),
+    ("llama-2-13b", "1x-rtx-4090", "method-change"), ("qwen2.5-32b", "1x-rtx-4090", "nothing-fits")])
+def test_table_cell_searches_full_fine_tuning_first_and_answers_as_the_whole_search(model, hw, status):
+    from calc.recommend.table import TABLE_GLOBAL_BATCH_TOKENS, TABLE_SEQ_LEN, _hardware_config, table_cell
+    from calc.scenario import TrainingConfig
+
+    cell = table_cell(model, hw)
+    sc = Scenario(model=model, hardware=_hardware_config(hw), training=TrainingConfig(seq_len=TABLE_SEQ_LEN))
+    whole = recommend(RecommendRequest(scenario=sc, global_batch_tokens=TABLE_GLOBAL_BATCH_TOKENS, max_candidates=1,
+                                       allow_method_change=True))
+    own = [c for c in whole.candidates if c.group == "full" and not c.method_change]
+    expected = own[0] if own else max(whole.candidates, key=lambda c: c.tokens_per_s_per_gpu, default=None)
+    assert cell.status == status and cell.usable_bytes == whole.usable_bytes
+    if expected is None:
+        assert cell.scenario is None and cell.label == whole.explanation
+    else:
+        assert (cell.scenario, cell.tokens_per_s, cell.device_total_expected_bytes) == \
+            (expected.scenario, expected.tokens_per_s, expected.device_total_expected_bytes)

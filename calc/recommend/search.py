@@ -427,11 +427,18 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     """Each group's fastest configurations that fit every limit (see calc.recommend's docstring)."""
     if isinstance(req, Scenario):
         req = RecommendRequest(scenario=req, **kw)
+    return recommend_in(req, groups_for(req.scenario))
+
+
+def recommend_in(req: RecommendRequest, groups: list[Group]) -> Recommendation:
+    """`recommend` over some of the scenario's groups only (each group is a search of its own, so its answer
+    is the same as in the whole search): the model x hardware table asks for full fine-tuning first and
+    searches the adapters only where full fine-tuning does not fit."""
     t0 = time.perf_counter()
     sc, k = req.scenario, req.max_candidates
     searched: list[tuple[Group, _Search, list[_Found]]] = []
     notes: list[Phrase] = []
-    for group in groups_for(sc):
+    for group in groups:
         s = _setup(req)
         found = _run(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
         wider = methods_for(sc, group, widen=True)
