@@ -251,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["json", "table"], default="table")
     _lang_option(p)
     p.set_defaults(func=_lazy("calc.recommend.cli"))
+    from calc.recommend.workload import TABLE_BATCH_TOKENS, TABLE_GLOBAL_BATCH_TOKENS, TABLE_SEQ_LEN, TABLE_SEQ_LENS
+
+    p = sub.add_parser("table", help="the model x hardware table: the fastest configuration that fits each")
+    p.add_argument("--seq-len", type=int, choices=TABLE_SEQ_LENS, default=TABLE_SEQ_LEN, help="tokens per sequence")
+    p.add_argument("--global-batch-tokens", type=int, choices=TABLE_BATCH_TOKENS, default=TABLE_GLOBAL_BATCH_TOKENS,
+                   help="tokens per optimizer step")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="table: Markdown")
+    _lang_option(p)
+    p.set_defaults(func=_lazy("calc.recommend.table"))
     p = sub.add_parser("export", help="ds_config.json, train.py, accelerate.yaml and launch.sh in a folder")
     p.add_argument("scenario")
     p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")

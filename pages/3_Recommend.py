@@ -7,7 +7,16 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.presets import cluster_presets, gpu_presets, model_presets
-from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, speed_ratio_words, table_assumptions
+from calc.recommend import (
+    TABLE_BATCH_TOKENS,
+    TABLE_GLOBAL_BATCH_TOKENS,
+    TABLE_HARDWARE,
+    TABLE_MODELS,
+    TABLE_SEQ_LEN,
+    TABLE_SEQ_LENS,
+    speed_ratio_words,
+    table_assumptions,
+)
 from calc.recommend.phrase import Phrase
 from calc.verdict import headline as verdict_headline
 from calc.verdict import short as verdict_short
@@ -143,12 +152,12 @@ if rec is not None:
 # ---- model x hardware --------------------------------------------------------------------
 st.header(_("Model size x hardware"))
 c1, c2 = st.columns(2)
-st.session_state.setdefault("rec_seq", 2048)
-st.session_state.setdefault("rec_batch", 2**20)
-seq = c1.selectbox(_("Sequence length (tokens)"), [512, 1024, 2048, 4096, 8192], key="rec_seq")
-batch = c2.selectbox(_("Global batch (tokens per optimizer step)"), [2**17, 2**18, 2**19, 2**20, 2**21, 2**22],
+st.session_state.setdefault("rec_seq", TABLE_SEQ_LEN)
+st.session_state.setdefault("rec_batch", TABLE_GLOBAL_BATCH_TOKENS)
+seq = c1.selectbox(_("Sequence length (tokens)"), TABLE_SEQ_LENS, key="rec_seq")
+batch = c2.selectbox(_("Global batch (tokens per optimizer step)"), TABLE_BATCH_TOKENS,
                      key="rec_batch", format_func=lambda n: f"{n:,}")
-seq_len, batch_tokens = int(seq or 2048), int(batch or 2**20)
+seq_len, batch_tokens = int(seq or TABLE_SEQ_LEN), int(batch or TABLE_GLOBAL_BATCH_TOKENS)
 models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
 
 

@@ -91,3 +91,23 @@ def test_cluster_id_fills_gpu_and_count():
         sc = Scenario.model_validate({"model": "gpt2", "hardware": hw})
         r = sc.resolved_hardware()
         assert (r.gpu, r.num_gpus, r.gpus_per_node) == ("a100-80gb", 8, 8)
+
+
+def test_table_is_the_recommend_pages_table(capsys):
+    from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, Table, recommendation_table
+
+    assert main(["table", "--seq-len", "512", "--global-batch-tokens", "131072", "--format", "json"]) == 0
+    table = Table.model_validate_json(capsys.readouterr().out)
+    assert table == recommendation_table(seq_len=512, global_batch_tokens=2**17)
+    assert (table.models, table.hardware) == (list(TABLE_MODELS), list(TABLE_HARDWARE))
+    assert main(["table", "--seq-len", "512", "--global-batch-tokens", "131072", "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| 模型 | " + " | ".join(TABLE_HARDWARE)) and "512-token" not in out
+
+
+@pytest.mark.parametrize("args", [["--seq-len", "3"], ["--global-batch-tokens", "1e6"], ["--format", "csv"]])
+def test_table_refuses_what_the_page_does_not_offer(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["table", *args])
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # argparse's usage, then the one line that says why
+    assert exc.value.code == 2 and last.startswith("python -m calc table: error: argument " + args[0])

@@ -1,8 +1,8 @@
 """Which configurations fit every limit, ranked by estimated tokens/s in two groups (full fine-tuning and
 adapters: LoRA / QLoRA); a model x hardware table built by the same search; and the "what to turn on
 next" waterfall. One concern per module: models (request and results), combos (what is varied),
-search (how the search stays fast is told there), words (labels, explanations, advice), table,
-waterfall, cli.
+search (how the search stays fast is told there), words (labels, explanations, advice), table and
+workload (its axes), waterfall, cli.
 """
 
 
@@ -15,12 +15,14 @@ _WHERE = {
     "cli": ("cli_main", "format_recommendation", "load_request"),
     "combos": ("Combo", "combo_of", "enumerate_combos", "groups_for", "methods_for", "scenario_for"),
     "models": ("DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION",
-               "TABLE_HARDWARE", "TABLE_MODELS", "Candidate", "Group", "GroupResult", "Recommendation",
+               "Candidate", "Group", "GroupResult", "Recommendation",
                "RecommendRequest", "SearchStats"),
     "search": ("fastest_fitting", "recommend"),
     "table": ("Table", "TableCell", "recommendation_table", "table_assumptions", "table_cell"),
     "waterfall": ("WaterfallStep", "optimization_waterfall"),
     "words": ("label", "short_label", "speed_ratio_words"),
+    "workload": ("TABLE_BATCH_TOKENS", "TABLE_GLOBAL_BATCH_TOKENS", "TABLE_HARDWARE", "TABLE_MODELS", "TABLE_SEQ_LEN",
+                 "TABLE_SEQ_LENS"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

@@ -36,13 +36,6 @@ def default_lora(family: str, base_weights: str = "bf16") -> LoraConfig:
     base = DEFAULT_LORA if base_weights == "bf16" else DEFAULT_QLORA
     return base.model_copy(update={"targets": default_lora_targets(family), "base_weights": base_weights})
 
-# The table's default workload: 2,048-token sequences and a ~1M-token global batch (512 sequences),
-# the order of magnitude of published fine-tuning and pre-training batches (Llama 2 used 4M tokens).
-TABLE_SEQ_LEN = 2048
-TABLE_GLOBAL_BATCH_TOKENS = 2**20
-TABLE_MODELS = ("llama-3.2-1b", "llama-3.1-8b", "llama-2-13b", "qwen2.5-32b", "llama-3.1-70b", "llama-3.1-405b")
-TABLE_HARDWARE = ("1x-rtx-4090", "1x-a100-80gb", "8x-a100-80gb", "8x-h100-sxm", "64x-a100-80gb", "64x-h100-sxm")
-
 
 # ---- request and results ------------------------------------------------------------------------
 

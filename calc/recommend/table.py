@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,16 +11,13 @@ from calc.presets import cluster_presets, gpu_presets
 from calc.recommend.combos import combo_of
 from calc.recommend.models import (
     DEFAULT_SAFETY_MARGIN,
-    TABLE_GLOBAL_BATCH_TOKENS,
-    TABLE_HARDWARE,
-    TABLE_MODELS,
-    TABLE_SEQ_LEN,
     Candidate,
     RecommendRequest,
 )
 from calc.recommend.phrase import T_, Phrase, render
 from calc.recommend.search import recommend, recommend_in
 from calc.recommend.words import short_label
+from calc.recommend.workload import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN
 from calc.scenario import HardwareConfig, Scenario, TrainingConfig
 
 
@@ -128,3 +125,11 @@ def _cell_label(c: Candidate) -> Phrase:
     return T_("{config}, {precision}, mb {mb} x {ga}", config=short_label(combo_of(t)), precision=t.precision.value,
               mb=t.micro_batch_size, ga=t.gradient_accumulation_steps)
 
+
+
+def cli_main(args: Any) -> int:
+    """python -m calc table [--seq-len N] [--global-batch-tokens N] [--format table|json] [--lang en|zh]: the
+    model x hardware table as Markdown (in `--lang`) or as JSON (English)."""
+    table = recommendation_table(seq_len=args.seq_len, global_batch_tokens=args.global_batch_tokens)
+    print(table.model_dump_json(indent=2) if args.format == "json" else table.to_markdown(args.lang))
+    return 0
