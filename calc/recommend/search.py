@@ -430,10 +430,11 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     return recommend_in(req, groups_for(req.scenario))
 
 
-def recommend_in(req: RecommendRequest, groups: list[Group]) -> Recommendation:
-    """`recommend` over some of the scenario's groups only (each group is a search of its own, so its answer
-    is the same as in the whole search): the model x hardware table asks for full fine-tuning first and
-    searches the adapters only where full fine-tuning does not fit."""
+def recommend_in(req: RecommendRequest, groups: list[Group], until_own_method_fits: bool = False) -> Recommendation:
+    """`recommend` over `groups` in their order (each group is a search of its own, so its answer is the same
+    as in the whole search). until_own_method_fits: stop after the first group that finds a configuration
+    with the scenario's own method (no method change); the model x hardware table's cells search the
+    adapters only where full fine-tuning does not fit."""
     t0 = time.perf_counter()
     sc, k = req.scenario, req.max_candidates
     searched: list[tuple[Group, _Search, list[_Found]]] = []
@@ -450,6 +451,8 @@ def recommend_in(req: RecommendRequest, groups: list[Group]) -> Recommendation:
                             "states") if group == "full" else
                          T_("adapters: nothing fits; set allow_method_change to consider QLoRA"))
         searched.append((group, s, found))
+        if until_own_method_fits and found and not s.tried_method_change:
+            break
     cands = [_candidate(i + 1, f, s, group) for group, s, found in searched for i, f in enumerate(found[:k])]
     groups = [group_result(group, s, found, searched) for group, s, found in searched]
     stats = {key: sum(s.stats[key] for _, s, _ in searched) for key in searched[0][1].stats}
