@@ -1028,6 +1028,7 @@ _MEMO_SIZE = 1024
 _memo: dict[tuple, tuple[ModelSpec, dict, dict, Estimate]] = {}
 _SHAPE_FIELDS = {"training": {"micro_batch_size", "seq_len"}}
 _states_memo: dict[tuple, tuple[tuple, States]] = {}  # the entry holds what the key's ids stand for
+_ctx_memo: dict[tuple, tuple[tuple, Ctx]] = {}  # the same, for the blocks' context without its shape
 
 
 def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = None) -> Estimate:
@@ -1065,6 +1066,7 @@ def clear_memo(profiles: bool = True, shape_free: bool = False) -> None:
     if shape_free:
         forget_recordings()
         _states_memo.clear()
+        _ctx_memo.clear()
     if profiles:
         forget_shapes()
 
@@ -1074,6 +1076,22 @@ def reference_estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder 
     largest of them, where estimate() asks each run of identical layers only at its ends. The tests
     check that both give the same bytes."""
     return _estimate(sc, target, sharding, reference=True)
+
+
+def _shaped_ctx(key: tuple | None, keep: tuple, sc: Scenario, target: Target, fsdp: bool) -> Ctx:
+    """_ctx(sc, target, fsdp), its shape-free fields memoized as the model states are (`key`, `keep`: see
+    _states; fsdp follows from the key's scenario and sharding): a new shape copies them."""
+    if key is None:
+        return _ctx(sc, target, fsdp)
+    t = sc.training
+    hit = _ctx_memo.get(key)
+    if hit is not None:
+        return hit[1].with_shape(t.micro_batch_size, t.seq_len)
+    ctx = _ctx(sc, target, fsdp)
+    if len(_ctx_memo) >= _MEMO_SIZE:
+        del _ctx_memo[next(iter(_ctx_memo))]  # oldest first
+    _ctx_memo[key] = (keep, ctx)
+    return ctx
 
 
 def _states(key: tuple | None, keep: tuple, first: bool, last: bool, make: Callable[[], States]) -> States:
@@ -1103,7 +1121,7 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
     training = sc.mode == Mode.train
     ws = cublas_workspace_bytes(gpu.architecture if gpu else None, training) if target == "cuda" else 0
     fsdp = sharding == "fsdp2" and training and sc.data_parallel > 1 and t.zero_stage in (2, 3)
-    ctx = _ctx(sc, target, fsdp)
+    ctx = _shaped_ctx(states_key, keep, sc, target, fsdp)
     stages = [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]
     best: tuple[int, Row, Callable[[], Timeline], States] | None = None
     for first, last in stages:

@@ -260,3 +260,19 @@ def test_plan_rounds_like_the_allocator(batch, seq, round_to):
 
     trace = Trace(batch, seq)
     assert build(trace.batch, trace.seq).plan().at(batch, seq) == build(batch, seq).profile()
+
+
+@FAST
+@given(sc=scenarios(), batch=st.integers(1, 64), seq=st.integers(1, 1 << 15))
+def test_a_memoized_context_with_a_new_shape_is_the_context_of_that_shape(sc, batch, seq):
+    """The engine keeps each block context without its shape and copies it for a new (B, S) (Ctx.with_shape): the
+    copy equals the context built for that shape, its shape-free key included."""
+    from calc.engine import _ctx
+
+    sc = Scenario.model_validate(sc)
+    ctx = _ctx(sc, "cuda")
+    key = ctx.shape_free  # cached on the instance, then copied with the other fields
+    shaped = ctx.with_shape(batch, seq)
+    assert shaped == dataclasses.replace(ctx, batch=batch, seq=seq) and shaped.tokens == batch * seq
+    assert shaped.shape_free == key == dataclasses.replace(ctx, batch=batch, seq=seq).shape_free
+    assert (ctx.batch, ctx.seq) == (sc.training.micro_batch_size, sc.training.seq_len)  # the memoized one unchanged
