@@ -1083,31 +1083,29 @@ def _shaped_ctx(key: tuple | None, keep: tuple, sc: Scenario, target: Target, fs
     _states; fsdp follows from the key's scenario and sharding): a new shape copies them."""
     if key is None:
         return _ctx(sc, target, fsdp)
-    t = sc.training
-    hit = _ctx_memo.get(key)
-    if hit is not None:
-        return hit[1].with_shape(t.micro_batch_size, t.seq_len)
-    ctx = _ctx(sc, target, fsdp)
-    if len(_ctx_memo) >= _MEMO_SIZE:
-        del _ctx_memo[next(iter(_ctx_memo))]  # oldest first
-    _ctx_memo[key] = (keep, ctx)
-    return ctx
+    ctx = _shape_free(_ctx_memo, key, keep, lambda: _ctx(sc, target, fsdp))
+    shape = sc.training.micro_batch_size, sc.training.seq_len
+    return ctx if (ctx.batch, ctx.seq) == shape else ctx.with_shape(*shape)
 
 
 def _states(key: tuple | None, keep: tuple, first: bool, last: bool, make: Callable[[], States]) -> States:
     """make(), memoized on the scenario without its batch shape (`key` as estimate() makes it; None: not
-    memoized) and the pipeline stage: model states do not depend on the micro-batch or the sequence. The entry
-    holds `keep`, what the key's ids stand for. Shared: treat as read-only."""
-    if key is None:
-        return make()
-    hit = _states_memo.get((key, first, last))
+    memoized) and the pipeline stage: model states do not depend on the micro-batch or the sequence. Shared:
+    treat as read-only."""
+    return make() if key is None else _shape_free(_states_memo, (key, first, last), keep, make)
+
+
+def _shape_free(memo: dict[tuple, tuple[tuple, T]], key: tuple, keep: tuple, make: Callable[[], T]) -> T:
+    """make(), memoized in `memo` on `key` (bounded, oldest first). The entry holds `keep`, what the key's ids
+    stand for, so that they cannot be reused while it lives."""
+    hit = memo.get(key)
     if hit is not None:
         return hit[1]
-    st = make()
-    if len(_states_memo) >= _MEMO_SIZE:
-        del _states_memo[next(iter(_states_memo))]  # oldest first
-    _states_memo[(key, first, last)] = (keep, st)
-    return st
+    value = make()
+    if len(memo) >= _MEMO_SIZE:
+        del memo[next(iter(memo))]  # oldest first
+    memo[key] = (keep, value)
+    return value
 
 
 def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference: bool = False,
