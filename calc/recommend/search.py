@@ -427,19 +427,19 @@ def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
     """Each group's fastest configurations that fit every limit (see calc.recommend's docstring)."""
     if isinstance(req, Scenario):
         req = RecommendRequest(scenario=req, **kw)
-    return recommend_in(req, groups_for(req.scenario))
+    return recommend_groups(req)
 
 
-def recommend_in(req: RecommendRequest, groups: list[Group], until_own_method_fits: bool = False) -> Recommendation:
-    """`recommend` over `groups` in their order (each group is a search of its own, so its answer is the same
-    as in the whole search). until_own_method_fits: stop after the first group that finds a configuration
-    with the scenario's own method (no method change); the model x hardware table's cells search the
-    adapters only where full fine-tuning does not fit."""
+def recommend_groups(req: RecommendRequest, until_own_method_fits: bool = False) -> Recommendation:
+    """`recommend`, each group a search of its own in groups_for's order. until_own_method_fits: stop after the
+    first group that finds a configuration with the scenario's own method (no method change), whose answer is
+    the same as in the whole search; the model x hardware table's cells search the adapters only where full
+    fine-tuning does not fit."""
     t0 = time.perf_counter()
     sc, k = req.scenario, req.max_candidates
     searched: list[tuple[Group, _Search, list[_Found]]] = []
     notes: list[Phrase] = []
-    for group in groups:
+    for group in groups_for(sc):
         s = _setup(req)
         found = _run(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
         wider = methods_for(sc, group, widen=True)

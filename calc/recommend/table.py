@@ -8,14 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from calc.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.presets import cluster_presets, gpu_presets
-from calc.recommend.combos import combo_of, groups_for
+from calc.recommend.combos import combo_of
 from calc.recommend.models import (
     DEFAULT_SAFETY_MARGIN,
     Candidate,
     RecommendRequest,
 )
 from calc.recommend.phrase import T_, Phrase, render
-from calc.recommend.search import recommend_in
+from calc.recommend.search import recommend_groups
 from calc.recommend.words import short_label
 from calc.recommend.workload import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN
 from calc.scenario import HardwareConfig, Scenario, TrainingConfig
@@ -92,7 +92,7 @@ def table_cell(model: str, hardware: str, *, seq_len: int = TABLE_SEQ_LEN,
                            max_candidates=1, allow_method_change=True)
     # Full fine-tuning with the scenario's own method first: where it fits, that is the cell, and the
     # adapters' search (a third of the table's time) is not needed.
-    rec = recommend_in(req, groups_for(sc), until_own_method_fits=True)
+    rec = recommend_groups(req, until_own_method_fits=True)
     m, h = model, hardware  # as the cell names them
     own = [c for c in rec.candidates if c.group == "full" and not c.method_change]
     if own:
