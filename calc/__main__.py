@@ -176,17 +176,14 @@ def _lazy(module: str, func: str = "cli_main"):
 
 
 def _import_command(module: str) -> Any:
-    """Import a command's module without the cyclic collector (see calc/__init__.py); run as a program, then
+    """Import a command's module without the cyclic collector (calc.collector_paused); run as a program, then
     freeze what is imported (gc.freeze): it lives until the process exits, so no collection looks at it again."""
     import importlib
 
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    from calc import collector_paused
+
+    with collector_paused():
         mod = importlib.import_module(module)
-    finally:
-        if collecting:
-            gc.enable()
     if _PROGRAM:
         gc.freeze()
     return mod
