@@ -130,11 +130,11 @@ SAFETY_MARGIN = _safety_margin()  # calc.recommend's: fits when expected total <
 TABLE_BUDGET_S = 0.4
 
 
-@st.cache_resource(show_spinner=False)
-def _table_cells() -> dict[tuple[str, str, int, int], Any]:
-    """Process-wide: the table cells found so far, per (model, hardware, seq_len, global batch tokens); the
-    same for every visitor. Bounded by the widgets: 5 sequence lengths x 6 batches x 36 cells."""
-    return {}
+# Process-wide: the table cells found so far, per (model, hardware, seq_len, global batch tokens); the same
+# for every visitor, and filled before the first one by `python -m ui.serve`. A plain dict rather than a
+# Streamlit cache, so that the warm-up can fill it before the server (and its caches) start. Bounded by the
+# widgets: 5 sequence lengths x 6 batches x 36 cells.
+_TABLE_CELLS: dict[tuple[str, str, int, int], Any] = {}
 
 
 def table_cells(seq_len: int, global_batch_tokens: int, budget_s: float = TABLE_BUDGET_S) -> list[list[Any]]:
@@ -143,7 +143,7 @@ def table_cells(seq_len: int, global_batch_tokens: int, budget_s: float = TABLE_
     positive budget adds at least one cell, so repeated calls finish the table; 0 adds none."""
     from calc.recommend import TABLE_HARDWARE, TABLE_MODELS, table_cell
 
-    known = _table_cells()
+    known = _TABLE_CELLS
     start = time.perf_counter()
     rows = []
     for m in TABLE_MODELS:
@@ -160,7 +160,7 @@ def table_cells(seq_len: int, global_batch_tokens: int, budget_s: float = TABLE_
 def table_complete(seq_len: int, global_batch_tokens: int) -> bool:
     from calc.recommend import TABLE_HARDWARE, TABLE_MODELS
 
-    known = _table_cells()
+    known = _TABLE_CELLS
     return all((m, h, seq_len, global_batch_tokens) in known for m in TABLE_MODELS for h in TABLE_HARDWARE)
 
 

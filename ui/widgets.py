@@ -116,7 +116,7 @@ def section_for(message: str) -> str:
 
 # ---- page frame ---------------------------------------------------------------------------
 
-def _freeze_what_is_imported() -> None:
+def freeze_what_is_imported() -> None:
     """Once per process: move every object alive now (Streamlit, plotly, pandas, the engine and its presets,
     imported by the first page run) out of the cyclic collector's reach. They live as long as the process,
     yet each full collection walked them all again (a cold server's first visit to Recommend, until its
@@ -133,7 +133,7 @@ _frozen = False
 def page_setup(title: str, icon: str = ":material/memory:") -> None:
     """Page config, session state from the URL on first load, the language and the navigation links.
     `title` is an English page name marked with N_ (one of PAGES' labels)."""
-    _freeze_what_is_imported()
+    freeze_what_is_imported()
     begin_run()
     st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
     state.init_state()

@@ -1,0 +1,38 @@
+"""`python -m ui.serve`: the README's way to start the app does the first visit's work before the server
+listens (the browser end to end runs against it: tests/test_e2e_browser.py)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+from calc.recommend import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN, table_cell
+from ui import compute, serve, widgets
+
+
+def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
+    monkeypatch.setattr(compute, "_TABLE_CELLS", {})
+    monkeypatch.setattr(widgets, "_frozen", False)
+    took = serve.warm_up()
+    assert set(took) == {"imports", "default scenario", "model x hardware table"}
+    assert all(s >= 0 for s in took.values())
+    assert compute.table_complete(TABLE_SEQ_LEN, TABLE_GLOBAL_BATCH_TOKENS)
+    cells = compute.table_cells(TABLE_SEQ_LEN, TABLE_GLOBAL_BATCH_TOKENS, budget_s=0.0)
+    assert len(cells) == len(TABLE_MODELS) and all(len(row) == len(TABLE_HARDWARE) for row in cells)
+    # the cells are the engine's own answers, not a copy of something else
+    assert cells[0][0] == table_cell(TABLE_MODELS[0], TABLE_HARDWARE[0])
+    assert widgets._frozen and gc.get_freeze_count() > 0
+    assert logging.root.manager.disable == logging.NOTSET  # Streamlit's warnings are back on after it
+
+
+def test_main_starts_streamlit_on_the_app_with_the_options_given(monkeypatch):
+    from streamlit.web import cli
+
+    seen = {}
+    monkeypatch.setattr(serve, "warm_up", lambda: {"imports": 0.0})
+    monkeypatch.setattr(cli, "main", lambda prog_name: seen.update(argv=list(sys.argv), prog=prog_name) or 0)
+    monkeypatch.setattr(sys, "argv", ["ui/serve.py"])
+    assert serve.main(["--server.port", "8599"]) == 0
+    assert seen == {"argv": ["streamlit", "run", str(serve.APP), "--server.port", "8599"], "prog": "streamlit"}
+    assert serve.APP.name == "app.py" and serve.APP.is_file()

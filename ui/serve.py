@@ -1,0 +1,109 @@
+"""Start the app with its first visit's work done before the first visitor: `python -m ui.serve [streamlit
+options]` is `streamlit run app.py [options]` after a warm-up.
+
+A plain `streamlit run` imports the pages' modules (Streamlit's elements, plotly, pandas, the engine, the
+presets, the message catalogues) and searches the Recommend page's model x hardware table (36 `recommend`
+searches) only once a visitor is waiting for them. Here the server's process does that first: it imports
+what the pages import, draws the default scenario's figures, searches the default table into the cells that
+every visitor shares (ui.compute.table_cells) and moves what it made out of the cyclic collector's reach.
+Start-up takes a few seconds longer; the first visit takes what a later one takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+def warm_up() -> dict[str, float]:
+    """Do the first visit's work in this process; returns the seconds each part took (printed at start-up)."""
+    with _bare_mode_quiet():
+        took = _warm_up()
+    from ui.widgets import freeze_what_is_imported
+
+    freeze_what_is_imported()
+    return took
+
+
+@contextmanager
+def _bare_mode_quiet() -> Iterator[None]:
+    """Streamlit warns on every cached call and session-state read made outside a script run ("No runtime
+    found", "missing ScriptRunContext"); the warm-up makes them on purpose, before the server starts. Each of
+    Streamlit's loggers has its own level, hence the process-wide switch."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _warm_up() -> dict[str, float]:
+    took: dict[str, float] = {}
+    for part, work in (("imports", _import_pages_modules), ("default scenario", _draw_default_figures),
+                       ("model x hardware table", _search_default_table)):
+        start = time.perf_counter()
+        work()
+        took[part] = time.perf_counter() - start
+    return took
+
+
+def _import_pages_modules() -> None:
+    """What app.py and pages/ import, and what Streamlit imports when a page first draws a chart or table."""
+    import pandas  # noqa: F401  (st.dataframe, st.data_editor)
+    import plotly.graph_objects  # noqa: F401
+    import plotly.io  # noqa: F401
+    import streamlit.elements.plotly_chart  # noqa: F401
+
+    import ui.calibration  # noqa: F401
+    import ui.charts  # noqa: F401
+    import ui.compute  # noqa: F401
+    import ui.explain.charts  # noqa: F401
+    import ui.explain.claims  # noqa: F401
+    import ui.explain.figures  # noqa: F401
+    import ui.explain.recipes  # noqa: F401
+    import ui.first_screen  # noqa: F401
+    import ui.verdict  # noqa: F401
+    import ui.widgets  # noqa: F401
+    from calc.recommend import optimization_waterfall  # noqa: F401  (loads the recommender's modules)
+
+
+def _draw_default_figures() -> None:
+    """The default scenario's estimate and the charts the Calculator and Recommend pages draw of it, turned
+    into JSON as st.plotly_chart does: plotly builds each trace type's validators on first use, and the engine
+    records the default shape's block profiles."""
+    from calc.engine import estimate
+    from calc.recommend import optimization_waterfall
+    from ui import charts
+    from ui.state import DEFAULT_SCENARIO
+
+    est = estimate(DEFAULT_SCENARIO)
+    steps = optimization_waterfall(DEFAULT_SCENARIO)
+    for fig in (charts.breakdown_bar(est), charts.timeline_area(est),
+                charts.waterfall_chart(steps, est.gpu_memory_bytes, est.gpu_memory_bytes)):
+        fig.to_json()
+
+
+def _search_default_table() -> None:
+    from calc.recommend import TABLE_GLOBAL_BATCH_TOKENS, TABLE_SEQ_LEN
+    from ui.compute import table_cells
+
+    table_cells(TABLE_SEQ_LEN, TABLE_GLOBAL_BATCH_TOKENS, budget_s=float("inf"))
+
+
+def main(argv: list[str]) -> int:
+    took = warm_up()
+    print("vramcalc warm-up: " + ", ".join(f"{part} {s:.2f} s" for part, s in took.items()), flush=True)
+    from streamlit.web import cli
+
+    sys.argv = ["streamlit", "run", str(APP), *argv]
+    return cli.main(prog_name="streamlit")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
