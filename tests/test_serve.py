@@ -36,3 +36,25 @@ def test_main_starts_streamlit_on_the_app_with_the_options_given(monkeypatch):
     assert serve.main(["--server.port", "8599"]) == 0
     assert seen == {"argv": ["streamlit", "run", str(serve.APP), "--server.port", "8599"], "prog": "streamlit"}
     assert serve.APP.name == "app.py" and serve.APP.is_file()
+
+
+def test_help_skips_the_warm_up_and_a_failed_warm_up_still_starts_the_app(monkeypatch, capsys):
+    from streamlit.web import cli
+
+    started = []
+    monkeypatch.setattr(cli, "main", lambda prog_name: started.append(list(sys.argv)) or 0)
+
+    def must_not_run():
+        raise AssertionError("warmed up for --help")
+
+    monkeypatch.setattr(serve, "warm_up", must_not_run)
+    assert serve.main(["--help"]) == 0
+
+    def broken():
+        raise ValueError("presets/models/x.yaml: bad\nsecond line")
+
+    monkeypatch.setattr(serve, "warm_up", broken)
+    assert serve.main([]) == 0
+    err = capsys.readouterr().err
+    assert "warm-up skipped (ValueError: presets/models/x.yaml: bad)" in err and "second line" not in err
+    assert len(started) == 2

@@ -97,12 +97,25 @@ def _search_default_table() -> None:
 
 
 def main(argv: list[str]) -> int:
-    took = warm_up()
-    print("vramcalc warm-up: " + ", ".join(f"{part} {s:.2f} s" for part, s in took.items()), flush=True)
+    if not {"-h", "--help"} & set(argv):  # asking for Streamlit's options is not starting a server
+        _announce_warm_up()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", str(APP), *argv]
     return cli.main(prog_name="streamlit")
+
+
+def _announce_warm_up() -> None:
+    """Warm up and say how long it took. A failure is reported in one line and the app starts anyway: every
+    page reports its own errors, and a warm-up is not worth an app that does not start."""
+    try:
+        took = warm_up()
+    except Exception as exc:  # noqa: BLE001 - any failure: the server starts without the warm-up
+        first_line = (str(exc).splitlines() or [""])[0][:200]
+        print(f"vramcalc warm-up skipped ({type(exc).__name__}: {first_line}); the first visitor waits for that "
+              "work instead", file=sys.stderr, flush=True)
+        return
+    print("vramcalc warm-up: " + ", ".join(f"{part} {s:.2f} s" for part, s in took.items()), flush=True)
 
 
 if __name__ == "__main__":
