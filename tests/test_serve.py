@@ -9,13 +9,16 @@ import sys
 
 from calc.recommend import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN, table_cell
 from ui import compute, serve, widgets
+from ui.state import DEFAULT_SCENARIO
 
 
 def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
     monkeypatch.setattr(compute, "_TABLE_CELLS", {})
     monkeypatch.setattr(widgets, "_frozen", False)
+    for cached in (compute.waterfall, compute.recommendations, compute._report):
+        cached.clear()  # what earlier tests put there
     took = serve.warm_up()
-    assert set(took) == {"imports", "default scenario", "model x hardware table"}
+    assert set(took) == {"imports", "default scenario", "pages' searches", "model x hardware table"}
     assert all(s >= 0 for s in took.values())
     assert compute.table_complete(TABLE_SEQ_LEN, TABLE_GLOBAL_BATCH_TOKENS)
     cells = compute.table_cells(TABLE_SEQ_LEN, TABLE_GLOBAL_BATCH_TOKENS, budget_s=0.0)
@@ -24,6 +27,19 @@ def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
     assert cells[0][0] == table_cell(TABLE_MODELS[0], TABLE_HARDWARE[0])
     assert widgets._frozen and gc.get_freeze_count() > 0
     assert logging.root.manager.disable == logging.NOTSET  # Streamlit's warnings are back on after it
+    # the pages' own cached calls for the default scenario come from Streamlit's cache: what they call is not run
+    import calc.recommend
+    import calc.validate
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("searched again: the warm-up's cache was not used")
+
+    for module, name in ((calc.recommend, "optimization_waterfall"), (calc.recommend, "recommend"),
+                         (calc.validate, "report")):
+        monkeypatch.setattr(module, name, not_again)
+    key = DEFAULT_SCENARIO.model_dump_json()
+    assert compute.waterfall(key) and compute.recommendations(key, False, None)
+    assert compute.validation_report() is not None
 
 
 def test_main_starts_streamlit_on_the_app_with_the_options_given(monkeypatch):

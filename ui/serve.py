@@ -2,11 +2,13 @@
 options]` is `streamlit run app.py [options]` after a warm-up.
 
 A plain `streamlit run` imports the pages' modules (Streamlit's elements, plotly, pandas, the engine, the
-presets, the message catalogues) and searches the Recommend page's model x hardware table (36 `recommend`
-searches) only once a visitor is waiting for them. Here the server's process does that first: it imports
-what the pages import, draws the default scenario's figures, searches the default table into the cells that
-every visitor shares (ui.compute.table_cells) and moves what it made out of the cyclic collector's reach.
-Start-up takes a few seconds longer; the first visit takes what a later one takes.
+presets, the message catalogues), makes the searches the pages cache (the Calculator's fits, Recommend's
+ranked configurations, Compare's default columns, the Validation report) and searches the Recommend page's
+model x hardware table (36 `recommend` searches) only once a visitor is waiting for them. Here the server's
+process does that first, for the default scenario: it imports what the pages import, draws the default
+scenario's figures, fills the pages' caches, searches the default table into the cells that every visitor
+shares (ui.compute.table_cells) and moves what it made out of the cyclic collector's reach. Start-up takes a
+few seconds longer; the first visit takes what a later one takes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def _bare_mode_quiet() -> Iterator[None]:
 def _warm_up() -> dict[str, float]:
     took: dict[str, float] = {}
     for part, work in (("imports", _import_pages_modules), ("default scenario", _draw_default_figures),
+                       ("pages' searches", _search_for_the_default_pages),
                        ("model x hardware table", _search_default_table)):
         start = time.perf_counter()
         work()
@@ -74,19 +77,38 @@ def _import_pages_modules() -> None:
 
 
 def _draw_default_figures() -> None:
-    """The default scenario's estimate and the charts the Calculator and Recommend pages draw of it, turned
-    into JSON as st.plotly_chart does: plotly builds each trace type's validators on first use, and the engine
-    records the default shape's block profiles."""
+    """The default scenario's charts as the Calculator and Recommend pages draw them, turned into JSON as
+    st.plotly_chart does: plotly builds each trace type's validators on first use, and the engine records
+    the default shape's block profiles."""
     from calc.engine import estimate
-    from calc.recommend import optimization_waterfall
-    from ui import charts
+    from ui import charts, compute
     from ui.state import DEFAULT_SCENARIO
 
     est = estimate(DEFAULT_SCENARIO)
-    steps = optimization_waterfall(DEFAULT_SCENARIO)
+    steps = compute.waterfall(DEFAULT_SCENARIO.model_dump_json())
     for fig in (charts.breakdown_bar(est), charts.timeline_area(est),
                 charts.waterfall_chart(steps, est.gpu_memory_bytes, est.gpu_memory_bytes)):
         fig.to_json()
+
+
+def _search_for_the_default_pages() -> None:
+    """What each page asks ui.compute's caches (st.cache_data) for on a first visit with the default scenario:
+    the Calculator's two fit searches, Recommend's ranked configurations (both settings of its toggle),
+    Compare's default columns (the fastest configuration on each machine), Export's and the Validation page's
+    report over the committed data set. Called before the server starts, Streamlit keeps these in an
+    in-memory cache that its runtime then uses (a different storage would only mean a recomputation)."""
+    from ui import compute
+    from ui.state import DEFAULT_COMPARE, DEFAULT_SCENARIO
+
+    key = DEFAULT_SCENARIO.model_dump_json()
+    for field in ("micro_batch_size", "seq_len"):
+        compute.largest_fitting(key, field)
+    for allow in (False, True):
+        compute.recommendations(key, allow, None)
+    compute.fastest_fitting(key)
+    for col in DEFAULT_COMPARE:
+        compute.column_scenario(DEFAULT_SCENARIO, col)
+    compute.validation_report()
 
 
 def _search_default_table() -> None:
