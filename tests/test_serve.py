@@ -15,7 +15,8 @@ from ui.state import DEFAULT_SCENARIO
 def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
     monkeypatch.setattr(compute, "_TABLE_CELLS", {})
     monkeypatch.setattr(widgets, "_frozen", False)
-    for cached in (compute.waterfall, compute.recommendations, compute._report):
+    for cached in (compute.waterfall, compute.recommendations, compute._report, compute.largest_fitting,
+                   compute.fastest_fitting):
         cached.clear()  # what earlier tests put there
     took = serve.warm_up()
     assert set(took) == {"imports", "default scenario", "pages' searches", "model x hardware table"}
@@ -28,17 +29,23 @@ def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
     assert widgets._frozen and gc.get_freeze_count() > 0
     assert logging.root.manager.disable == logging.NOTSET  # Streamlit's warnings are back on after it
     # the pages' own cached calls for the default scenario come from Streamlit's cache: what they call is not run
+    import calc.fit
     import calc.recommend
     import calc.validate
+
+    fits = {field: calc.fit.largest_fitting(DEFAULT_SCENARIO, field) for field in ("micro_batch_size", "seq_len")}
 
     def not_again(*args, **kwargs):
         raise AssertionError("searched again: the warm-up's cache was not used")
 
     for module, name in ((calc.recommend, "optimization_waterfall"), (calc.recommend, "recommend"),
-                         (calc.validate, "report")):
+                         (calc.recommend, "fastest_fitting"), (calc.fit, "largest_fitting"), (calc.validate, "report")):
         monkeypatch.setattr(module, name, not_again)
     key = DEFAULT_SCENARIO.model_dump_json()
-    assert compute.waterfall(key) and compute.recommendations(key, False, None)
+    assert compute.waterfall(key)
+    assert all(compute.recommendations(key, allow, None).groups for allow in (False, True))
+    assert {field: compute.largest_fitting(key, field) for field in fits} == fits
+    compute.fastest_fitting(key)
     assert compute.validation_report() is not None
 
 
