@@ -20,6 +20,7 @@ from calc.engine import estimate
 from calc.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.per_param import BytesPerParam, bytes_per_param
 from calc.presets import gpu_presets, load_yaml
+from calc.recommend.models import usable_bytes
 from calc.scenario import Scenario
 from calc.speed import estimate_speed, hardware_of
 from calc.units import GB, GiB, MiB
@@ -358,6 +359,6 @@ def article_batch_formula(sc: Scenario, margin: float = 0.10) -> BatchFormula | 
     static = max(tl.parameters) + max(tl.gradients) + max(tl.optimizer_states)
     static += dt.cuda_context_bytes + dt.workspace_bytes
     per_sample = max(1, max(tl.activations))
-    usable = int(est.gpu_memory_bytes * (1 - margin))
+    usable = usable_bytes(est.gpu_memory_bytes, margin)
     return BatchFormula(gpu_bytes=est.gpu_memory_bytes, usable_bytes=usable, static_bytes=static,
                         per_sample_bytes=per_sample, formula_batch=max(0, (usable - static) // per_sample))

@@ -16,6 +16,7 @@ from calc.recommend import (
     TABLE_SEQ_LENS,
     speed_ratio_words,
     table_assumptions,
+    usable_bytes,
 )
 from calc.recommend.phrase import Phrase
 from calc.verdict import headline as verdict_headline
@@ -72,7 +73,7 @@ except ValueError as exc:
     steps = []
 if steps:
     est = compute.run(sc)
-    usable = None if est.gpu_memory_bytes is None else round(est.gpu_memory_bytes * (1 - compute.SAFETY_MARGIN))
+    usable = None if est.gpu_memory_bytes is None else usable_bytes(est.gpu_memory_bytes)
     st.plotly_chart(charts.waterfall_chart(_named(steps), est.gpu_memory_bytes, usable), key="rec_waterfall")
     stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
     rows = []

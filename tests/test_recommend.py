@@ -365,3 +365,16 @@ def test_package_names_are_their_modules():
         assert getattr(package, name) is getattr(module, name)
     with pytest.raises(AttributeError):
         package.no_such_name  # noqa: B018
+
+
+def test_usable_bytes_is_the_one_rounding_of_the_safety_margin():
+    """Every page and the search use calc.recommend.usable_bytes: memory less the margin, rounded down (a
+    configuration fits when its expected total is at most that)."""
+    from calc.recommend import DEFAULT_SAFETY_MARGIN, RecommendRequest, recommend, usable_bytes
+    from calc.scenario import Scenario
+
+    assert usable_bytes(10) == 9 and usable_bytes(15) == 13  # 13.5 rounds down, not to 14
+    assert usable_bytes(24 * 2**30, 0.0) == 24 * 2**30
+    sc = Scenario(model="gpt2", hardware={"gpu": "rtx-4090", "num_gpus": 1})
+    rec = recommend(RecommendRequest(scenario=sc, max_candidates=1))
+    assert rec.usable_bytes == usable_bytes(rec.gpu_memory_bytes, DEFAULT_SAFETY_MARGIN)

@@ -116,14 +116,6 @@ def check_records(text: str | bytes, where: str) -> list:
 
 # ---- Recommend -------------------------------------------------------------------------------
 
-def _safety_margin() -> float:
-    from calc.recommend import DEFAULT_SAFETY_MARGIN
-
-    return DEFAULT_SAFETY_MARGIN
-
-
-SAFETY_MARGIN = _safety_margin()  # calc.recommend's: fits when expected total <= (1 - margin) x GPU memory
-
 # How long the Recommend page's table section may spend on new cells per run of its own (a timed rerun
 # of the section alone, which holds up nothing else); full page runs add none, so a first visit or a
 # widget change never waits for a search of the table.

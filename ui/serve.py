@@ -57,7 +57,8 @@ def _warm_up() -> dict[str, float]:
 
 
 def _import_pages_modules() -> None:
-    """What app.py and pages/ import, and what Streamlit imports when a page first draws a chart or table."""
+    """What app.py and pages/ import, what Streamlit imports when a page first draws a chart or table, and the
+    message catalogues."""
     import pandas  # noqa: F401  (st.dataframe, st.data_editor)
     import plotly.graph_objects  # noqa: F401
     import plotly.io  # noqa: F401
@@ -73,7 +74,11 @@ def _import_pages_modules() -> None:
     import ui.first_screen  # noqa: F401
     import ui.verdict  # noqa: F401
     import ui.widgets  # noqa: F401
+    from calc.i18n import LANGS, catalogue
     from calc.recommend import optimization_waterfall  # noqa: F401  (loads the recommender's modules)
+
+    for lang in LANGS:  # the message catalogues (babel reads the .po files), for a first visitor in Chinese
+        catalogue(lang)
 
 
 def _draw_default_figures() -> None:
@@ -81,13 +86,15 @@ def _draw_default_figures() -> None:
     st.plotly_chart does: plotly builds each trace type's validators on first use, and the engine records
     the default shape's block profiles."""
     from calc.engine import estimate
+    from calc.recommend import usable_bytes
     from ui import charts, compute
     from ui.state import DEFAULT_SCENARIO
 
     est = estimate(DEFAULT_SCENARIO)
     steps = compute.waterfall(DEFAULT_SCENARIO.model_dump_json())
+    usable = None if est.gpu_memory_bytes is None else usable_bytes(est.gpu_memory_bytes)
     for fig in (charts.breakdown_bar(est), charts.timeline_area(est),
-                charts.waterfall_chart(steps, est.gpu_memory_bytes, est.gpu_memory_bytes)):
+                charts.waterfall_chart(steps, est.gpu_memory_bytes, usable)):
         fig.to_json()
 
 

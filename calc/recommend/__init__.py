@@ -14,7 +14,7 @@ from typing import Any
 _WHERE = {
     "cli": ("cli_main", "format_recommendation", "load_request"),
     "combos": ("Combo", "combo_of", "enumerate_combos", "groups_for", "methods_for", "scenario_for"),
-    "models": ("DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION",
+    "models": ("DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "usable_bytes",
                "Candidate", "Group", "GroupResult", "Recommendation",
                "RecommendRequest", "SearchStats"),
     "search": ("fastest_fitting", "recommend"),

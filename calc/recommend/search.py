@@ -61,6 +61,7 @@ from calc.recommend.models import (
     Recommendation,
     RecommendRequest,
     SearchStats,
+    usable_bytes,
 )
 from calc.recommend.phrase import T_, Phrase, joined
 from calc.recommend.words import (
@@ -419,7 +420,7 @@ def _setup(req: RecommendRequest) -> _Search:
     hw = hardware_of(sc)
     rhw = sc.resolved_hardware()
     mem = rhw.memory_bytes or hw.gpu.memory_bytes
-    usable = int(mem * (1 - req.safety_margin))
+    usable = usable_bytes(mem, req.safety_margin)
     return _Search(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, rhw.nvme_bytes, _target_sequences(req))
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from calc.engine import estimate
 from calc.i18n import N_
 from calc.presets import gpu_presets
-from calc.recommend.models import DEFAULT_SAFETY_MARGIN, default_lora
+from calc.recommend.models import DEFAULT_SAFETY_MARGIN, default_lora, usable_bytes
 from calc.recommend.phrase import T_, Phrase, joined
 from calc.result import CATEGORIES, Estimate
 from calc.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
@@ -111,7 +111,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
             peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
             device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
             verdict=est.verdict,
-            tight=bool(est.verdict.fits) and mem is not None and need > mem * (1 - safety_margin),
+            tight=bool(est.verdict.fits) and mem is not None and need > usable_bytes(mem, safety_margin),
             tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None,
             why_more=None if prev is None else why_more(name, prev, est)))
         prev = est
