@@ -1,4 +1,4 @@
-"""vramcalc: the Calculator page (home). Run with `streamlit run app.py`.
+"""vramcalc: the Calculator page (home). Run with `python -m ui.serve` (or `streamlit run app.py`: see ui/serve.py).
 
 Pages are thin: the sidebar returns a validated Scenario (ui.widgets), calc/ does the work,
 ui.charts draws it. Other pages live in pages/ (Streamlit's auto-discovery).
