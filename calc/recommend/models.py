@@ -14,13 +14,6 @@ from calc.speed import SpeedAssumptions, SpeedEstimate
 from calc.verdict import Verdict
 
 DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of the GPU free (the "10% safety margin" of the source articles)
-
-
-def usable_bytes(gpu_memory_bytes: int, safety_margin: float = DEFAULT_SAFETY_MARGIN) -> int:
-    """What a configuration may use of a GPU: its memory less the safety margin, in whole bytes (rounded down:
-    a configuration fits when its expected device total is at most this)."""
-    return int(gpu_memory_bytes * (1 - safety_margin))
-
 MAX_MICRO_BATCH = 1024
 CHECKPOINTING: tuple[tuple[Checkpointing, int], ...] = (
     (Checkpointing.none, 1), (Checkpointing.selective, 1), (Checkpointing.full, 4), (Checkpointing.full, 2),
@@ -36,6 +29,12 @@ OFFLOADS_STAGE3 = OFFLOADS_STAGE12 + ((Offload.nvme, Offload.none), (Offload.cpu
                                       (Offload.nvme, Offload.nvme))
 DEFAULT_LORA = LoraConfig(rank=16, alpha=32, targets="all-linear", base_weights="bf16")
 DEFAULT_QLORA = LoraConfig(rank=16, alpha=32, targets="all-linear", base_weights="nf4")
+
+
+def usable_bytes(gpu_memory_bytes: int, safety_margin: float = DEFAULT_SAFETY_MARGIN) -> int:
+    """What a configuration may use of a GPU: its memory less the safety margin, in whole bytes (rounded down:
+    a configuration fits when its expected device total is at most this)."""
+    return int(gpu_memory_bytes * (1 - safety_margin))
 
 
 def default_lora(family: str, base_weights: str = "bf16") -> LoraConfig:
