@@ -1,5 +1,5 @@
-"""End to end in a real browser: the app started as the README says (`python -m ui.serve`) in a subprocess, driven by Playwright through
-Debian's chromium (/usr/bin/chromium; never `playwright install`).
+"""End to end in a real browser: the app started as the README says (`python -m ui.serve`) in a subprocess,
+driven by Playwright through Debian's chromium (/usr/bin/chromium; never `playwright install`).
 
 The journey: open a link (GPT-2), pick Llama-2-7B in the searchable model box, switch ZeRO stage and
 offload in the sidebar, go to Compare (1x RTX 4090 vs 8x A100-80GB), switch each column's ZeRO stage and
@@ -93,8 +93,9 @@ STREAMLIT_RUN = ["-m", "streamlit", "run", "app.py"]
 
 @contextmanager
 def started_server(command: list[str], log_name: str, proc_slot: str = "proc", port: int | None = None):
-    """The app started with `python <command>` on `port` (default: a free one); yields (url, process, seconds until it answered
-    its health check), and stops it after. `proc_slot` names it in _SERVER, for server_alive()."""
+    """The app started with `python <command>` on `port` (default: a free one); yields (url, process, seconds
+    until it answered its health check), and stops it after. `proc_slot` names it in _SERVER, for
+    server_alive()."""
     port = port or _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / log_name, "w")  # noqa: SIM115
@@ -535,6 +536,19 @@ def _browser_cpu_s() -> float | None:
     return total
 
 
+def _fresh_context(browser):
+    """A browser context of its own (nothing cached: a first-time visitor), at the tests' viewport."""
+    return browser.new_context(viewport={"width": VIEW_W, "height": VIEW_H})
+
+
+def _tab(ctx):
+    """A new tab of browser context `ctx`, with the page-clock milestones."""
+    pg = ctx.new_page()
+    pg.set_default_timeout(WAIT_MS)
+    pg.add_init_script(MILESTONES_JS)
+    return pg
+
+
 def test_time_to_first_chart(page, server):
     """Issue 12: from navigation to the first plotly chart drawn, per page, printed (median of 3 fresh page
     loads, and the first one, which meets a cold server cache) and written to artifacts/first_chart.txt, with
@@ -548,9 +562,7 @@ def test_time_to_first_chart(page, server):
     in the page got to run, behind whatever the page did next), and the rest of the page received where the
     page drew its first screen first (ui.first_screen). A benchmark, not a timed test: it asserts that each
     chart appears, not how fast."""
-    pg = page.context.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    pg.add_init_script(MILESTONES_JS)
+    pg = _tab(page.context)
     sc = Scenario(model="llama-3.1-8b", hardware={"cluster": "8x-a100-80gb"},
                   training={"precision": "bf16-mixed", "zero_stage": 3, "micro_batch_size": 2})
     query = "?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items())
@@ -621,14 +633,6 @@ def _visit_recommend(pg, url: str, query: str = "") -> tuple[float, float]:
     return chart, table
 
 
-def _tab(ctx):
-    """A new tab of browser context `ctx`, with the page-clock milestones."""
-    pg = ctx.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    pg.add_init_script(MILESTONES_JS)
-    return pg
-
-
 def test_cold_first_visit(page):
     """Issue 12: the first visits to a server just started, started both ways (the README's `python -m
     ui.serve`, which does the first visit's work before it listens, and a plain `streamlit run app.py`):
@@ -649,14 +653,14 @@ def test_cold_first_visit(page):
     browser = page.context.browser
     for name, command, slug in (("python -m ui.serve", SERVE, "serve"), ("streamlit run app.py", STREAMLIT_RUN, "run")):
         port = _free_port()
-        returning_ctx = browser.new_context(viewport={"width": VIEW_W, "height": VIEW_H})
+        returning_ctx = _fresh_context(browser)
         returning = _tab(returning_ctx)
         try:
             with started_server(command, f"streamlit_cold_{slug}.log", "cold", port) as (url, proc, start_s):
                 head = f"{name:22s} {start_s:6.2f} {_cpu_s(proc.pid) or 0:5.2f}"
                 for visit, q in (("first-time visitor: Recommend", ""), ("first-time, a link: unseen scenario", query),
                                  ("first-time visitor: Recommend again", "")):
-                    fresh = browser.new_context(viewport={"width": VIEW_W, "height": VIEW_H})
+                    fresh = _fresh_context(browser)
                     try:
                         lines.append(_timed_visit(head, visit, proc, _tab(fresh), url, q))
                     finally:

@@ -118,9 +118,10 @@ def section_for(message: str) -> str:
 
 def freeze_what_is_imported() -> None:
     """Once per process: move every object alive now (Streamlit, plotly, pandas, the engine and its presets,
-    imported by the first page run) out of the cyclic collector's reach. They live as long as the process,
-    yet each full collection walked them all again (a cold server's first visit to Recommend, until its
-    model x hardware table was complete: 6.4-6.6 s of CPU before, 5.5-5.7 s after)."""
+    imported by `python -m ui.serve`'s warm-up, or else by the first page run) out of the cyclic collector's
+    reach. They live as long as the process, yet each full collection walked them all again (a cold server's
+    first visit to Recommend, until its model x hardware table was complete: 6.4-6.6 s of CPU before, 5.5-5.7
+    s after)."""
     global _frozen
     if not _frozen:
         _frozen = True

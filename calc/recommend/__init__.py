@@ -14,9 +14,9 @@ from typing import Any
 _WHERE = {
     "cli": ("cli_main", "format_recommendation", "load_request"),
     "combos": ("Combo", "combo_of", "enumerate_combos", "groups_for", "methods_for", "scenario_for"),
-    "models": ("DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION", "usable_bytes",
-               "Candidate", "Group", "GroupResult", "Recommendation",
-               "RecommendRequest", "SearchStats"),
+    "models": ("DEFAULT_LORA", "DEFAULT_QLORA", "DEFAULT_SAFETY_MARGIN", "GROUP_LABELS", "SLOW_FRACTION",
+               "usable_bytes", "Candidate", "Group", "GroupResult", "Recommendation", "RecommendRequest",
+               "SearchStats"),
     "search": ("fastest_fitting", "recommend"),
     "table": ("Table", "TableCell", "recommendation_table", "table_assumptions", "table_cell"),
     "waterfall": ("WaterfallStep", "optimization_waterfall"),

@@ -124,7 +124,6 @@ def _cell_label(c: Candidate) -> Phrase:
               mb=t.micro_batch_size, ga=t.gradient_accumulation_steps)
 
 
-
 def cli_main(args: Any) -> int:
     """python -m calc table [--seq-len N] [--global-batch-tokens N] [--format table|json] [--lang en|zh]: the
     model x hardware table as Markdown (in `--lang`) or as JSON (English)."""
