@@ -40,7 +40,7 @@ from calc.layers import (
     rms_norm,
     sdpa_needs_mask,
 )
-from calc.overhead import cublas_workspace_bytes, device_overhead
+from calc.overhead import cublas_workspace_bytes, device_total
 from calc.presets import cluster_presets, gpu_presets
 from calc.profiles import block_profile, forget_recordings, forget_shapes
 from calc.result import (
@@ -54,6 +54,7 @@ from calc.result import (
     Component,
     Estimate,
     Timeline,
+    make_estimate,
     words,
 )
 from calc.scenario import Attention, Checkpointing, Mode, Offload, OptimizerImpl, Precision, Scenario
@@ -1141,7 +1142,7 @@ def _estimate(sc: Scenario, target: Target, sharding: Sharder | None, reference:
             best = (peak, row, listing, st)
     assert best is not None
     peak, row, listing, st = best
-    return _result(sc, spec, hw, gpu, peak, row, listing, st, layers, ws, training)
+    return _result(sc, spec, hw, gpu, peak, row, listing, st, layers, ws, training, validate=reference)
 
 
 def _listed_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool, ws: int,
@@ -1280,20 +1281,17 @@ def _inference_states(st: States) -> States:
 
 
 def _result(sc, spec, hw, gpu, peak, row: Row, listing: Callable[[], Timeline], st: States, layers, ws,
-            training) -> Estimate:
+            training, validate: bool) -> Estimate:
     event, phase, params, grads, opt, acts, other = row
-    ov = device_overhead(peak, hw.num_gpus)
-    context, nccl, reserve = ov.context, ov.nccl, ov.reserve
-    expected = peak + context["expected"] + nccl["expected"] + reserve["expected"]
+    device = device_total(peak, hw.num_gpus)
     mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
     step = 1 if (phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()
     # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
     cpu_ram = max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0
     nvme = st.offloaded_nvme * per_node
-    verdict = verdict_data(expected, mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
-    # the result and its parts validated in one pass (six model constructors cost twice as much)
-    est = Estimate.model_validate({
+    verdict = verdict_data(device["expected"], mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
+    return make_estimate({
         "model": {"name": spec.name or spec.family, "family": spec.family,
                   "total_params": _count(spec, "total_params"), "trainable_params": st.trainable if training else 0,
                   "params_on_this_gpu": st.params_local, "num_layers": spec.num_layers,
@@ -1301,18 +1299,10 @@ def _result(sc, spec, hw, gpu, peak, row: Row, listing: Callable[[], Timeline], 
         "peak_allocated_bytes": peak, "peak_phase": phase, "peak_event": event, "peak_step": step,
         "breakdown": {"parameters": params, "gradients": grads, "optimizer_states": opt, "activations": acts,
                       "other": other},
-        "device_total_bytes": {
-            "low": peak + context["low"] + nccl["low"] + reserve["low"], "expected": expected,
-            "high": peak + context["high"] + nccl["high"] + reserve["high"],
-            "cuda_context_bytes": context["expected"], "workspace_bytes": nccl["expected"],
-            "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
-            "reserve_high_bytes": reserve["high"]},
-        "gpu_memory_bytes": mem, "fits": verdict["fits"], "headroom_bytes": gpu_headroom(verdict),
-        "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
-    })
-    est._build_components = lambda: peak_components(sc, st, row, ws)
-    est._build_timeline = listing
-    return est
+        "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
+        "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
+        "notes": [],
+    }, lambda: peak_components(sc, st, row, ws), listing, validate=validate)
 
 
 def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Component]:

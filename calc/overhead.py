@@ -6,8 +6,6 @@ they are to be recalibrated against committed GPU measurements (data/measured_cu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from calc.presets import Architecture
 
 MiB = 2**20
@@ -37,13 +35,6 @@ RESERVE_FRACTION = {"low": 0.01, "expected": 0.05, "high": 0.15}
 RESERVE_FLOOR_BYTES = {"low": 20 * MiB, "expected": 64 * MiB, "high": 256 * MiB}
 
 
-@dataclass(frozen=True)
-class DeviceOverhead:
-    context: dict[str, int]
-    nccl: dict[str, int]
-    reserve: dict[str, int]
-
-
 def cublas_workspace_bytes(architecture: Architecture | None, training: bool) -> int:
     """Workspaces inside peak allocated: one per matmul thread (2 in training, 1 in inference).
     sm90+ (Hopper, Blackwell) get the larger default; without a GPU preset the architecture is
@@ -52,8 +43,17 @@ def cublas_workspace_bytes(architecture: Architecture | None, training: bool) ->
     return per_handle * (2 if training else 1)
 
 
-def device_overhead(peak_allocated: int, num_gpus: int) -> DeviceOverhead:
-    """Context, NCCL buffers (multi-GPU only) and allocator reserve as low/expected/high."""
-    nccl = NCCL_BYTES if num_gpus > 1 else {k: 0 for k in NCCL_BYTES}
+def device_total(peak_allocated: int, num_gpus: int) -> dict[str, int]:
+    """calc.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only) and the
+    allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
+    ctx, nccl = CUDA_CONTEXT_BYTES, NCCL_BYTES if num_gpus > 1 else _NO_NCCL
     reserve = {k: round(peak_allocated * RESERVE_FRACTION[k]) + RESERVE_FLOOR_BYTES[k] for k in RESERVE_FRACTION}
-    return DeviceOverhead(context=dict(CUDA_CONTEXT_BYTES), nccl=dict(nccl), reserve=reserve)
+    return {"low": peak_allocated + ctx["low"] + nccl["low"] + reserve["low"],
+            "expected": peak_allocated + ctx["expected"] + nccl["expected"] + reserve["expected"],
+            "high": peak_allocated + ctx["high"] + nccl["high"] + reserve["high"],
+            "cuda_context_bytes": ctx["expected"], "workspace_bytes": nccl["expected"],
+            "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
+            "reserve_high_bytes": reserve["high"]}
+
+
+_NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)

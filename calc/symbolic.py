@@ -45,9 +45,41 @@ class Trace:
         self.guards: list[Guard] = []
         self.batch = Dim({(1, 0): 1}, batch, self)
         self.seq = Dim({(0, 1): 1}, seq, self)
+        self._holds: tuple[int, Callable[[int, int], bool]] | None = None  # (guards compiled, holds)
 
     def holds(self, batch: int, seq: int) -> bool:
-        return all(g.holds(batch, seq) for g in self.guards)
+        """Every guard gives its recorded answer at (batch, seq). Asked for every new shape, so the guards are
+        written out as one expression (a loop over them, each evaluating its polynomials generically, cost more
+        than a block's profile), again if a guard was added since."""
+        if self._holds is None or self._holds[0] != len(self.guards):
+            self._holds = len(self.guards), _compiled_guards(self.guards)
+        return self._holds[1](batch, seq)
+
+
+def _poly_source(poly: Poly | int) -> str:
+    """A polynomial (or a constant) as Python source over `batch` and `seq`: ints only."""
+    if isinstance(poly, int):
+        return str(int(poly))
+    return " + ".join(f"{int(c)} * batch ** {int(b)} * seq ** {int(s)}" for (b, s), c in poly.items()) or "0"
+
+
+def _compiled_guards(guards: list[Guard]) -> Callable[[int, int], bool]:
+    """holds(batch, seq) for these guards, each guard once (a builder often asks the same question twice). The
+    functions and their expected answers are passed in by name; only ints go into the source."""
+    scope: dict[str, object] = {}
+    checks, seen = [], set()
+    for g in guards:
+        args = ", ".join(_poly_source(p) for p in g.polys)
+        key = (id(g.fn), args)
+        if (key, g.expected) in seen:
+            continue
+        seen.add((key, g.expected))
+        k = len(checks)
+        scope[f"fn{k}"], scope[f"expected{k}"] = g.fn, g.expected
+        checks.append(f"fn{k}({args}) == expected{k}")
+    source = f"def holds(batch, seq):\n    return {' and '.join(checks) or 'True'}"
+    exec(compile(source, "<calc.symbolic.Trace>", "exec"), scope)  # noqa: S102 - our own ints only
+    return scope["holds"]  # type: ignore[return-value]
 
 
 def evaluate(poly: Poly, batch: int, seq: int) -> int:

@@ -98,13 +98,14 @@ def verdict_data(gpu_needed: int, gpu_available: int | None, host_ram_needed: in
         wanted.append(("host_ram", host_ram_needed, host_ram_available))
     if nvme_needed:
         wanted.append(("nvme", nvme_needed, nvme_available))
-    states = [None if have is None else need <= have for _, need, have in wanted]
-    limits = [{"resource": r, "needed_bytes": need, "available_bytes": have, "fits": ok}
-              for (r, need, have), ok in zip(wanted, states, strict=True)]
-    reasons = [msgid.format(**fields) for msgid, fields in
-               (_reason_words(r, need, have) for (r, need, have), ok in zip(wanted, states, strict=True)
-                if ok is not True)]
-    fits = False if False in states else (None if None in states else True)
+    limits, reasons, fits = [], [], True
+    for r, need, have in wanted:
+        ok = None if have is None else need <= have
+        limits.append({"resource": r, "needed_bytes": need, "available_bytes": have, "fits": ok})
+        if ok is not True:
+            msgid, fields = _reason_words(r, need, have)
+            reasons.append(msgid.format(**fields))
+            fits = False if ok is False or fits is False else None  # one limit exceeded decides it
     return {"fits": fits, "limits": limits, "reasons": reasons}
 
 

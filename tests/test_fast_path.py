@@ -12,13 +12,15 @@ import pickle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from test_properties import FAST, scenarios
 
 import calc.presets as presets
 from calc import profiles
 from calc.engine import clear_memo, estimate, reference_estimate
-from calc.graph import OUT, Graph
+from calc.graph import OUT, BlockProfile, Graph
 from calc.layers import liger_chunk_tokens
+from calc.result import Estimate
 from calc.scenario import Scenario
 from calc.speed import SpeedAssumptions, hardware_of, step_time
 from calc.symbolic import Trace, Unsupported, fixed
@@ -92,12 +94,28 @@ def test_step_time_without_formulas_has_the_same_numbers(data):
 
 def _same_as_reference(fast, ref) -> None:
     """Peak, its event, phase and step, components, device total and verdict, and every timeline point the
-    charts draw (the fast estimate lists its timeline only now, when it is read)."""
+    charts draw (the fast estimate lists its timeline only now, when it is read). The fast estimate's models
+    are built without validation: each holds exactly its fields, and validating them changes nothing."""
+    _exactly_its_fields(fast)
+    fields = fast.model_dump(exclude={"components", "timeline"})
+    assert Estimate.model_validate(fields).model_dump(exclude={"components", "timeline"}) == fields
     assert fast.model_dump_json(exclude={"timeline"}) == ref.model_dump_json(exclude={"timeline"})
     assert fast.timeline.model_dump_json() == ref.timeline.model_dump_json()
     tl = fast.timeline
     assert (tl.events[tl.peak_index], tl.phases[tl.peak_index]) == (fast.peak_event, fast.peak_phase)
     assert tl.total(tl.peak_index) == fast.peak_allocated_bytes == max(map(tl.total, range(len(tl.events))))
+
+
+def _exactly_its_fields(model: BaseModel) -> None:
+    """Every field in the model's order (the cached components and timeline aside), nothing else, and the same
+    for the models inside it; an int is an int (a float would print as 1.0 in the JSON)."""
+    held = [k for k in vars(model) if k not in type(model).model_computed_fields]
+    assert held == list(type(model).model_fields), type(model).__name__
+    for value in vars(model).values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, BaseModel):
+                _exactly_its_fields(item)
+            assert not isinstance(item, float)
 
 
 def test_data_set_fast_peak_equals_every_moment():
@@ -259,7 +277,9 @@ def test_plan_rounds_like_the_allocator(batch, seq, round_to):
         return g
 
     trace = Trace(batch, seq)
-    assert build(trace.batch, trace.seq).plan().at(batch, seq) == build(batch, seq).profile()
+    recorded, built = build(trace.batch, trace.seq).plan().at(batch, seq), build(batch, seq).profile()
+    assert recorded == built and vars(recorded) == vars(built)  # every field, none more (at() fills __dict__)
+    assert type(recorded) is BlockProfile
 
 
 @FAST
