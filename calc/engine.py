@@ -520,6 +520,9 @@ class HeldOutputs:
         return self.logits + self.cache_unsaved + tails[unreleased if unreleased < len(tails) else -1]
 
 
+_NOTHING_HELD = HeldOutputs()  # frozen: one for every estimate whose loop keeps no output
+
+
 def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
                  fused_ce: bool = False) -> HeldOutputs:
     """`outputs.logits` is the lm_head output (B x S x V/tp in the compute dtype, soft-capped where
@@ -528,7 +531,7 @@ def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
     (transformers/modeling_outputs.py CausalLMOutputWithPast). Liger's fused
     loss returns no logits in training."""
     if not keep:
-        return HeldOutputs()
+        return _NOTHING_HELD
     logits = 0 if fused_ce else ctx.a * ctx.tokens * (ctx.spec.vocab_size // ctx.tp)
     if selective:  # the reference's checkpointed attention runs without a cache (measure/workload.py)
         return HeldOutputs(logits)
@@ -560,7 +563,7 @@ class _Timeline:
 
     def run(self, order: range, rows: Callable[[int], tuple[Row, ...]], width: int, pieces: list[range]) -> None:
         """Layer rows for each i in `order`; `pieces` cover the layers of `order`."""
-        self.parts.append((order, rows, width, pieces))
+        self.parts.append((order, rows, width, pieces, _piece_ends(tuple(pieces))))
 
     def peak(self) -> tuple[int, Row]:
         """(index, row) of the first largest total, asking each run only at its pieces' ends."""
@@ -574,10 +577,9 @@ class _Timeline:
                     best, best_at, best_row = total, at, row
                 at += 1
                 continue
-            order, rows, width, pieces = part
-            ends = {p[0] for p in pieces} | {p[-1] for p in pieces}
+            order, rows, width, _, ends = part
             for i in ends:
-                base = at + order.index(i) * width
+                base = at + (i - order.start) // order.step * width  # order.index(i)
                 for j, row in enumerate(rows(i)):
                     total = row[2] + row[3] + row[4] + row[5] + row[6]
                     if total > best or (total == best and base + j < best_at):
@@ -613,6 +615,13 @@ class _Timeline:
                                         activations=a, other=x, peak_index=peak)
 
 
+@lru_cache(maxsize=1024)
+def _piece_ends(pieces: tuple[range, ...]) -> tuple[int, ...]:
+    """The layers at the ends of the pieces, each once (a run's moments are largest at one of them); a new
+    shape's runs are cut into the same pieces as before."""
+    return tuple(dict.fromkeys(i for p in pieces for i in (p[0], p[-1])))
+
+
 def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None) -> bool:
     """Every layer's profile is equal (list.count compares identity first, then values), and so is what
     selective checkpointing drops from it."""
@@ -620,7 +629,8 @@ def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None
     return lay.count(lay[0]) == n and (sel_drop is None or sel_drop.count(sel_drop[0]) == n)
 
 
-def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None) -> list[range]:
+def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None,
+            alike: bool | None = None) -> list[range]:
     """The pieces of a run of layers (see _Timeline): layer 0 alone (rows treat it apart), then, when every
     layer is alike, the rest as one piece, or under checkpointing of every k-th layer one piece per residue
     of i mod k (the activations and gradients before layer i grow by one period's sum every k layers);
@@ -628,7 +638,7 @@ def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None 
     n = len(lay)
     if n == 1:
         return [range(1)]
-    if _identical_layers(lay, sel_drop):
+    if _identical_layers(lay, sel_drop) if alike is None else alike:  # alike: the caller has asked already
         if every <= 1:
             return [range(1), range(1, n)]
         return [range(1)] + [p for r in range(every) if (p := range(r or every, n, every))]
@@ -673,6 +683,26 @@ class _PrefixSums:
         return self[i + 1] - self[i]
 
 
+class _Linear:
+    """_PrefixSums of a value every layer shares (period 1): start + i * fn(0), without the list of sums."""
+
+    __slots__ = ("start", "step")
+
+    def __init__(self, start: int, step: int) -> None:
+        self.start, self.step = start, step
+
+    def __getitem__(self, i: int) -> int:
+        return self.start + i * self.step
+
+    def value(self, i: int) -> int:
+        return self.step
+
+
+def _prefix_sums(fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> _PrefixSums | _Linear:
+    """start + fn(0) + ... + fn(i - 1) for i = 0 .. layers (see _PrefixSums)."""
+    return _Linear(start, fn(0)) if period == 1 else _PrefixSums(fn, layers, period, start)
+
+
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
                     ws: int, replay: bool = False) -> _Timeline:
     t = sc.training
@@ -681,7 +711,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     layer, emb, head = _profiles(ctx, eager, fused_ce, replay)
     ckpt = t.activation_checkpointing
     ctxs = layer_ctxs(ctx, layers, first_input_grad=not first or embeddings_need_grad(ctx, ckpt))
-    lay = per_layer(ctxs, lambda c: _layer_profile(c, eager, replay))  # layers of one kind share a profile
+    # layers of one kind share a profile; the stage's own context's is `layer`
+    lay = per_layer(ctxs, lambda c: layer if c is ctx else _layer_profile(c, eager, replay))
     rope, mask = model_level_bytes(ctx, eager)
     inputs = 8 * ctx.tokens
     kept = checkpoint_kept_bytes(ctx, mask, ckpt)  # alive from forward to layer 0's recompute
@@ -690,8 +721,8 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     sel_drop = per_layer(ctxs, lambda c: _attention_saved(c, eager, replay)) if ckpt == Checkpointing.selective \
         else [0] * layers
     h_bytes = residual_stream_bytes(ctx)
-    pieces = _pieces(lay, every, sel_drop)
     alike = _identical_layers(lay, sel_drop)
+    pieces = _pieces(lay, every, sel_drop, alike)
     if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
         lay = [lay[0]] * layers
     period = (every if every > 1 else 1) if alike else 0  # per-layer values repeat with this period
@@ -701,7 +732,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def saved(i: int) -> int:
         return layer_saved_bytes(lay[i], sel_drop[i], bool(every) and i % every == 0, h_bytes)
 
-    saved_by_layer = _PrefixSums(saved, layers, period)
+    saved_by_layer = _prefix_sums(saved, layers, period)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -719,7 +750,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def sharded_share(i: int) -> int:
         return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
 
-    layer_pgrads = _PrefixSums(sharded_share, layers, period)[layers]
+    layer_pgrads = _prefix_sums(sharded_share, layers, period)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
@@ -730,7 +761,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding", "forward", w + root_ag, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur_before = _PrefixSums(saved, layers, period, acts)  # activations alive before layer i
+    cur_before = _prefix_sums(saved, layers, period, acts)  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
@@ -739,7 +770,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_sums = _PrefixSums(amp_cache_of, layers, period)  # [i]: before layer i
+    amp_sums = _prefix_sums(amp_cache_of, layers, period)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
@@ -830,7 +861,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
     # are grads + grads_below[layers] - grads_below[layers - k]
-    grads_below = _PrefixSums(grads_of, layers, period)
+    grads_below = _prefix_sums(grads_of, layers, period)
     grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:
