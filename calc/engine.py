@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from itertools import accumulate
 from math import prod
+from operator import itemgetter
 from typing import Literal, TypeVar
 
 from calc import parallel, precision
@@ -57,7 +58,18 @@ from calc.result import (
     make_estimate,
     words,
 )
-from calc.scenario import Attention, Checkpointing, Mode, Offload, OptimizerImpl, Precision, Scenario
+from calc.scenario import (
+    Attention,
+    Checkpointing,
+    HardwareConfig,
+    LoraConfig,
+    Mode,
+    Offload,
+    OptimizerImpl,
+    Precision,
+    Scenario,
+    TrainingConfig,
+)
 from calc.verdict import gpu_headroom, verdict_data
 
 T = TypeVar("T")
@@ -1058,7 +1070,22 @@ def _inference_head_peak(ctx: Ctx, replay: bool = False) -> int:
 
 _MEMO_SIZE = 1024
 _memo: dict[tuple, tuple[ModelSpec, dict, dict, Estimate]] = {}
-_SHAPE_FIELDS = {"training": {"micro_batch_size", "seq_len"}}
+_SHAPE_FIELDS = ("micro_batch_size", "seq_len")
+# a scenario's fields as a tuple of values, read straight from each model's fields (its JSON, which this key
+# replaced, cost 5 us, most of a memo hit and a twentieth of a new shape): the batch shape apart, and the
+# LoRA settings (a model that is not hashable) as their own tuple
+_hardware_values = itemgetter(*HardwareConfig.model_fields)
+_training_values = itemgetter(*(f for f in TrainingConfig.model_fields if f not in (*_SHAPE_FIELDS, "lora")))
+_lora_values = itemgetter(*LoraConfig.model_fields)
+
+
+def _shape_free_values(sc: Scenario) -> tuple:
+    """Every field of `sc` but the batch shape, as hashable values (a config.json model by its JSON): two
+    scenarios have equal keys exactly when they are equal but for the shape (each field has one type)."""
+    t = sc.training
+    model = sc.model if isinstance(sc.model, str) else sc.model_dump_json(include={"model"})
+    return (model, _hardware_values(sc.hardware.__dict__), sc.mode, _training_values(t.__dict__),
+            None if t.lora is None else _lora_values(t.lora.__dict__))
 _states_memo: dict[tuple, tuple[tuple, States]] = {}  # the entry holds what the key's ids stand for
 _ctx_memo: dict[tuple, tuple[tuple, Ctx]] = {}  # the same, for the blocks' context without its shape
 
@@ -1070,14 +1097,14 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     DeepSpeed ZeRO for zero_stage 2/3 with several GPUs.
 
     A repeated scenario (an equal one, not only the same object) returns the same Estimate object (a
-    bounded memo keyed on the scenario's JSON and the loaded presets' identity): treat it as read-only."""
+    bounded memo keyed on the scenario's field values and the loaded presets' identity): treat it as read-only."""
     gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
     # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
     # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the JSON.
     # The batch shape is apart: the rest is the key of what does not depend on it (the model states).
     t = sc.training
     shape_free = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters),
-                  sc.model_dump_json(exclude=_SHAPE_FIELDS), target, sharding)
+                  _shape_free_values(sc), target, sharding)
     key = (shape_free, t.micro_batch_size, t.seq_len)
     hit = _memo.get(key)
     if hit is not None:

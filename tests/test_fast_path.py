@@ -17,7 +17,7 @@ from test_properties import FAST, scenarios
 
 import calc.presets as presets
 from calc import profiles
-from calc.engine import clear_memo, estimate, reference_estimate
+from calc.engine import _shape_free_values, clear_memo, estimate, reference_estimate
 from calc.graph import OUT, BlockProfile, Graph
 from calc.layers import liger_chunk_tokens
 from calc.result import Estimate
@@ -170,6 +170,26 @@ def test_random_scenarios_fast_peak_equals_every_moment(data, target):
         return
     clear_memo()
     _same_as_reference(estimate(sc, target=target), ref)
+
+
+@FAST
+@given(broad_scenarios(), broad_scenarios(), st.data())
+def test_the_memo_key_is_the_scenario_without_its_shape(a, b, data):
+    """Two scenarios share the memo's shape-free key exactly when their JSON without the batch shape is equal:
+    the second scenario takes some of its fields from the first (all of them, at times)."""
+    mixed = {**b, "model": data.draw(st.sampled_from([a["model"], b["model"]])),
+             "hardware": data.draw(st.sampled_from([a["hardware"], b["hardware"]])),
+             "mode": data.draw(st.sampled_from([a["mode"], b["mode"]])), "training": dict(b["training"])}
+    for name in data.draw(st.sets(st.sampled_from(sorted(a["training"])))):
+        mixed["training"][name] = a["training"][name]
+    try:
+        sa, sb = Scenario.model_validate(a), Scenario.model_validate(mixed)
+    except ValueError:  # a combination the scenario rejects
+        return
+    shape = {"training": {"micro_batch_size", "seq_len"}}
+    same_json = sa.model_dump_json(exclude=shape) == sb.model_dump_json(exclude=shape)
+    assert (_shape_free_values(sa) == _shape_free_values(sb)) == same_json
+    hash(_shape_free_values(sb))  # LoRA settings and all
 
 
 def test_a_pickled_estimate_keeps_its_timeline():
