@@ -1360,7 +1360,7 @@ def _result(sc, spec, hw, gpu, peak, row: Row, listing: Callable[[], Timeline], 
         "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
         "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
         "notes": [],
-    }, lambda: peak_components(sc, st, row, ws), listing, validate=validate)
+    }, partial(peak_components, sc, st, row, ws), listing, validate=validate)
 
 
 def peak_components(sc: Scenario, st: States, row: Row, ws: int) -> list[Component]:

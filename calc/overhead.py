@@ -46,14 +46,16 @@ def cublas_workspace_bytes(architecture: Architecture | None, training: bool) ->
 def device_total(peak_allocated: int, num_gpus: int) -> dict[str, int]:
     """calc.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only) and the
     allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
-    ctx, nccl = CUDA_CONTEXT_BYTES, NCCL_BYTES if num_gpus > 1 else _NO_NCCL
-    reserve = {k: round(peak_allocated * RESERVE_FRACTION[k]) + RESERVE_FLOOR_BYTES[k] for k in RESERVE_FRACTION}
-    return {"low": peak_allocated + ctx["low"] + nccl["low"] + reserve["low"],
-            "expected": peak_allocated + ctx["expected"] + nccl["expected"] + reserve["expected"],
-            "high": peak_allocated + ctx["high"] + nccl["high"] + reserve["high"],
+    ctx, nccl, frac, floor = CUDA_CONTEXT_BYTES, NCCL_BYTES if num_gpus > 1 else _NO_NCCL, RESERVE_FRACTION, \
+        RESERVE_FLOOR_BYTES
+    low = round(peak_allocated * frac["low"]) + floor["low"]
+    expected = round(peak_allocated * frac["expected"]) + floor["expected"]
+    high = round(peak_allocated * frac["high"]) + floor["high"]
+    return {"low": peak_allocated + ctx["low"] + nccl["low"] + low,
+            "expected": peak_allocated + ctx["expected"] + nccl["expected"] + expected,
+            "high": peak_allocated + ctx["high"] + nccl["high"] + high,
             "cuda_context_bytes": ctx["expected"], "workspace_bytes": nccl["expected"],
-            "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
-            "reserve_high_bytes": reserve["high"]}
+            "reserve_low_bytes": low, "reserve_expected_bytes": expected, "reserve_high_bytes": high}
 
 
 _NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)
