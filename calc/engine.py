@@ -1086,6 +1086,8 @@ def _shape_free_values(sc: Scenario) -> tuple:
     model = sc.model if isinstance(sc.model, str) else sc.model_dump_json(include={"model"})
     return (model, _hardware_values(sc.hardware.__dict__), sc.mode, _training_values(t.__dict__),
             None if t.lora is None else _lora_values(t.lora.__dict__))
+
+
 _states_memo: dict[tuple, tuple[tuple, States]] = {}  # the entry holds what the key's ids stand for
 _ctx_memo: dict[tuple, tuple[tuple, Ctx]] = {}  # the same, for the blocks' context without its shape
 
@@ -1100,7 +1102,7 @@ def estimate(sc: Scenario, target: Target = "cuda", sharding: Sharder | None = N
     bounded memo keyed on the scenario's field values and the loaded presets' identity): treat it as read-only."""
     gpus, clusters, spec = gpu_presets(), cluster_presets(), sc.spec
     # the presets' identity is in the key, so reloading them (cache_clear) never serves a stale answer;
-    # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the JSON.
+    # the entry holds them so their ids cannot be reused while it lives. A config.json model is in the key.
     # The batch shape is apart: the rest is the key of what does not depend on it (the model states).
     t = sc.training
     shape_free = (id(spec) if isinstance(sc.model, str) else 0, id(gpus), id(clusters),

@@ -43,19 +43,18 @@ def cublas_workspace_bytes(architecture: Architecture | None, training: bool) ->
     return per_handle * (2 if training else 1)
 
 
+_NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)
+
+
 def device_total(peak_allocated: int, num_gpus: int) -> dict[str, int]:
     """calc.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only) and the
     allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
-    ctx, nccl, frac, floor = CUDA_CONTEXT_BYTES, NCCL_BYTES if num_gpus > 1 else _NO_NCCL, RESERVE_FRACTION, \
-        RESERVE_FLOOR_BYTES
-    low = round(peak_allocated * frac["low"]) + floor["low"]
-    expected = round(peak_allocated * frac["expected"]) + floor["expected"]
-    high = round(peak_allocated * frac["high"]) + floor["high"]
+    ctx = CUDA_CONTEXT_BYTES
+    nccl = NCCL_BYTES if num_gpus > 1 else _NO_NCCL
+    low, expected, high = (round(peak_allocated * RESERVE_FRACTION[k]) + RESERVE_FLOOR_BYTES[k]
+                           for k in ("low", "expected", "high"))
     return {"low": peak_allocated + ctx["low"] + nccl["low"] + low,
             "expected": peak_allocated + ctx["expected"] + nccl["expected"] + expected,
             "high": peak_allocated + ctx["high"] + nccl["high"] + high,
             "cuda_context_bytes": ctx["expected"], "workspace_bytes": nccl["expected"],
             "reserve_low_bytes": low, "reserve_expected_bytes": expected, "reserve_high_bytes": high}
-
-
-_NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)
