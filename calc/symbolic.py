@@ -26,16 +26,12 @@ class Unsupported(TypeError):
 
 
 class Guard:
-    """fn(*polys evaluated at (B, S)) == expected: one answer the recording depends on."""
+    """fn(*polys evaluated at (B, S)) == expected: one answer the recording depends on (Trace.holds asks them)."""
 
     __slots__ = ("fn", "polys", "expected")
 
     def __init__(self, fn: Callable[..., Any], polys: tuple[Poly | int, ...], expected: Any) -> None:
         self.fn, self.polys, self.expected = fn, polys, expected
-
-    def holds(self, batch: int, seq: int) -> bool:
-        args = [p if isinstance(p, int) else evaluate(p, batch, seq) for p in self.polys]
-        return self.fn(*args) == self.expected
 
 
 class Trace:
@@ -80,10 +76,6 @@ def _compiled_guards(guards: list[Guard]) -> Callable[[int, int], bool]:
     source = f"def holds(batch, seq):\n    return {' and '.join(checks) or 'True'}"
     exec(compile(source, "<calc.symbolic.Trace>", "exec"), scope)  # noqa: S102 - our own ints only
     return scope["holds"]  # type: ignore[return-value]
-
-
-def evaluate(poly: Poly, batch: int, seq: int) -> int:
-    return sum(c * batch ** b * seq ** s for (b, s), c in poly.items())
 
 
 def _poly(x: int) -> Poly:
