@@ -568,14 +568,14 @@ class _Timeline:
     asks it for every layer (the chart, and the reference that the tests compare peak() with)."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple] = []  # (row,) or (order, rows, width, pieces)
+        self.parts: list[tuple] = []  # (row,) or (order, rows, width, ends of the pieces)
 
     def add(self, event: str, phase: str, params: int, grads: int, opt: int, acts: int, other: int) -> None:
         self.parts.append(((event, phase, params, grads, opt, acts, other if other > 0 else 0),))
 
     def run(self, order: range, rows: Callable[[int], tuple[Row, ...]], width: int, pieces: list[range]) -> None:
         """Layer rows for each i in `order`; `pieces` cover the layers of `order`."""
-        self.parts.append((order, rows, width, pieces, _piece_ends(tuple(pieces))))
+        self.parts.append((order, rows, width, _piece_ends(tuple(pieces))))
 
     def peak(self) -> tuple[int, Row]:
         """(index, row) of the first largest total, asking each run only at its pieces' ends."""
@@ -589,7 +589,7 @@ class _Timeline:
                     best, best_at, best_row = total, at, row
                 at += 1
                 continue
-            order, rows, width, _, ends = part
+            order, rows, width, ends = part
             for i in ends:
                 base = at + (i - order.start) // order.step * width  # order.index(i)
                 for j, row in enumerate(rows(i)):
