@@ -39,12 +39,11 @@ def block_profile(build: Callable[..., Graph], ctx: Ctx, *args: object, replay: 
     """build(ctx, *args)'s profile: from the recording of its shape-free context, or replayed for this shape."""
     if replay:
         return build(ctx, *args).profile()
-    free = (build, ctx.shape_free, args)
-    key = (free, ctx.batch, ctx.seq)
+    key = (build, ctx.shape_free, args, ctx.batch, ctx.seq)  # one tuple: each new shape keeps its key
     hit = _by_shape.get(key)
     if hit is not None:
         return hit[1]
-    profile = _recorded(build, ctx, args, free)
+    profile = _recorded(build, ctx, args, key[:3])
     if len(_by_shape) >= _MAX_SHAPES:
         _by_shape.clear()
     _by_shape[key] = (ctx.spec, profile)

@@ -244,14 +244,17 @@ def make_estimate(data: dict[str, Any], build_components: Callable[[], list[Comp
 
 
 _set = object.__setattr__
+_ALL_FIELDS: dict[type, set[str]] = {}  # a result class -> the names of all its fields
 
 
 def _trusted(cls: type[M], fields: dict[str, Any], private: dict[str, Any] | None = None) -> M:
     """An instance of cls holding `fields` as given (every field, in the class's order), as model_construct
-    makes one but without its per-field loop."""
+    makes one but without its per-field loop. Every field is set, so the instances of a class share one set of
+    their names: a set per instance was six of the ~38 objects an estimate leaves for the cyclic collector to
+    walk (pydantic adds to the set only a name it already holds, and model_copy copies it)."""
     obj = object.__new__(cls)
     _set(obj, "__dict__", fields)
-    _set(obj, "__pydantic_fields_set__", set(fields))
+    _set(obj, "__pydantic_fields_set__", _ALL_FIELDS.get(cls) or _ALL_FIELDS.setdefault(cls, set(cls.model_fields)))
     _set(obj, "__pydantic_extra__", None)
     _set(obj, "__pydantic_private__", private)
     return obj

@@ -111,11 +111,30 @@ def _exactly_its_fields(model: BaseModel) -> None:
     for the models inside it; an int is an int (a float would print as 1.0 in the JSON)."""
     held = [k for k in vars(model) if k not in type(model).model_computed_fields]
     assert held == list(type(model).model_fields), type(model).__name__
+    assert model.model_fields_set == set(type(model).model_fields), type(model).__name__
     for value in vars(model).values():
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, BaseModel):
                 _exactly_its_fields(item)
             assert not isinstance(item, float)
+
+
+def test_a_copy_leaves_the_shared_field_names_alone():
+    """The fast path's models of one class share the set of their field names (calc.result._trusted): a copy
+    with changes, and an assignment, leave every other estimate's set as it was."""
+    a = estimate(Scenario.model_validate({"model": "llama-3.2-1b"}))
+    b = estimate(Scenario.model_validate({"model": "llama-3.2-1b", "training": {"micro_batch_size": 3}}))
+    assert a.model_fields_set is b.model_fields_set  # shared, so the test below means something
+    changed = a.model_copy(update={"notes": ["a note"]})
+    breakdown = a.breakdown.model_copy()
+    breakdown.activations = 0
+    assert changed.model_fields_set is not a.model_fields_set
+    assert breakdown.model_fields_set is not a.breakdown.model_fields_set
+    assigned = estimate(Scenario.model_validate({"model": "llama-3.2-1b", "training": {"micro_batch_size": 5}}))
+    assigned.notes = ["a note"]  # on a shared set: pydantic adds the name, which it holds already
+    clear_memo()  # the estimate changed above is not served again
+    assert a.model_fields_set == b.model_fields_set == set(Estimate.model_fields)
+    assert a.breakdown.model_fields_set == set(type(a.breakdown).model_fields)
 
 
 def test_data_set_fast_peak_equals_every_moment():
