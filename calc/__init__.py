@@ -8,7 +8,7 @@ from contextlib import contextmanager
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off for the block (as it was, after). Importing the engine builds pydantic's
-    validators and the model tables: thousands of objects that live as long as the process, none of them
+    validators and the model tables: thousands of objects that live as long as the process, few of them
     garbage, which the collector would scan over and over while they are made (about a tenth of a
     `python -m calc` command)."""
     collecting = gc.isenabled()
