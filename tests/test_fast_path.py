@@ -335,3 +335,25 @@ def test_a_memoized_context_with_a_new_shape_is_the_context_of_that_shape(sc, ba
     assert shaped == dataclasses.replace(ctx, batch=batch, seq=seq) and shaped.tokens == batch * seq
     assert shaped.shape_free == key == dataclasses.replace(ctx, batch=batch, seq=seq).shape_free
     assert (ctx.batch, ctx.seq) == (sc.training.micro_batch_size, sc.training.seq_len)  # the memoized one unchanged
+
+
+def test_per_layer_asks_once_per_kind_of_layer():
+    """per_layer calls its function once per distinct context object, first seen first, whatever the pattern:
+    one kind, layer 0 a kind of its own (LoRA on a frozen embedding without checkpointing), one kind at both
+    ends and another between them; _identical_layers compares the distinct profiles by value."""
+    from calc.engine import _ctx, _identical_layers, _layer_profile, layer_ctxs, per_layer
+
+    sc = Scenario.model_validate({"model": "llama-3.2-1b", "training": {"lora": {"rank": 8}}})
+    own_first = layer_ctxs(_ctx(sc, "cuda"), 16, first_input_grad=False)
+    a, b = own_first[0], own_first[1]
+    assert a is not b and a != b
+    for ctxs in ([b] * 16, own_first, [a] + [b] * 14 + [a], [b, b, a, b]):
+        asked: list = []
+        out = per_layer(ctxs, lambda c, asked=asked: asked.append(c) or ("first" if c is a else "rest"))
+        assert out == ["first" if c is a else "rest" for c in ctxs]
+        assert [id(c) for c in asked] == list(dict.fromkeys(map(id, ctxs)))
+    p, q = _layer_profile(a, False), _layer_profile(b, False)
+    assert p != q  # layer 0 saves less: its input needs no gradient
+    assert _identical_layers([q] * 5) and _identical_layers([q, dataclasses.replace(q)] * 3)
+    assert not _identical_layers([p] + [q] * 4) and not _identical_layers([q] * 4 + [p] + [q])
+    assert not _identical_layers([q] * 5, [0, 0, 1, 0, 0])
