@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from itertools import accumulate
-from math import prod
+from math import lcm, prod
 from operator import itemgetter
 from typing import Literal, TypeVar
 
@@ -332,15 +332,21 @@ def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx
     spec = ctx.spec
     if spec.layer_types is None and not spec.dense_layers and first_input_grad:
         return [ctx] * layers
-    kinds: dict[tuple[bool, bool, bool], Ctx] = {}
-    out = []
-    for i in range(layers):
-        key = (spec.is_sliding(i), i < spec.dense_layers, i > 0 or first_input_grad)
-        c = kinds.get(key)
-        if c is None:  # each kind made once (a dataclass replace per layer cost more than the layer's rows)
-            c = kinds[key] = replace(ctx, sliding=key[0], dense_mlp=key[1], input_grad=key[2])
-        out.append(c)
-    return out
+    kinds, pattern = per_spec(spec, ("kinds of layer", layers, first_input_grad),
+                              lambda: _kinds_of_layer(spec, layers, first_input_grad))
+    # each kind made once (a dataclass replace per layer cost more than the layer's rows)
+    made = [replace(ctx, sliding=sliding, dense_mlp=dense, input_grad=grad) for sliding, dense, grad in kinds]
+    return list(map(made.__getitem__, pattern))
+
+
+def _kinds_of_layer(spec: ModelSpec, layers: int, first_input_grad: bool) -> tuple[list[tuple], list[int]]:
+    """The kinds of layer of the stage (sliding window, dense MLP, input requires grad), first seen first, and
+    the kind of each layer: one list of the model's, asked once (126 layers' questions cost more than a new
+    shape's profiles)."""
+    kinds: dict[tuple[bool, bool, bool], int] = {}
+    pattern = [kinds.setdefault((spec.is_sliding(i), i < spec.dense_layers, i > 0 or first_input_grad), len(kinds))
+               for i in range(layers)]
+    return list(kinds), pattern
 
 
 def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
@@ -356,22 +362,23 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     """fn of each layer's context, called once per kind of layer: layer_ctxs gives the layers of one
     kind the same Ctx object, and hashing a Ctx (its ModelSpec) for every one of 80 layers costs more
     than building a new shape's profiles."""
-    once = _distinct(ctxs)
-    if len(once) == 1:  # one kind of layer
+    if _one_object(ctxs):  # one kind of layer
         return [fn(ctxs[0])] * len(ctxs)
-    out = {k: fn(c) for k, c in once.items()}
+    out = {k: fn(c) for k, c in _distinct(ctxs).items()}
     return [out[id(c)] for c in ctxs]
 
 
-def _distinct(items: list[T]) -> dict[int, T]:
-    """The distinct objects of `items` by identity, in order of first appearance. A list of one object (every
-    layer alike: the common case) is recognised by list.count, which compares identity first; two kinds of layer
-    are not: count would compare each of the others with the first by value (a Ctx's 22 fields, its ModelSpec
-    among them: 0.2 ms for a 126-layer model whose layer 0 is a kind of its own), so a list whose last item is
-    not its first is told apart by identity alone."""
+def _one_object(items: list) -> bool:
+    """Every item is the first object (the common case: every layer alike). list.count compares identity first,
+    but an item that is another object it compares by value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms
+    for a 126-layer model whose layer 0 is a kind of its own), so a list whose last item is another object is
+    told apart without it."""
     first = items[0]
-    if items[-1] is first and items.count(first) == len(items):
-        return {id(first): first}
+    return items[-1] is first and items.count(first) == len(items)
+
+
+def _distinct(items: list[T]) -> dict[int, T]:
+    """The distinct objects of `items` by identity, first seen first."""
     return dict(zip(map(id, items), items, strict=True))
 
 
@@ -409,9 +416,10 @@ def forward_activations_floor(sc: Scenario) -> int:
         if _identical_layers(lay, drop):  # one kind of layer: count the checkpointed ones and the others
             n_ck = len(range(0, layers, every)) if every else 0
             saved = n_ck * h_bytes + (layers - n_ck) * layer_saved_bytes(lay[0], drop[0], False, h_bytes)
-        else:
-            saved = sum(layer_saved_bytes(lay[i], drop[i], bool(every) and i % every == 0, h_bytes)
-                        for i in range(layers))
+        else:  # kinds of layer that repeat: the sum composed from the first layers and one period, as the timeline's
+            lead, period = _repeats(lay, drop, every)
+            saved = _prefix_sums(lambda i: layer_saved_bytes(lay[i], drop[i], bool(every) and i % every == 0, h_bytes),
+                                 layers, period, head=lead)[layers]
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     return in_flight * (saved + block_profile(embedding_block, ctx).saved) + model_level_bytes(ctx, eager)[0]
 
@@ -649,17 +657,19 @@ def _piece_ends(pieces: tuple[range, ...]) -> tuple[int, ...]:
 def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None) -> bool:
     """Every layer's profile is equal (the distinct objects compared by value: per_layer gives the layers of
     one kind one profile object), and so is what selective checkpointing drops from it."""
-    n, first = len(lay), lay[0]
-    return (all(p == first for p in _distinct(lay).values())
-            and (sel_drop is None or sel_drop.count(sel_drop[0]) == n))
+    first = lay[0]
+    return ((_one_object(lay) or all(p == first for p in _distinct(lay).values()))
+            and (sel_drop is None or sel_drop.count(sel_drop[0]) == len(lay)))
 
 
 def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None,
-            alike: bool | None = None) -> list[range]:
+            alike: bool | None = None, repeat: tuple[int, int] = (0, 0)) -> list[range]:
     """The pieces of a run of layers (see _Timeline): layer 0 alone (rows treat it apart), then, when every
     layer is alike, the rest as one piece, or under checkpointing of every k-th layer one piece per residue
-    of i mod k (the activations and gradients before layer i grow by one period's sum every k layers);
-    otherwise a new piece wherever the layer's profile, its checkpointing or its selective drop changes."""
+    of i mod k (the activations and gradients before layer i grow by one period's sum every k layers). Layers
+    that are not all alike but repeat (`repeat`: (lead, period), see _repeats) the same way: each of the first
+    `lead` layers alone, then one piece per residue of the period. Otherwise a new piece wherever the layer's
+    profile, its checkpointing or its selective drop changes."""
     n = len(lay)
     if n == 1:
         return [range(1)]
@@ -667,6 +677,11 @@ def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None 
         if every <= 1:
             return [range(1), range(1, n)]
         return [range(1)] + [p for r in range(every) if (p := range(r or every, n, every))]
+    lead, period = repeat
+    if period:
+        first = max(lead, 1)
+        return [range(i, i + 1) for i in range(first)] + [range(r, n, period) for r in range(first, first + period)
+                                                          if r < n]
 
     def key(i: int) -> tuple:
         return id(lay[i]), bool(every) and i % every == 0, sel_drop[i] if sel_drop else 0
@@ -690,18 +705,25 @@ def _split(pieces: list[range], differs: Callable[[int, int], bool]) -> list[ran
 
 
 class _PrefixSums:
-    """start + fn(0) + ... + fn(i - 1), for i = 0 .. layers. Values that repeat with a period (`period` 1:
-    identical layers; k: every k-th checkpointed) are asked for one period and the sums composed (listing 81
-    running sums per column costs more than the rest of a new shape's timeline); 0: asked for every layer."""
+    """start + fn(0) + ... + fn(i - 1), for i = 0 .. layers. Values that repeat with a period after the first
+    `head` layers (`period` 1 and no head: identical layers; k: every k-th checkpointed; a head of 1: layer 0 a
+    kind of its own; a period of 6: Gemma 3's five local layers and a global one) are asked for the head and one
+    period and the sums composed (listing 126 running sums per column cost more than the rest of a new shape's
+    timeline); period 0: asked for every layer."""
 
-    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> None:
-        self.period = period if 0 < period < layers else 0
-        self.sums = list(accumulate(map(fn, range(self.period or layers)), initial=start))
-        self.step = self.sums[-1] - start  # the sum over one period
+    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0, head: int = 0) -> None:
+        self.period = period if period > 0 and head + period < layers else 0
+        self.head = head if self.period else 0
+        self.sums = list(accumulate(map(fn, range(self.head + self.period if self.period else layers)),
+                                    initial=start))
+        self.step = self.sums[-1] - self.sums[self.head]  # the sum over one period
 
     def __getitem__(self, i: int) -> int:
         p = self.period
-        return self.sums[i % p] + i // p * self.step if p else self.sums[i]
+        if not p:
+            return self.sums[i]
+        j = i - self.head
+        return self.sums[i] if j < 0 else self.sums[self.head + j % p] + j // p * self.step
 
     def value(self, i: int) -> int:
         """fn(i)."""
@@ -723,9 +745,45 @@ class _Linear:
         return self.step
 
 
-def _prefix_sums(fn: Callable[[int], int], layers: int, period: int, start: int = 0) -> _PrefixSums | _Linear:
+def _prefix_sums(fn: Callable[[int], int], layers: int, period: int, start: int = 0,
+                 head: int = 0) -> _PrefixSums | _Linear:
     """start + fn(0) + ... + fn(i - 1) for i = 0 .. layers (see _PrefixSums)."""
-    return _Linear(start, fn(0)) if period == 1 else _PrefixSums(fn, layers, period, start)
+    return _Linear(start, fn(0)) if period == 1 and not head else _PrefixSums(fn, layers, period, start, head)
+
+
+_MAX_PERIOD = 16  # the longest repeat of kinds of layer looked for (Gemma 3: 6, Llama 4: 4, gpt-oss: 2)
+
+
+def _repeats(lay: list[BlockProfile], sel_drop: list[int], every: int) -> tuple[int, int]:
+    """(head, period) of a run of layers that are not all alike: from layer `head` on, layer i has layer
+    i + period's profile (the same object: per_layer gives a kind of layer one), selective drop and
+    checkpointing (every k-th layer from layer 0); (0, 0) where no repeat shorter than the run is found. The
+    shortest head + period is taken, so that the fewest layers are listed."""
+    n = len(lay)
+    ids = list(map(id, lay))
+    best = (0, 0)
+    for p in range(1, min(_MAX_PERIOD, n - 1) + 1):
+        if best[1] and p >= sum(best):  # head + period >= p: no shorter one to come
+            break
+        h = _head(ids, sel_drop, p)
+        period = p if every <= 1 else lcm(p, every)
+        if h + period < n and (not best[1] or h + period < sum(best)):
+            best = (h, period)
+    return best
+
+
+def _head(ids: list[int], sel_drop: list[int], p: int) -> int:
+    """The first index from which every item equals the one p further on, in both lists (an index from which
+    they do stays so further on: bisection over slice comparisons, which run in C)."""
+    n = len(ids)
+    lo, hi = 0, n - p
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ids[mid:n - p] == ids[mid + p:] and sel_drop[mid:n - p] == sel_drop[mid + p:]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool, last: bool,
@@ -747,17 +805,18 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         else [0] * layers
     h_bytes = residual_stream_bytes(ctx)
     alike = _identical_layers(lay, sel_drop)
-    pieces = _pieces(lay, every, sel_drop, alike)
+    # per-layer values repeat with this period, after the first `lead` layers
+    lead, period = (0, every if every > 1 else 1) if alike else _repeats(lay, sel_drop, every)
+    pieces = _pieces(lay, every, sel_drop, alike, (lead, period))
     if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
         lay = [lay[0]] * layers
-    period = (every if every > 1 else 1) if alike else 0  # per-layer values repeat with this period
     kinds = [lay[0]] if alike else list({id(p): p for p in lay}.values())  # each kind of layer once
     out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
 
     def saved(i: int) -> int:
         return layer_saved_bytes(lay[i], sel_drop[i], bool(every) and i % every == 0, h_bytes)
 
-    saved_by_layer = _prefix_sums(saved, layers, period)
+    saved_by_layer = _prefix_sums(saved, layers, period, head=lead)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -775,7 +834,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def sharded_share(i: int) -> int:
         return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
 
-    layer_pgrads = _prefix_sums(sharded_share, layers, period)[layers]
+    layer_pgrads = _prefix_sums(sharded_share, layers, period, head=lead)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
@@ -786,7 +845,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         tl.add("embedding", "forward", w + root_ag, ga_grads, opt, acts + emb.saved,
                other0 + out.previous + max(mask, kept) + emb.fwd_peak - emb.saved)
         acts += emb.saved
-    cur_before = _prefix_sums(saved, layers, period, acts)  # activations alive before layer i
+    cur_before = _prefix_sums(saved, layers, period, acts, lead)  # activations alive before layer i
     # autocast's weight cache keeps each 16-bit weight copy until autocast exits; inside a
     # checkpointed layer nothing else holds them, so they pile up until the loss is computed
     cache_per_layer = _amp_cached_weight_bytes(sc.spec, ctx) if ctx.amp else 0
@@ -795,7 +854,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_sums = _prefix_sums(amp_cache_of, layers, period)  # [i]: before layer i
+    amp_sums = _prefix_sums(amp_cache_of, layers, period, head=lead)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
@@ -886,7 +945,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
     # are grads + grads_below[layers] - grads_below[layers - k]
-    grads_below = _prefix_sums(grads_of, layers, period)
+    grads_below = _prefix_sums(grads_of, layers, period, head=lead)
     grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:

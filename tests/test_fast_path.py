@@ -357,3 +357,52 @@ def test_per_layer_asks_once_per_kind_of_layer():
     assert _identical_layers([q] * 5) and _identical_layers([q, dataclasses.replace(q)] * 3)
     assert not _identical_layers([p] + [q] * 4) and not _identical_layers([q] * 4 + [p] + [q])
     assert not _identical_layers([q] * 5, [0, 0, 1, 0, 0])
+
+
+@FAST
+@given(lead=st.lists(st.integers(0, 3), max_size=4), cycle=st.lists(st.integers(0, 3), min_size=1, max_size=7),
+       layers=st.integers(1, 130), every=st.integers(0, 4), drops=st.booleans())
+def test_running_sums_of_repeating_layers_are_composed_exactly(lead, cycle, layers, every, drops):
+    """Layers of a few kinds (objects) in any pattern, mostly a lead and then a repeating cycle (Gemma 3's local
+    and global layers, a kind of its own at layer 0, DeepSeek's dense first layers), checkpointed every k-th:
+    _repeats finds where the layers repeat, and the running sums composed from the lead and one period
+    (_prefix_sums) equal the sums listed layer by layer, at every layer."""
+    from itertools import accumulate
+
+    from calc.engine import _prefix_sums, _repeats
+
+    kinds = [object() for _ in range(4)]
+    pattern = (lead + cycle * (layers // len(cycle) + 1))[:layers]
+    lay = [kinds[k] for k in pattern]
+    sel_drop = [10 * k if drops else 0 for k in pattern]
+    head, period = _repeats(lay, sel_drop, every)
+    if period:
+        assert head + period < layers
+        for i in range(head, layers - period):  # what the composition relies on
+            assert lay[i] is lay[i + period] and sel_drop[i] == sel_drop[i + period]
+            assert not every or (i % every == 0) == ((i + period) % every == 0)
+
+    def value(i: int) -> int:  # a value that depends on the layer's kind, its drop and its checkpointing
+        return 7 * pattern[i] + 1000 * (bool(every) and i % every == 0) + sel_drop[i] + 1
+
+    listed = list(accumulate(map(value, range(layers)), initial=5))
+    sums = _prefix_sums(value, layers, period, 5, head)
+    assert [sums[i] for i in range(layers + 1)] == listed
+    assert [sums.value(i) for i in range(layers)] == [value(i) for i in range(layers)]
+
+
+def test_repeats_of_the_models_kinds_of_layer():
+    """Where the layers start repeating, and how often: layer 0 a kind of its own (LoRA on a frozen embedding),
+    Gemma 3's five local layers and a global one (with checkpointing of every 4th layer: both repeat every 12),
+    DeepSeek's three dense first layers; nothing shorter than the run for layers that do not repeat."""
+    from calc.engine import _repeats
+
+    a, b, c = object(), object(), object()
+    assert _repeats([a] + [b] * 125, [0] * 126, 0) == (1, 1)
+    gemma = ([b] * 5 + [c]) * 4 + [b, b]
+    assert _repeats(gemma, [0] * 26, 0) == (0, 6)
+    assert _repeats(gemma, [0] * 26, 4) == (0, 12)
+    assert _repeats([a] * 3 + [b] * 58, [0] * 61, 1) == (3, 1)
+    assert _repeats([a, b, c, a, b, c, a], [0] * 7, 0) == (0, 3)
+    assert _repeats([a, b, c, b, a, c], [0] * 6, 0) == (2, 3)  # from layer 2 on: c, b, a, c
+    assert _repeats([a, b, b, c], [0] * 4, 0) == (0, 0)  # no repeat shorter than the run
