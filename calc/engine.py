@@ -362,19 +362,14 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     """fn of each layer's context, called once per kind of layer: layer_ctxs gives the layers of one
     kind the same Ctx object, and hashing a Ctx (its ModelSpec) for every one of 80 layers costs more
     than building a new shape's profiles."""
-    if _one_object(ctxs):  # one kind of layer
-        return [fn(ctxs[0])] * len(ctxs)
+    first = ctxs[0]
+    # one kind of layer, the common case. list.count compares identity first, but another object it compares by
+    # value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms for a 126-layer model whose layer 0 is a kind of
+    # its own), so a list whose last item is another object is told apart without it
+    if ctxs[-1] is first and ctxs.count(first) == len(ctxs):
+        return [fn(first)] * len(ctxs)
     out = {k: fn(c) for k, c in _distinct(ctxs).items()}
     return [out[id(c)] for c in ctxs]
-
-
-def _one_object(items: list) -> bool:
-    """Every item is the first object (the common case: every layer alike). list.count compares identity first,
-    but an item that is another object it compares by value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms
-    for a 126-layer model whose layer 0 is a kind of its own), so a list whose last item is another object is
-    told apart without it."""
-    first = items[0]
-    return items[-1] is first and items.count(first) == len(items)
 
 
 def _distinct(items: list[T]) -> dict[int, T]:
@@ -657,9 +652,10 @@ def _piece_ends(pieces: tuple[range, ...]) -> tuple[int, ...]:
 def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None) -> bool:
     """Every layer's profile is equal (the distinct objects compared by value: per_layer gives the layers of
     one kind one profile object), and so is what selective checkpointing drops from it."""
-    first = lay[0]
-    return ((_one_object(lay) or all(p == first for p in _distinct(lay).values()))
-            and (sel_drop is None or sel_drop.count(sel_drop[0]) == len(lay)))
+    first, n = lay[0], len(lay)
+    one_object = lay[-1] is first and lay.count(first) == n  # as in per_layer: identity first
+    return ((one_object or all(p == first for p in _distinct(lay).values()))
+            and (sel_drop is None or sel_drop.count(sel_drop[0]) == n))
 
 
 def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None,
