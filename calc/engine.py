@@ -812,7 +812,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def saved(i: int) -> int:
         return layer_saved_bytes(lay[i], sel_drop[i], bool(every) and i % every == 0, h_bytes)
 
-    saved_by_layer = _prefix_sums(saved, layers, period, head=lead)
+    saved_by_layer = _prefix_sums(saved, layers, period, 0, lead)
     tl = _Timeline()
     w = st.weights + st.gathered_root  # FSDP2's root stays gathered through forward and backward
     gl, keep_gathered = st.gathered_layer, not st.reshard_after_forward
@@ -830,7 +830,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def sharded_share(i: int) -> int:
         return lay[i].param_grad_bytes + (ep_extra[i] if ep_extra else 0)
 
-    layer_pgrads = _prefix_sums(sharded_share, layers, period, head=lead)[layers]
+    layer_pgrads = _prefix_sums(sharded_share, layers, period, 0, lead)[layers]
     scale_g = st.grads / max(1, (layer_pgrads + head.param_grad_bytes + emb.param_grad_bytes)) if st.grads else 0.0
 
     # forward
@@ -850,7 +850,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     def amp_cache_of(i: int) -> int:  # + KV-cache copies nobody saved
         return cache_per_layer if every and i % every == 0 else sel_cache + lay[i].cached_unsaved
 
-    amp_sums = _prefix_sums(amp_cache_of, layers, period, head=lead)  # [i]: before layer i
+    amp_sums = _prefix_sums(amp_cache_of, layers, period, 0, lead)  # [i]: before layer i
     fwd_other = other0 + out.previous + max(mask, kept)
     names = _layer_names(layers)
 
@@ -941,7 +941,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
     # grads_below[i]: gradients of the layers below i; those alive once the top k layers have run their backward
     # are grads + grads_below[layers] - grads_below[layers - k]
-    grads_below = _prefix_sums(grads_of, layers, period, head=lead)
+    grads_below = _prefix_sums(grads_of, layers, period, 0, lead)
     grads_of_all, grads_top = grads_below[layers], grads
 
     def backward_rows(i: int) -> tuple[Row, ...]:
