@@ -17,7 +17,7 @@ lazily in step 1) + input ids. The peak is the largest of these moments over thr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate
 from math import lcm, prod
@@ -335,8 +335,21 @@ def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx
     kinds, pattern = per_spec(spec, ("kinds of layer", layers, first_input_grad),
                               lambda: _kinds_of_layer(spec, layers, first_input_grad))
     # each kind made once (a dataclass replace per layer cost more than the layer's rows)
-    made = [replace(ctx, sliding=sliding, dense_mlp=dense, input_grad=grad) for sliding, dense, grad in kinds]
-    return list(map(made.__getitem__, pattern))
+    return _of_kinds([ctx.with_kind(*kind) for kind in kinds], pattern)
+
+
+class _Layers(list):
+    """Per-layer values of a few kinds of layer (layer_ctxs, per_layer): the list of each layer's value, and
+    `kinds`, the values of the kinds first seen first, and `pattern`, each layer's kind (one list per model), so
+    that what follows the kinds (per_layer, _identical_layers, _repeats) asks them, not every layer."""
+
+    __slots__ = ("kinds", "pattern")
+
+
+def _of_kinds(kinds: list[T], pattern: list[int]) -> _Layers:
+    out = _Layers(map(kinds.__getitem__, pattern))
+    out.kinds, out.pattern = kinds, pattern
+    return out
 
 
 def _kinds_of_layer(spec: ModelSpec, layers: int, first_input_grad: bool) -> tuple[list[tuple], list[int]]:
@@ -362,6 +375,8 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     """fn of each layer's context, called once per kind of layer: layer_ctxs gives the layers of one
     kind the same Ctx object, and hashing a Ctx (its ModelSpec) for every one of 80 layers costs more
     than building a new shape's profiles."""
+    if isinstance(ctxs, _Layers):  # several kinds, as layer_ctxs made them
+        return _of_kinds([fn(c) for c in ctxs.kinds], ctxs.pattern)
     first = ctxs[0]
     # one kind of layer, the common case. list.count compares identity first, but another object it compares by
     # value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms for a 126-layer model whose layer 0 is a kind of
@@ -369,7 +384,7 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     if ctxs[-1] is first and ctxs.count(first) == len(ctxs):
         return [fn(first)] * len(ctxs)
     out = {k: fn(c) for k, c in _distinct(ctxs).items()}
-    return [out[id(c)] for c in ctxs]
+    return list(map(out.__getitem__, map(id, ctxs)))
 
 
 def _distinct(items: list[T]) -> dict[int, T]:
@@ -653,9 +668,11 @@ def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None
     """Every layer's profile is equal (the distinct objects compared by value: per_layer gives the layers of
     one kind one profile object), and so is what selective checkpointing drops from it."""
     first, n = lay[0], len(lay)
-    one_object = lay[-1] is first and lay.count(first) == n  # as in per_layer: identity first
-    return ((one_object or all(p == first for p in _distinct(lay).values()))
-            and (sel_drop is None or sel_drop.count(sel_drop[0]) == n))
+    if isinstance(lay, _Layers):  # several kinds (per_layer): equal if their profiles are
+        alike = all(p == first for p in lay.kinds)
+    else:  # as in per_layer: identity first
+        alike = (lay[-1] is first and lay.count(first) == n) or all(p == first for p in _distinct(lay).values())
+    return alike and (sel_drop is None or sel_drop.count(sel_drop[0]) == n)
 
 
 def _pieces(lay: list[BlockProfile], every: int = 0, sel_drop: list[int] | None = None,
@@ -755,27 +772,42 @@ def _repeats(lay: list[BlockProfile], sel_drop: list[int], every: int) -> tuple[
     i + period's profile (the same object: per_layer gives a kind of layer one), selective drop and
     checkpointing (every k-th layer from layer 0); (0, 0) where no repeat shorter than the run is found. The
     shortest head + period is taken, so that the fewest layers are listed."""
-    n = len(lay)
-    ids = list(map(id, lay))
+    if isinstance(lay, _Layers):  # the layers' kinds decide their profiles and drops: once per model
+        key = (id(lay.pattern), every)
+        hit = _PATTERN_REPEATS.get(key)
+        if hit is None:
+            if len(_PATTERN_REPEATS) >= 1024:
+                _PATTERN_REPEATS.clear()
+            hit = _PATTERN_REPEATS[key] = (lay.pattern, _find_repeats((lay.pattern,), every))  # keeps its id
+        return hit[1]
+    return _find_repeats((list(map(id, lay)), sel_drop), every)
+
+
+_PATTERN_REPEATS: dict[tuple[int, int], tuple[list[int], tuple[int, int]]] = {}
+
+
+def _find_repeats(lists: tuple[list, ...], every: int) -> tuple[int, int]:
+    """_repeats of the layers whose items in `lists` (what tells them apart) are given."""
+    n = len(lists[0])
     best = (0, 0)
     for p in range(1, min(_MAX_PERIOD, n - 1) + 1):
         if best[1] and p >= sum(best):  # head + period >= p: no shorter one to come
             break
-        h = _head(ids, sel_drop, p)
+        h = _head(lists, p)
         period = p if every <= 1 else lcm(p, every)
         if h + period < n and (not best[1] or h + period < sum(best)):
             best = (h, period)
     return best
 
 
-def _head(ids: list[int], sel_drop: list[int], p: int) -> int:
-    """The first index from which every item equals the one p further on, in both lists (an index from which
+def _head(lists: tuple[list, ...], p: int) -> int:
+    """The first index from which every item equals the one p further on, in each list (an index from which
     they do stays so further on: bisection over slice comparisons, which run in C)."""
-    n = len(ids)
+    n = len(lists[0])
     lo, hi = 0, n - p
     while lo < hi:
         mid = (lo + hi) // 2
-        if ids[mid:n - p] == ids[mid + p:] and sel_drop[mid:n - p] == sel_drop[mid + p:]:
+        if all(x[mid:n - p] == x[mid + p:] for x in lists):
             hi = mid
         else:
             lo = mid + 1
@@ -806,7 +838,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
     pieces = _pieces(lay, every, sel_drop, alike, (lead, period))
     if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
         lay = [lay[0]] * layers
-    kinds = [lay[0]] if alike else list({id(p): p for p in lay}.values())  # each kind of layer once
+    kinds = [lay[0]] if alike else lay.kinds if isinstance(lay, _Layers) else list(_distinct(lay).values())
     out = held_outputs(ctx, lay, t.keep_outputs and last, ckpt == Checkpointing.selective, fused_ce)
 
     def saved(i: int) -> int:

@@ -66,6 +66,16 @@ class Ctx:
         fields["batch"], fields["seq"] = batch, seq
         return new
 
+    def with_kind(self, sliding: bool, dense_mlp: bool, input_grad: bool) -> Ctx:
+        """This context for another kind of layer (calc.engine.layer_ctxs): as dataclasses.replace makes it, without
+        the frozen dataclass's __init__; the shape-free key, which names these fields, is made again when asked."""
+        new = object.__new__(Ctx)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.pop("shape_free", None)
+        fields["sliding"], fields["dense_mlp"], fields["input_grad"] = sliding, dense_mlp, input_grad
+        return new
+
     @property
     def e(self) -> int:
         """RoPE output dtype: q/k (compute dtype) times cos/sin (residual dtype) promote."""
