@@ -7,6 +7,7 @@ one in a single field."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
 
 import pytest
@@ -335,13 +336,20 @@ def test_a_memoized_context_with_a_new_shape_is_the_context_of_that_shape(sc, ba
     assert shaped == dataclasses.replace(ctx, batch=batch, seq=seq) and shaped.tokens == batch * seq
     assert shaped.shape_free == key == dataclasses.replace(ctx, batch=batch, seq=seq).shape_free
     assert (ctx.batch, ctx.seq) == (sc.training.micro_batch_size, sc.training.seq_len)  # the memoized one unchanged
+    for kind in itertools.product([False, True], repeat=3):  # another kind of layer (calc.engine.layer_ctxs)
+        sliding, dense, grad = kind
+        made = shaped.with_kind(*kind)
+        assert made == dataclasses.replace(shaped, sliding=sliding, dense_mlp=dense, input_grad=grad)
+        assert made.shape_free == dataclasses.replace(shaped, sliding=sliding, dense_mlp=dense,
+                                                      input_grad=grad).shape_free
+    assert shaped.shape_free == key  # the context copied from is unchanged
 
 
 def test_per_layer_asks_once_per_kind_of_layer():
     """per_layer calls its function once per distinct context object, first seen first, whatever the pattern:
     one kind, layer 0 a kind of its own (LoRA on a frozen embedding without checkpointing), one kind at both
     ends and another between them; _identical_layers compares the distinct profiles by value."""
-    from calc.engine import _ctx, _identical_layers, _layer_profile, layer_ctxs, per_layer
+    from calc.engine import _ctx, _identical_layers, _layer_profile, _repeats, layer_ctxs, per_layer
 
     sc = Scenario.model_validate({"model": "llama-3.2-1b", "training": {"lora": {"rank": 8}}})
     own_first = layer_ctxs(_ctx(sc, "cuda"), 16, first_input_grad=False)
@@ -354,6 +362,11 @@ def test_per_layer_asks_once_per_kind_of_layer():
         assert [id(c) for c in asked] == list(dict.fromkeys(map(id, ctxs)))
     p, q = _layer_profile(a, False), _layer_profile(b, False)
     assert p != q  # layer 0 saves less: its input needs no gradient
+    lay = per_layer(own_first, lambda c: _layer_profile(c, False))  # the kinds and their pattern carried along
+    assert lay.kinds == [p, q] and lay.pattern is own_first.pattern and list(lay) == [p] + [q] * 15
+    assert _repeats(lay, [0] * 16, 0) == _repeats(list(lay), [0] * 16, 0) == (1, 1)
+    assert _repeats(lay, [0] * 16, 3) == _repeats(list(lay), [0] * 16, 3) == (1, 3)
+    assert not _identical_layers(lay) and not _identical_layers(list(lay))
     assert _identical_layers([q] * 5) and _identical_layers([q, dataclasses.replace(q)] * 3)
     assert not _identical_layers([p] + [q] * 4) and not _identical_layers([q] * 4 + [p] + [q])
     assert not _identical_layers([q] * 5, [0, 0, 1, 0, 0])
