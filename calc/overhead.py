@@ -51,10 +51,15 @@ def device_total(peak_allocated: int, num_gpus: int) -> dict[str, int]:
     allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
     ctx = CUDA_CONTEXT_BYTES
     nccl = NCCL_BYTES if num_gpus > 1 else _NO_NCCL
-    low, expected, high = (round(peak_allocated * RESERVE_FRACTION[k]) + RESERVE_FLOOR_BYTES[k]
-                           for k in ("low", "expected", "high"))
+    (f_low, f_exp, f_high), (b_low, b_exp, b_high) = _RESERVE
+    low, expected, high = round(peak_allocated * f_low) + b_low, round(peak_allocated * f_exp) + b_exp, \
+        round(peak_allocated * f_high) + b_high
     return {"low": peak_allocated + ctx["low"] + nccl["low"] + low,
             "expected": peak_allocated + ctx["expected"] + nccl["expected"] + expected,
             "high": peak_allocated + ctx["high"] + nccl["high"] + high,
             "cuda_context_bytes": ctx["expected"], "workspace_bytes": nccl["expected"],
             "reserve_low_bytes": low, "reserve_expected_bytes": expected, "reserve_high_bytes": high}
+
+
+# the reserve's fraction and floor, low / expected / high, in the order device_total reads them
+_RESERVE = tuple(tuple(d[k] for k in ("low", "expected", "high")) for d in (RESERVE_FRACTION, RESERVE_FLOOR_BYTES))
