@@ -377,14 +377,18 @@ def per_layer(ctxs: list[Ctx], fn: Callable[[Ctx], T]) -> list[T]:
     than building a new shape's profiles."""
     if isinstance(ctxs, _Layers):  # several kinds, as layer_ctxs made them
         return _of_kinds([fn(c) for c in ctxs.kinds], ctxs.pattern)
-    first = ctxs[0]
-    # one kind of layer, the common case. list.count compares identity first, but another object it compares by
-    # value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms for a 126-layer model whose layer 0 is a kind of
-    # its own), so a list whose last item is another object is told apart without it
-    if ctxs[-1] is first and ctxs.count(first) == len(ctxs):
-        return [fn(first)] * len(ctxs)
+    if _one_object(ctxs):  # one kind of layer, the common case
+        return [fn(ctxs[0])] * len(ctxs)
     out = {k: fn(c) for k, c in _distinct(ctxs).items()}
     return list(map(out.__getitem__, map(id, ctxs)))
+
+
+def _one_object(items: list) -> bool:
+    """Every item is the first object. list.count compares identity first, but another object it compares by
+    value (a Ctx's 22 fields, its ModelSpec among them: 0.2 ms for a 126-layer model whose layer 0 is a kind of
+    its own), so a list whose last item is another object is told apart without it."""
+    first = items[0]
+    return items[-1] is first and items.count(first) == len(items)
 
 
 def _distinct(items: list[T]) -> dict[int, T]:
@@ -423,13 +427,10 @@ def forward_activations_floor(sc: Scenario) -> int:
         drop = per_layer(ctxs, lambda c: _attention_saved(c, eager)) if ckpt == Checkpointing.selective \
             else [0] * layers
 
-        if _identical_layers(lay, drop):  # one kind of layer: count the checkpointed ones and the others
-            n_ck = len(range(0, layers, every)) if every else 0
-            saved = n_ck * h_bytes + (layers - n_ck) * layer_saved_bytes(lay[0], drop[0], False, h_bytes)
-        else:  # kinds of layer that repeat: the sum composed from the first layers and one period, as the timeline's
-            lead, period = _repeats(lay, drop, every)
-            saved = _prefix_sums(lambda i: layer_saved_bytes(lay[i], drop[i], bool(every) and i % every == 0, h_bytes),
-                                 layers, period, head=lead)[layers]
+        # the sum composed from the first layers and one period of their repeat, as the timeline's
+        lead, period = _layers_repeat(lay, drop, every, _identical_layers(lay, drop))
+        saved = _prefix_sums(lambda i: layer_saved_bytes(lay[i], drop[i], bool(every) and i % every == 0, h_bytes),
+                             layers, period, 0, lead)[layers]
     in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
     return in_flight * (saved + block_profile(embedding_block, ctx).saved) + model_level_bytes(ctx, eager)[0]
 
@@ -670,8 +671,8 @@ def _identical_layers(lay: list[BlockProfile], sel_drop: list[int] | None = None
     first, n = lay[0], len(lay)
     if isinstance(lay, _Layers):  # several kinds (per_layer): equal if their profiles are
         alike = all(p == first for p in lay.kinds)
-    else:  # as in per_layer: identity first
-        alike = (lay[-1] is first and lay.count(first) == n) or all(p == first for p in _distinct(lay).values())
+    else:
+        alike = _one_object(lay) or all(p == first for p in _distinct(lay).values())
     return alike and (sel_drop is None or sel_drop.count(sel_drop[0]) == n)
 
 
@@ -719,24 +720,24 @@ def _split(pieces: list[range], differs: Callable[[int, int], bool]) -> list[ran
 
 class _PrefixSums:
     """start + fn(0) + ... + fn(i - 1), for i = 0 .. layers. Values that repeat with a period after the first
-    `head` layers (`period` 1 and no head: identical layers; k: every k-th checkpointed; a head of 1: layer 0 a
-    kind of its own; a period of 6: Gemma 3's five local layers and a global one) are asked for the head and one
+    `lead` layers (`period` 1 and no lead: identical layers; k: every k-th checkpointed; a lead of 1: layer 0 a
+    kind of its own; a period of 6: Gemma 3's five local layers and a global one) are asked for the lead and one
     period and the sums composed (listing 126 running sums per column cost more than the rest of a new shape's
     timeline); period 0: asked for every layer."""
 
-    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0, head: int = 0) -> None:
-        self.period = period if period > 0 and head + period < layers else 0
-        self.head = head if self.period else 0
-        self.sums = list(accumulate(map(fn, range(self.head + self.period if self.period else layers)),
+    def __init__(self, fn: Callable[[int], int], layers: int, period: int, start: int = 0, lead: int = 0) -> None:
+        self.period = period if period > 0 and lead + period < layers else 0
+        self.lead = lead if self.period else 0
+        self.sums = list(accumulate(map(fn, range(self.lead + self.period if self.period else layers)),
                                     initial=start))
-        self.step = self.sums[-1] - self.sums[self.head]  # the sum over one period
+        self.step = self.sums[-1] - self.sums[self.lead]  # the sum over one period
 
     def __getitem__(self, i: int) -> int:
         p = self.period
         if not p:
             return self.sums[i]
-        j = i - self.head
-        return self.sums[i] if j < 0 else self.sums[self.head + j % p] + j // p * self.step
+        j = i - self.lead
+        return self.sums[i] if j < 0 else self.sums[self.lead + j % p] + j // p * self.step
 
     def value(self, i: int) -> int:
         """fn(i)."""
@@ -759,19 +760,26 @@ class _Linear:
 
 
 def _prefix_sums(fn: Callable[[int], int], layers: int, period: int, start: int = 0,
-                 head: int = 0) -> _PrefixSums | _Linear:
+                 lead: int = 0) -> _PrefixSums | _Linear:
     """start + fn(0) + ... + fn(i - 1) for i = 0 .. layers (see _PrefixSums)."""
-    return _Linear(start, fn(0)) if period == 1 and not head else _PrefixSums(fn, layers, period, start, head)
+    return _Linear(start, fn(0)) if period == 1 and not lead else _PrefixSums(fn, layers, period, start, lead)
+
+
+def _layers_repeat(lay: list[BlockProfile], sel_drop: list[int], every: int, alike: bool) -> tuple[int, int]:
+    """(lead, period): from layer `lead` on, a layer's values are those of the layer `period` further on. Alike
+    layers repeat from layer 0 with their checkpointing (every k-th layer, else every layer); others as
+    _repeats finds."""
+    return (0, every if every > 1 else 1) if alike else _repeats(lay, sel_drop, every)
 
 
 _MAX_PERIOD = 16  # the longest repeat of kinds of layer looked for (Gemma 3: 6, Llama 4: 4, gpt-oss: 2)
 
 
 def _repeats(lay: list[BlockProfile], sel_drop: list[int], every: int) -> tuple[int, int]:
-    """(head, period) of a run of layers that are not all alike: from layer `head` on, layer i has layer
+    """(lead, period) of a run of layers that are not all alike: from layer `lead` on, layer i has layer
     i + period's profile (the same object: per_layer gives a kind of layer one), selective drop and
     checkpointing (every k-th layer from layer 0); (0, 0) where no repeat shorter than the run is found. The
-    shortest head + period is taken, so that the fewest layers are listed."""
+    shortest lead + period is taken, so that the fewest layers are listed."""
     if isinstance(lay, _Layers):  # the layers' kinds decide their profiles and drops: once per model
         key = (id(lay.pattern), every)
         hit = _PATTERN_REPEATS.get(key)
@@ -791,16 +799,16 @@ def _find_repeats(lists: tuple[list, ...], every: int) -> tuple[int, int]:
     n = len(lists[0])
     best = (0, 0)
     for p in range(1, min(_MAX_PERIOD, n - 1) + 1):
-        if best[1] and p >= sum(best):  # head + period >= p: no shorter one to come
+        if best[1] and p >= sum(best):  # lead + period >= p: no shorter one to come
             break
-        h = _head(lists, p)
+        h = _lead(lists, p)
         period = p if every <= 1 else lcm(p, every)
         if h + period < n and (not best[1] or h + period < sum(best)):
             best = (h, period)
     return best
 
 
-def _head(lists: tuple[list, ...], p: int) -> int:
+def _lead(lists: tuple[list, ...], p: int) -> int:
     """The first index from which every item equals the one p further on, in each list (an index from which
     they do stays so further on: bisection over slice comparisons, which run in C)."""
     n = len(lists[0])
@@ -833,8 +841,7 @@ def _train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
         else [0] * layers
     h_bytes = residual_stream_bytes(ctx)
     alike = _identical_layers(lay, sel_drop)
-    # per-layer values repeat with this period, after the first `lead` layers
-    lead, period = (0, every if every > 1 else 1) if alike else _repeats(lay, sel_drop, every)
+    lead, period = _layers_repeat(lay, sel_drop, every, alike)  # per-layer values repeat after the first `lead`
     pieces = _pieces(lay, every, sel_drop, alike, (lead, period))
     if alike:  # equal profiles (e.g. sliding and full attention on a sequence inside the window): one object
         lay = [lay[0]] * layers

@@ -388,10 +388,10 @@ def test_running_sums_of_repeating_layers_are_composed_exactly(lead, cycle, laye
     pattern = (lead + cycle * (layers // len(cycle) + 1))[:layers]
     lay = [kinds[k] for k in pattern]
     sel_drop = [10 * k if drops else 0 for k in pattern]
-    head, period = _repeats(lay, sel_drop, every)
+    lead, period = _repeats(lay, sel_drop, every)
     if period:
-        assert head + period < layers
-        for i in range(head, layers - period):  # what the composition relies on
+        assert lead + period < layers
+        for i in range(lead, layers - period):  # what the composition relies on
             assert lay[i] is lay[i + period] and sel_drop[i] == sel_drop[i + period]
             assert not every or (i % every == 0) == ((i + period) % every == 0)
 
@@ -399,7 +399,7 @@ def test_running_sums_of_repeating_layers_are_composed_exactly(lead, cycle, laye
         return 7 * pattern[i] + 1000 * (bool(every) and i % every == 0) + sel_drop[i] + 1
 
     listed = list(accumulate(map(value, range(layers)), initial=5))
-    sums = _prefix_sums(value, layers, period, 5, head)
+    sums = _prefix_sums(value, layers, period, 5, lead)
     assert [sums[i] for i in range(layers + 1)] == listed
     assert [sums.value(i) for i in range(layers)] == [value(i) for i in range(layers)]
 
