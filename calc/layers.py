@@ -57,23 +57,24 @@ class Ctx:
         return tuple(fields.values())
 
     def with_shape(self, batch: int, seq: int) -> Ctx:
-        """This context for another batch shape: every other field as it is, and the shape-free key with them
-        (dataclasses.replace would run the frozen dataclass's __init__, 22 guarded assignments, and the key's
-        copy again: a third of what a recorded block's evaluation costs)."""
-        new = object.__new__(Ctx)
-        fields = new.__dict__
-        fields.update(self.__dict__)
-        fields["batch"], fields["seq"] = batch, seq
-        return new
+        """This context for another batch shape: every other field as it is, and the shape-free key with them."""
+        return self._copy(True, batch=batch, seq=seq)
 
     def with_kind(self, sliding: bool, dense_mlp: bool, input_grad: bool) -> Ctx:
-        """This context for another kind of layer (calc.engine.layer_ctxs): as dataclasses.replace makes it, without
-        the frozen dataclass's __init__; the shape-free key, which names these fields, is made again when asked."""
+        """This context for another kind of layer (calc.engine.layer_ctxs); the shape-free key, which names these
+        fields, is made again when asked."""
+        return self._copy(False, sliding=sliding, dense_mlp=dense_mlp, input_grad=input_grad)
+
+    def _copy(self, same_key: bool, **changed: object) -> Ctx:
+        """This context with the `changed` fields, as dataclasses.replace makes it but without the frozen
+        dataclass's __init__ (22 guarded assignments, and the key's copy again: a third of what a recorded block's
+        evaluation costs); the shape-free key kept where `same_key` (no field of it changed)."""
         new = object.__new__(Ctx)
         fields = new.__dict__
         fields.update(self.__dict__)
-        fields.pop("shape_free", None)
-        fields["sliding"], fields["dense_mlp"], fields["input_grad"] = sliding, dense_mlp, input_grad
+        if not same_key:
+            fields.pop("shape_free", None)
+        fields.update(changed)
         return new
 
     @property
