@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.result import phase_name
+from calc.memory.result import phase_name
 from ui import calibration, charts, compute, fmt, state
 from ui import verdict as verdict_ui
 from ui.first_screen import stop_after_first_screen

@@ -28,8 +28,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from calc.engine import clear_memo, estimate
-from calc.scenario import Scenario
+from calc.contract.scenario import Scenario
+from calc.memory.engine import clear_memo, estimate
 
 LAYERS, HIDDEN, HEADS, VOCAB = 80, 8192, 64, 32000
 GPUS, BATCH, SEQ = 64, 1, 4096

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from calc.contract.scenario import Scenario
 from calc.recommend import RecommendRequest, recommend, recommendation_table
-from calc.scenario import Scenario
 
 SWEEPS = [
     # (model, cluster, seq_len, global batch tokens)

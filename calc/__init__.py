@@ -1,35 +1,27 @@
-"""vramcalc's calculation core: pure Python, pydantic models in and out, no torch, no Streamlit."""
+"""vramcalc's calculation core: pure Python, pydantic models in and out, no torch, no Streamlit.
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
+The public API, for scripts and notebooks: `Scenario` (the JSON contract), `estimate` (the peak memory of one
+training or inference step, where every byte goes, and whether it fits) and `Estimate` (what it returns);
+`reference_estimate` lists every moment of the step instead of asking only where the peak can be.
 
+The wings, each a package whose docstring says what it owns and what it may import, from the floor up:
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block (as it was, after). Importing the engine builds pydantic's
-    validators and the model tables: thousands of objects that live as long as the process, few of them
-    garbage, which the collector would scan over and over while they are made (about a tenth of a
-    `python -m calc` command)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
+- `calc.contract`: the scenario and everything a user can say (architectures, presets, precision, parallel
+  layouts, limits, the input boundary, errors, units, the two languages, the measurement record).
+- `calc.sim`: the op-level simulator: what each layer's autograd graph keeps alive, recorded once per shape.
+- `calc.memory`: the memory model: model states, activations, the step's timeline, its peak, the breakdown,
+  the device total and the verdict.
+- `calc.speed`: the step-time model.
+- `calc.recommend`: the search for configurations that fit, ranked by speed; the model x hardware table; the
+  "what to turn on next" waterfall.
+- `calc.evidence`: how far the estimates are to be trusted: validation against measured runs, calibration by a
+  user's own run, the published claims checked.
+- `calc.export`: the files that run a configuration (DeepSpeed config, Trainer script, launch lines).
+- `calc.cli`: `python -m calc`: the parser, one module per command; the only place for process-wide settings.
+"""
 
+from calc.contract.scenario import Scenario
+from calc.memory.engine import estimate, reference_estimate
+from calc.memory.result import Estimate
 
-with collector_paused():
-    from calc.engine import estimate
-    from calc.result import Estimate
-    from calc.scenario import Scenario
-
-    # What the import made (pydantic's validators, the model tables, the presets) lives as long as the process. Moved
-    # out of the collector's reach before it runs again, it is never walked: the first collection after the import
-    # walked all of it, 10-12 ms (`import calc.recommend.search` 184 -> 165 ms of CPU, best of 8; `python -m calc`
-    # imports the package before its __main__ can freeze anything). The price: the few hundred objects the import
-    # left in reference cycles (about 550) are never freed.
-    gc.freeze()
-
-__all__ = ["Scenario", "Estimate", "estimate"]
+__all__ = ["Estimate", "Scenario", "estimate", "reference_estimate"]

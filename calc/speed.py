@@ -33,7 +33,7 @@ Calibration of the default `mfu` = 0.40 (bf16 dense decoder training, A100/H100 
   full recomputation on 3D-parallel GPT models.
 * llm-analysis (cli99/llm-analysis) defaults to a flops efficiency of 1.0 and notes "~0.5" for
   Megatron-LM; we take the lower 0.40 because the models here are run with DeepSpeed/HF, not
-  Megatron's fused kernels. tests/test_speed.py checks the Llama 2 figures within a stated tolerance.
+  Megatron's fused kernels. tests/calc/speed/test_speed.py checks the Llama 2 figures within a stated tolerance.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calc import precision as prec
-from calc.architectures import ModelSpec, per_spec
-from calc.i18n import N_
-from calc.parallel import REDUCE_BUCKET_ELEMENTS, layers_on_stage
-from calc.presets import ClusterPreset, GpuPreset, cluster_presets, gpu_presets
-from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Precision, Scenario
+from calc.contract import precision as prec
+from calc.contract.architectures import ModelSpec, per_spec
+from calc.contract.i18n import N_
+from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS, layers_on_stage
+from calc.contract.presets import ClusterPreset, GpuPreset, cluster_presets, gpu_presets
+from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Precision, Scenario
 
 T = TypeVar("T")
 

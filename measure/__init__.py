@@ -15,5 +15,5 @@ The reference workload (measure/workload.py) in short:
   inference  model.eval(); with no_grad: out = model(input_ids=x) (KV cache + logits alive); del out
 The cpu and fake devices count live tensor bytes with torch's MemTracker; cuda reads the allocator.
 
-Importing this package does not import torch (the records in calc.record need only pydantic).
+Importing this package does not import torch (the records in calc.contract.record need only pydantic).
 """

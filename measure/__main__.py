@@ -18,7 +18,7 @@ def _fail(msg: str, code: int = 2) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0])
-    ap.add_argument("scenario", help="scenario JSON file (calc.scenario.Scenario), or - for stdin")
+    ap.add_argument("scenario", help="scenario JSON file (calc.contract.scenario.Scenario), or - for stdin")
     ap.add_argument("--device", choices=("cuda", "cpu", "fake"), required=True)
     ap.add_argument("-o", "--output", help="append the record as one JSON line to this file")
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps (or inference forwards); default 3")
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         return _fail("--steps must be at least 1")
 
-    from calc.__main__ import load_scenario  # calc.boundary: bounded, finite, strictly typed JSON
-    from calc.errors import UserError
+    from calc.cli.main import load_scenario  # calc.contract.boundary: bounded, finite, strictly typed JSON
+    from calc.contract.errors import UserError
 
     try:
         scenario = load_scenario(args.scenario)

@@ -15,7 +15,7 @@ a phase: the peak is that of the training steps, as for the other engines.
 
 On the CPU accelerator pin_memory is a no-op (nothing page-locked, no power-of-two rounding) and the
 "device" is the host, so offloaded buffers are counted in the same total; calc's estimate for a cpu
-DeepSpeed record adds them back (see calc.validate).
+DeepSpeed record adds them back (see calc.evidence.validate).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calc.scenario import Mode, Scenario
+from calc.contract.scenario import Mode, Scenario
 from measure.workload import UnsupportedError
 
 MAX_WORLD = 4
@@ -74,7 +74,7 @@ def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
 
 def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | None = None) -> Any:
     """A MeasurementRecord (engine deepspeed, device cpu) of rank 0 of the exported DeepSpeed run."""
-    from calc.record import Sharding
+    from calc.contract.record import Sharding
     from measure.runner import _record
 
     started = time.perf_counter()
@@ -172,7 +172,7 @@ def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
 
 def _model(kind: str, width: int = 256, layers: int = 4) -> dict[str, Any]:
     """Small models of three families (5 M parameters or so: DeepSpeed's 500 M-element buckets dominate
-    every peak at this size, so the non-bucket terms are also reported by calc.validate per record)."""
+    every peak at this size, so the non-bucket terms are also reported by calc.evidence.validate per record)."""
     if kind == "gpt2":
         return {"model_type": "gpt2", "n_embd": width, "n_head": 4, "n_layer": layers, "n_positions": 256,
                 "n_inner": 4 * width, "vocab_size": 4096}
@@ -211,7 +211,7 @@ SUITE: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
 ]
 
 # ZeRO-0 bf16-mixed: DeepSpeed wraps torch's AdamW in FP16_UnfusedOptimizer (measured -8.3 % as probes before
-# calc.engine modelled it from fp16/unfused_optimizer.py; now in the data set)
+# calc.memory.engine modelled it from fp16/unfused_optimizer.py; now in the data set)
 SUITE += [
     ("ds-z0-bf16-mixed-w1-llama", "llama", 1, 0, "bf16-mixed", "none", "none", {}),
     ("ds-z0-bf16-mixed-w2-qwen2", "qwen2", 2, 0, "bf16-mixed", "none", "none", {}),
@@ -230,7 +230,7 @@ SUITE += [
 # that starts in its range whole and appears at the first reduction holding one of them (stage_1_and_2.py
 # copy_grads_in_partition's total_size). Measured as probes while the engine took parameters / N at the first
 # reduction (+4.2 % and +11 % in backward, -4.1 % and -7 % at the step); re-measured once that was modelled
-# (calc.parallel.zero12_rank0_partition) and moved here.
+# (calc.contract.parallel.zero12_rank0_partition) and moved here.
 SUITE += [
     ("ds-z2-fp32-w4-llama-6l-bucket1500k", "llama", 4, 2, "fp32", "none", "none",
      {"layers": 6, "reduce_bucket_size": 1_500_000}),
@@ -271,7 +271,7 @@ HELDOUT: list[tuple[str, str, int, int, str, str, str, dict[str, Any]]] = [
     # 16-token batches: the activations are small, so the backward peak is where the partition and buckets are
     ("ds-heldout-z2-bf16-mixed-w2-llama-s16-bucket2m", "llama", 2, 2, "bf16-mixed", "none", "none",
      {"reduce_bucket_size": 2_000_000, "seq_len": 16, "micro_batch_size": 1}),
-    # after rank 0's whole-tensor partition was modelled (calc.parallel.zero12_rank0_partition): buckets below
+    # after rank 0's whole-tensor partition was modelled (calc.contract.parallel.zero12_rank0_partition): buckets below
     # the model's size at 2-4 ranks, other families, widths and depths, tied and untied embeddings (some larger
     # than the bucket), 16-token batches, accumulation, checkpointing, and offload (which keeps no partition)
     ("ds-heldout-z2-bf16-mixed-w3-llama-s16-bucket800k", "llama", 3, 2, "bf16-mixed", "none", "none",

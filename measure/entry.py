@@ -3,8 +3,8 @@ measure.sharded (which builds on the runner's helpers); neither imports the othe
 
 from __future__ import annotations
 
-from calc.record import MeasurementRecord
-from calc.scenario import Scenario
+from calc.contract.record import MeasurementRecord
+from calc.contract.scenario import Scenario
 
 
 def measure(scenario: Scenario, device: str, steps: int = 3, name: str | None = None,

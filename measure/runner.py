@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from calc.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
-from calc.scenario import Scenario
+from calc.contract.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
+from calc.contract.scenario import Scenario
 from measure.trackers import PHASES, CudaTracker, PhaseMemTracker
 from measure.workload import (
     UnsupportedError,

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from calc.record import MeasurementRecord, Sharding
-from calc.scenario import Mode, Precision, Scenario
+from calc.contract.record import MeasurementRecord, Sharding
+from calc.contract.scenario import Mode, Precision, Scenario
 from measure.trackers import fsdp_tracker
 from measure.workload import (
     PrecisionPlan,

@@ -680,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     import torch
 
-    from calc.scenario import Scenario
+    from calc.contract.scenario import Scenario
     from measure.entry import measure
     from measure.workload import UnsupportedError
 

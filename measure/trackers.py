@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _MemRefType
 
-# MemTracker's reference types -> the record's category names (calc.record.Categories).
+# MemTracker's reference types -> the record's category names (calc.contract.record.Categories).
 CATEGORY_OF: dict[_MemRefType, str] = {
     _MemRefType.PARAM: "parameters",
     _MemRefType.BUFFER: "buffers",

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from calc.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
 
 LEARNING_RATE = 1e-4
 FP16_MIXED_LOSS_SCALE = 1024.0  # static loss scale of the fp16-mixed reference (multiply loss, divide grads)
@@ -48,7 +48,7 @@ class UnsupportedError(ValueError):
 
 @dataclass(frozen=True)
 class PrecisionPlan:
-    """Where each number lives for one Precision (see calc.scenario.Precision)."""
+    """Where each number lives for one Precision (see calc.contract.scenario.Precision)."""
 
     weights: torch.dtype  # dtype the model is built in
     autocast: torch.dtype | None  # forward under torch.autocast(device, this), or None
@@ -71,7 +71,7 @@ def precision_plan(precision: Precision) -> PrecisionPlan:
 def hf_config_dict(scenario: Scenario) -> dict[str, Any]:
     """The Hugging Face config dict of the scenario's model (a preset's `config`, or the dict itself)."""
     if isinstance(scenario.model, str):
-        from calc.presets import model_presets
+        from calc.contract.presets import model_presets
 
         return copy.deepcopy(model_presets()[scenario.model].config)
     return copy.deepcopy(scenario.model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.i18n import N_
+from calc.contract.i18n import N_
 from ui import charts, compute, fmt, state
 from ui import verdict as verdict_ui
 from ui.first_screen import stop_after_first_screen
@@ -96,7 +96,7 @@ st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1)
 
 
 def _peak_at(est) -> str:
-    """'backward layer 3 (backward)' in the session's language (calc.result's words where it has them)."""
+    """'backward layer 3 (backward)' in the session's language (calc.memory.result's words where it has them)."""
     return _("{event} ({phase})", event=charts.event_name(est.peak_event), phase=tr(est.peak_phase))
 
 

@@ -1,12 +1,14 @@
 """Recommend: what to turn on next for the current scenario (a memory waterfall with the speed cost
 of each step), the fastest configurations that fit, and the model-size x hardware table. All from
-calc.recommend (which uses calc.engine for memory and calc.speed for speed)."""
+calc.recommend (which uses calc.memory.engine for memory and calc.speed for speed)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from calc.presets import cluster_presets, gpu_presets, model_presets
+from calc.contract.presets import cluster_presets, gpu_presets, model_presets
+from calc.memory.verdict import headline as verdict_headline
+from calc.memory.verdict import short as verdict_short
 from calc.recommend import (
     TABLE_BATCH_TOKENS,
     TABLE_GLOBAL_BATCH_TOKENS,
@@ -19,8 +21,6 @@ from calc.recommend import (
     usable_bytes,
 )
 from calc.recommend.phrase import Phrase
-from calc.verdict import headline as verdict_headline
-from calc.verdict import short as verdict_short
 from ui import charts, compute, fmt, state
 from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, current, say
@@ -51,12 +51,12 @@ def _named(steps: list) -> list:
 
 
 def short(v) -> str:
-    """calc.verdict.short in the session's language (a table cell)."""
+    """calc.memory.verdict.short in the session's language (a table cell)."""
     return verdict_short(v, current())
 
 
 def headline(v) -> str:
-    """calc.verdict.headline in the session's language."""
+    """calc.memory.verdict.headline in the session's language."""
     return verdict_headline(v, current())
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.claims import article_batch_formula
-from calc.i18n import N_
-from calc.result import CATEGORY_LABELS
-from calc.verdict import Verdict, short
+from calc.contract.i18n import N_
+from calc.evidence.claims import article_batch_formula
+from calc.memory.result import CATEGORY_LABELS
+from calc.memory.verdict import Verdict, short
 from ui import charts, compute, fmt, state
 from ui.explain import charts as xcharts
 from ui.explain.claims import article_names, claim_rows, verdict_counts
@@ -70,7 +70,7 @@ def peak_at(v) -> str:
 
 
 def verdict(v) -> str:
-    """A table cell's verdict (calc.verdict.short in the session's language); '—' without a GPU size."""
+    """A table cell's verdict (calc.memory.verdict.short in the session's language); '—' without a GPU size."""
     return "—" if not isinstance(v, Verdict) else short(v, current())
 
 
@@ -118,7 +118,7 @@ stage = stage or 0
 rows = f["bytes_per_param"] if stage == 0 else bytes_per_param_table(key, stage)
 where_bpp = _("on one GPU without ZeRO") if stage == 0 else \
     _("per GPU under ZeRO-{stage} over {gpus} data-parallel GPUs", stage=stage, gpus=BPP_ZERO_GPUS)
-st.markdown("\n" + _("Model states are counted per parameter. One table, computed by the engine (`calc.per_param`, the "
+st.markdown("\n" + _("Model states are counted per parameter. One table, computed by the engine (`calc.memory.per_param`, the "
                      "same code that builds the Calculator's breakdown) for full fine-tuning of {name} {where}, by "
                      "precision x optimizer x ZeRO stage (the control above). **Held** is what the ZeRO paper calls "
                      "model states (weights + gradients + fp32 master weights + optimizer states); **at the optimizer "
@@ -431,7 +431,7 @@ else:
                 + "- " + _("formula: ({usable} - {static}) / {per_sample} = **{batch}**", usable=g(bf.usable_bytes),
                            static=g(bf.static_bytes), per_sample=g(bf.per_sample_bytes), batch=bf.formula_batch)
                 + "\n\n"
-                + _("The engine's search (`calc.fit`, which runs the whole step at each batch size): **{found}**. The "
+                + _("The engine's search (`calc.memory.fit`, which runs the whole step at each batch size): **{found}**. The "
                     "formula assumes memory grows in two separate blocks; in a real step the activations peak in "
                     "backward while gradients are being created, transients (logits, attention workspaces) grow with the "
                     "batch too, and the optimizer step's scratch does not; so it can be off in either direction. Search, "

@@ -7,6 +7,7 @@ import json
 
 import streamlit as st
 
+from calc.contract.i18n import N_
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -16,7 +17,6 @@ from calc.export import (
     scenario_from_ds_config,
     trainer_snippet,
 )
-from calc.i18n import N_
 from ui import compute, fmt, state
 from ui import verdict as verdict_ui
 from ui.i18n import _, current, say, tr

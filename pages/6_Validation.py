@@ -1,12 +1,12 @@
-"""Validation: the engine's predictions against measured runs (data/*.jsonl via calc.validate), and a
+"""Validation: the engine's predictions against measured runs (data/*.jsonl via calc.evidence.validate), and a
 check of a user's own measurement record."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from calc.i18n import N_
-from calc.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
+from calc.contract.i18n import N_
+from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
 from ui import charts, compute, fmt, state
 from ui.first_screen import stop_after_first_screen
 from ui.i18n import _, tr

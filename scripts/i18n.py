@@ -6,7 +6,7 @@
 
 Marked strings: the first argument of `_(...)` (ui/i18n.py), `N_(...)` and `T_(...)` (calc/i18n.py),
 which must be a string literal; and in YAML data files the keys YAML_KEYS names for them. Which file belongs to
-which domain is calc.i18n.DOMAINS. The .po files are written by Babel in the standard gettext format,
+which domain is calc.contract.i18n.DOMAINS. The .po files are written by Babel in the standard gettext format,
 so a translator can open them in Poedit or any other gettext tool.
 """
 
@@ -23,8 +23,8 @@ from babel.messages.pofile import read_po, write_po
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from calc.i18n import CATALOGUE_LANG, DOMAINS, LOCALES_DIR  # noqa: E402
-from calc.presets import load_yaml  # noqa: E402
+from calc.contract.i18n import CATALOGUE_LANG, DOMAINS, LOCALES_DIR  # noqa: E402
+from calc.contract.presets import load_yaml  # noqa: E402
 
 MARKERS = frozenset({"_", "N_", "T_"})
 # YAML data file (glob) -> the keys whose values are English the app shows.

@@ -1,5 +1,5 @@
 """The Calculator page's calibration section: take the user's own run (three numbers for the current
-scenario, or records from `python -m measure --device cuda`), fit calc.calibrate's corrections, and
+scenario, or records from `python -m measure --device cuda`), fit calc.evidence.calibrate's corrections, and
 draw the calibrated prediction beside the uncalibrated one. The calibration lives in the session
 (ui.state.CALIBRATION) and in the URL (`cal=`), so it applies to every scenario the user tries next.
 """
@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from calc.boundary import decode
-from calc.calibrate import (
+from calc.contract.boundary import decode
+from calc.contract.errors import UserError
+from calc.contract.i18n import N_, T_
+from calc.contract.scenario import Scenario
+from calc.evidence.calibrate import (
     MAX_DEVICE_BYTES,
     MAX_RECORD_FILE_BYTES,
     CalibratedEstimate,
@@ -20,10 +23,7 @@ from calc.calibrate import (
     fit,
     observations_from_text,
 )
-from calc.errors import UserError
-from calc.i18n import N_, T_
-from calc.result import Estimate
-from calc.scenario import Scenario
+from calc.memory.result import Estimate
 from ui import fmt, state
 from ui import verdict as verdict_ui
 from ui.i18n import _, say, tr
@@ -109,7 +109,7 @@ def _records_form() -> None:
 
 
 def _text(raw: bytes, name: str) -> str:
-    """UTF-8 text of an upload, or CalibrationError naming the file (calc.boundary.decode)."""
+    """UTF-8 text of an upload, or CalibrationError naming the file (calc.contract.boundary.decode)."""
     try:
         return decode(raw, name)
     except UserError as exc:

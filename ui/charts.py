@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from calc.i18n import N_
-from calc.result import CATEGORIES, Estimate, event_text, phase_name
-from calc.units import GiB
-from calc.verdict import headline, short
+from calc.contract.i18n import N_
+from calc.contract.units import GiB
+from calc.memory.result import CATEGORIES, Estimate, event_text, phase_name
+from calc.memory.verdict import headline, short
 from ui.i18n import _, current, say, tr
 
 COLORS: dict[str, str] = {
@@ -219,7 +219,7 @@ def figure_from_json(spec: str | dict[str, Any]) -> dict[str, Any]:
 
 def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log: bool = False) -> go.Figure:
     """Predicted vs measured peak (GiB) per case, coloured by model family, with y = x.
-    `cases` are calc.validate.Case; `highlight` are drawn as large stars (a user's upload)."""
+    `cases` are calc.evidence.validate.Case; `highlight` are drawn as large stars (a user's upload)."""
     fig = go.Figure()
     errors = _("measured {measured} bytes<br>predicted {predicted} bytes<br>error {error} %", measured=_cd(1),
                predicted=_cd(2), error=_cd(3, ":+.2f")) + "<extra></extra>"

@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 import streamlit as st
 
-from calc.boundary import decode
-from calc.engine import estimate
-from calc.errors import UserError
-from calc.i18n import DEFAULT_LANG, N_, T_, Lang, translate
-from calc.presets import cluster_presets, gpu_presets, model_presets
-from calc.result import Estimate
-from calc.scenario import Scenario
-from calc.units import GiB
+from calc.contract.boundary import decode
+from calc.contract.errors import UserError
+from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, translate
+from calc.contract.presets import cluster_presets, gpu_presets, model_presets
+from calc.contract.scenario import Scenario
+from calc.contract.units import GiB
+from calc.memory.engine import estimate
+from calc.memory.result import Estimate
 from ui import i18n
 
 
@@ -52,8 +52,8 @@ def run(sc: Scenario) -> Estimate:
 
 @st.cache_data(max_entries=512, show_spinner=False)
 def largest_fitting(scenario_json: str, field: Literal["micro_batch_size", "seq_len"]) -> int | None:
-    """Cached calc.fit.largest_fitting (0 when even 1 does not fit; None without a GPU size)."""
-    from calc.fit import largest_fitting as search
+    """Cached calc.memory.fit.largest_fitting (0 when even 1 does not fit; None without a GPU size)."""
+    from calc.memory.fit import largest_fitting as search
 
     return search(Scenario.model_validate_json(scenario_json), field)
 
@@ -64,21 +64,21 @@ MAX_RECORD_BYTES = 1 * 2**20  # a measurement record is a few KiB
 
 
 def _data_key() -> tuple[tuple[str, int, int], ...]:
-    from calc.validate import default_data_files
+    from calc.evidence.validate import default_data_files
 
     return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in default_data_files())
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def _report(key: tuple[tuple[str, int, int], ...]):
-    from calc.validate import load_all, report
+    from calc.evidence.validate import load_all, report
 
     records = load_all([p for p, _, _ in key])
     return report(records)
 
 
 def validation_report():
-    """calc.validate's report over the committed data/*.jsonl (cached until a file changes);
+    """calc.evidence.validate's report over the committed data/*.jsonl (cached until a file changes);
     None when no file is committed. RecordError (a ValueError) names a bad line and field."""
     key = _data_key()
     return _report(key) if key else None
@@ -86,17 +86,17 @@ def validation_report():
 
 def modelled_from_source() -> tuple[tuple[str, str], ...]:
     """(what, which source) for each behaviour the engine models without a committed measurement."""
-    from calc.validate import MODELLED_FROM_SOURCE
+    from calc.evidence.validate import MODELLED_FROM_SOURCE
 
     return MODELLED_FROM_SOURCE
 
 
 def check_records(text: str | bytes, where: str) -> list:
-    """Parse one JSON record, a JSON list of records or JSON lines with calc.record (through
-    calc.boundary: bounded, strict) and compare each with its prediction. ValueError names the line
+    """Parse one JSON record, a JSON list of records or JSON lines with calc.contract.record (through
+    calc.contract.boundary: bounded, strict) and compare each with its prediction. ValueError names the line
     and the field."""
-    from calc.record import parse_records
-    from calc.validate import compare
+    from calc.contract.record import parse_records
+    from calc.evidence.validate import compare
 
     if len(text) > MAX_RECORD_BYTES or len(text if isinstance(text, bytes) else
                                           text.encode("utf-8", "surrogatepass")) > MAX_RECORD_BYTES:

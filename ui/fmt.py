@@ -1,11 +1,11 @@
-"""Formatting at the edge: bytes in, labelled strings out. 1 GiB = 2**30 bytes (calc.units)."""
+"""Formatting at the edge: bytes in, labelled strings out. 1 GiB = 2**30 bytes (calc.contract.units)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
 
-from calc.units import GB, GiB, MiB, to_gib
+from calc.contract.units import GB, GiB, MiB, to_gib
 from ui.i18n import _
 
 __all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "table"]

@@ -2,7 +2,7 @@
 
 The language of a session is, in order: the one chosen in the sidebar; `?lang=zh|en` in the link it
 was opened with; the browser's language where Streamlit exposes it (`st.context.locale`); English.
-Catalogues and the lookup are calc.i18n's (one source for the app, the CLI and the exports).
+Catalogues and the lookup are calc.contract.i18n's (one source for the app, the CLI and the exports).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from calc.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, render, translate
+from calc.contract.i18n import DEFAULT_LANG, LANG_NAMES, LANGS, Lang, Text, parse_lang, render, translate
 
 LANG = "vc_lang"  # session state: the session's language
 LANG_PARAM = "lang"  # URL query parameter
@@ -77,7 +77,7 @@ def tr(msgid: str, **fields: object) -> str:
 
 
 def say(text: Text | str) -> str:
-    """An engine sentence in the session's language (calc.i18n.render: a Text, a Phrase, a plain string)."""
+    """An engine sentence in the session's language (calc.contract.i18n.render: a Text, a Phrase, a plain string)."""
     return render(text, current())
 
 

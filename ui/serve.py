@@ -74,7 +74,7 @@ def _import_pages_modules() -> None:
     import ui.first_screen  # noqa: F401
     import ui.verdict  # noqa: F401
     import ui.widgets  # noqa: F401
-    from calc.i18n import LANGS, catalogue
+    from calc.contract.i18n import LANGS, catalogue
     from calc.recommend import optimization_waterfall  # noqa: F401  (loads the recommender's modules)
 
     for lang in LANGS:  # the message catalogues (babel reads the .po files), for a first visitor in Chinese
@@ -85,7 +85,7 @@ def _draw_default_figures() -> None:
     """The default scenario's charts as the Calculator and Recommend pages draw them, turned into JSON as
     st.plotly_chart does: plotly builds each trace type's validators on first use, and the engine records
     the default shape's block profiles."""
-    from calc.engine import estimate
+    from calc.memory.engine import estimate
     from calc.recommend import usable_bytes
     from ui import charts, compute
     from ui.state import DEFAULT_SCENARIO

@@ -1,6 +1,6 @@
 """Session and URL state. Every session-state key the app uses is defined here.
 
-The current scenario lives in `st.session_state[SCENARIO]` as a validated `calc.scenario.Scenario`
+The current scenario lives in `st.session_state[SCENARIO]` as a validated `calc.contract.scenario.Scenario`
 and in the URL as one short query parameter per non-default field (`?model=llama-2-7b&gpu=rtx-4090
 &zero=2`); a Hugging Face config dict travels as `config=` (zlib + base64url JSON). Both directions
 go through the pydantic model, so a link reproduces the scenario or fails with a message naming the
@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from calc.boundary import decompress, error_message, excerpt, parse_json, problem, short
-from calc.calibrate import Calibration
-from calc.errors import UserError
-from calc.i18n import DEFAULT_LANG, T_, Lang
-from calc.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
-from calc.scenario import HardwareConfig, Offload, Scenario
+from calc.contract.boundary import decompress, error_message, excerpt, parse_json, problem, short
+from calc.contract.errors import UserError
+from calc.contract.i18n import DEFAULT_LANG, T_, Lang
+from calc.contract.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
+from calc.contract.scenario import HardwareConfig, Offload, Scenario
+from calc.evidence.calibrate import Calibration
 
 # ---- shared, non-widget keys --------------------------------------------------------------
 SCENARIO = "vc_scenario"  # the current, validated Scenario
@@ -38,7 +38,7 @@ SYNC = "vc_sync_widgets"  # set when the scenario changed outside the widgets: r
 PAGE = "vc_page"  # the page of the previous run: on a page switch all widgets are re-seeded
 ARRIVED = "vc_arrived"  # True on the first run after arriving at a page (ui.first_screen)
 FIRST_SCREEN = "vc_first_screen"  # True when the run stopped after the page's first screen (ui.first_screen)
-CALIBRATION = "vc_calibration"  # calc.calibrate.Calibration from the user's own run, or absent
+CALIBRATION = "vc_calibration"  # calc.evidence.calibrate.Calibration from the user's own run, or absent
 CALIBRATION_UPLOAD = "vc_calibration_upload"  # file ids of the records already fitted (not refitted on rerun)
 CALIBRATION_NONCE = "vc_calibration_nonce"  # bumped by "clear" so that the uploader forgets its file
 WIDGET_PREFIXES = ("sc_", "cmp_", "rec_", "exp_", "val_", "explain_", "cal_")
@@ -90,7 +90,7 @@ MAX_URL_CALIBRATION_CHARS = 1_000
 
 
 class UrlError(UserError):
-    """A link's query parameters do not form a valid scenario (worded in either language, calc.errors)."""
+    """A link's query parameters do not form a valid scenario (worded in either language, calc.contract.errors)."""
 
 
 # ---- URL <-> Scenario ---------------------------------------------------------------------
@@ -117,7 +117,7 @@ def encode_config(config: dict[str, Any]) -> str:
 
 
 def decode_config(text: str) -> dict[str, Any]:
-    """config= -> dict, through calc.boundary: the inflated size is bounded before it is allocated
+    """config= -> dict, through calc.contract.boundary: the inflated size is bounded before it is allocated
     (a 184-character link can carry gigabytes of zlib output), then depth and numbers."""
     if len(text) > MAX_URL_CONFIG_CHARS:
         raise UrlError(T_("{param}: longer than {n} characters", param=CONFIG_PARAM, n=f"{MAX_URL_CONFIG_CHARS:,}"))
@@ -192,7 +192,7 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
 
 def validation_message(exc: ValidationError, url: bool = False, lang: Lang = DEFAULT_LANG) -> str:
     """The first problem as 'field: message' (URL parameter names when url=True), in `lang`: a
-    validator's own message (calc.errors.UserError) in either language, pydantic's own in English."""
+    validator's own message (calc.contract.errors.UserError) in either language, pydantic's own in English."""
     err = exc.errors()[0]
     loc = tuple(str(p) for p in err["loc"])
     where = ".".join(loc) or "scenario"

@@ -1,10 +1,10 @@
-"""Draw calc's verdict (calc.verdict): one coloured box, one sentence. Pages never decide "fits"."""
+"""Draw calc's verdict (calc.memory.verdict): one coloured box, one sentence. Pages never decide "fits"."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from calc.verdict import Verdict, headline
+from calc.memory.verdict import Verdict, headline
 from ui.i18n import _, current
 
 ICONS = {True: ":material/check_circle:", False: ":material/cancel:", None: ":material/help:"}

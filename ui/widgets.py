@@ -17,11 +17,11 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from calc.boundary import decode, parse_json
-from calc.errors import UserError
-from calc.i18n import N_, T_
-from calc.presets import resolve_model
-from calc.scenario import (
+from calc.contract.boundary import decode, parse_json
+from calc.contract.errors import UserError
+from calc.contract.i18n import N_, T_
+from calc.contract.presets import resolve_model
+from calc.contract.scenario import (
     Attention,
     Checkpointing,
     Mode,
@@ -31,7 +31,7 @@ from calc.scenario import (
     Precision,
     Scenario,
 )
-from calc.units import GiB, MiB
+from calc.contract.units import GiB, MiB
 from ui import compute, fmt, state
 from ui.i18n import _, begin_run, current, language_switch, tr
 
@@ -238,7 +238,7 @@ def _radio(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
 
 
 def parse_config_text(text: str | bytes, where: str = "config.json") -> dict[str, Any]:
-    """config.json text (or an upload's bytes) -> dict through calc.boundary (size, UTF-8, nesting
+    """config.json text (or an upload's bytes) -> dict through calc.contract.boundary (size, UTF-8, nesting
     depth, finite numbers), or ValueError with a one-line message for the user."""
     size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_CONFIG_BYTES:
@@ -316,7 +316,7 @@ def _hardware_section() -> dict[str, Any]:
 def _propose_inference_precision() -> None:
     """Switching to inference proposes 16-bit weights (Precision.for_inference): AMP's fp32 weights would
     make a 4B model 'not fit' a 24 GB card for no reason."""
-    from calc.presets import gpu_presets
+    from calc.contract.presets import gpu_presets
 
     ss = st.session_state
     if ss.get("sc_mode") != Mode.inference.value:
@@ -471,7 +471,7 @@ def scenario_or_stop(include_compare: bool = False) -> Scenario | None:
 
 def hardware_name(sc: Scenario) -> str:
     """'8 x NVIDIA A100 SXM4 80GB' / '1 x custom 24.00 GiB GPU'."""
-    from calc.presets import gpu_presets
+    from calc.contract.presets import gpu_presets
 
     hw = sc.resolved_hardware()
     if hw.gpu:
@@ -552,14 +552,14 @@ def compare_columns_editor() -> list[state.CompareColumn]:
 def cluster_short_name(cluster_id: str) -> str:
     """'8x A100 80GB', '1x RTX 4090 工作站': a cluster preset's name in the session's language, without its
     description in brackets (ASCII or full-width)."""
-    from calc.presets import cluster_presets
+    from calc.contract.presets import cluster_presets
 
     return re.split(r" \(|（", tr(cluster_presets()[cluster_id].name))[0]
 
 
 def column_name(i: int, col: state.CompareColumn) -> str:
     """'A: 8x A100 80GB (one DGX/HGX A100 node), ZeRO-3, optimizer -> CPU'."""
-    from calc.presets import gpu_presets
+    from calc.contract.presets import gpu_presets
 
     if col.cluster:
         hw = cluster_short_name(col.cluster)

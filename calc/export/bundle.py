@@ -8,10 +8,10 @@ import os
 import sys
 from typing import Any
 
+from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.scenario import Scenario
 from calc.export.deepspeed import ExportOptions, export_deepspeed
 from calc.export.hf import DS_CONFIG_FILE, accelerate_config, node_shape, trainer_snippet, uses_deepspeed
-from calc.i18n import DEFAULT_LANG, N_, Lang, translate
-from calc.scenario import Scenario
 
 TRAIN_SCRIPT = "train.py"
 ACCELERATE_FILE = "accelerate.yaml"
@@ -76,9 +76,9 @@ def options_from_args(args: Any) -> ExportOptions:
 
 
 def cli_main(args: Any) -> int:
-    """python -m calc export SCENARIO.json -o DIR. Bad input raises calc.errors.UserError / ValueError."""
-    from calc.__main__ import load_scenario
-    from calc.errors import UserError
+    """python -m calc export SCENARIO.json -o DIR. Bad input raises calc.contract.errors.UserError / ValueError."""
+    from calc.cli.main import load_scenario
+    from calc.contract.errors import UserError
 
     sc = load_scenario(args.scenario)
     files, notes = export_bundle(sc, options_from_args(args), lang=getattr(args, "lang", DEFAULT_LANG))

@@ -1,6 +1,6 @@
 """A complete DeepSpeed config (ds_config.json) for a training scenario.
 
-The ZeRO buffer sizes written here are the scenario's reduce_bucket_size and the constants of calc.parallel
+The ZeRO buffer sizes written here are the scenario's reduce_bucket_size and the constants of calc.contract.parallel
 that the memory estimate assumes (allgather bucket, stage-3 prefetch bucket, live parameters, persistence
 threshold),
 and overlap_comm is the speed model's assumption (calc.speed.SpeedAssumptions.overlap_comm), so the
@@ -23,14 +23,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from calc.i18n import T_, Text
-from calc.parallel import (
+from calc.contract.i18n import T_, Text
+from calc.contract.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
 )
-from calc.scenario import Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.scenario import Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions
 
 # DeepSpeed's fp16 dynamic loss-scaling defaults (runtime/precision_config.py, DeepSpeedFP16Config).
@@ -300,9 +300,9 @@ _TORCH_OPTIMIZERS = {Optimizer.sgd: "SGD", Optimizer.sgd_momentum: "SGD with mom
 
 
 def cli_main(args: Any) -> int:
-    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Bad input raises calc.errors.UserError."""
-    from calc.__main__ import load_scenario
-    from calc.errors import UserError
+    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Bad input raises calc.contract.errors.UserError."""
+    from calc.cli.main import load_scenario
+    from calc.contract.errors import UserError
     from calc.export.bundle import options_from_args
 
     sc = load_scenario(args.scenario)

@@ -5,7 +5,7 @@ gradient_accumulation_steps (DeepSpeed's rule: train = micro x accumulation x da
 give the third), zero_optimization.stage, reduce_bucket_size and its offload_optimizer / offload_param devices,
 activation_checkpointing (number_checkpoints -> 1 in k layers), optimizer.type, tensor_parallel.autotp_size
 and pipeline.stages. Everything else a ds_config may hold (other bucket sizes, schedulers, logging) does not
-change what the estimate models; other bucket sizes that differ from calc.parallel's are reported as a warning.
+change what the estimate models; other bucket sizes that differ from calc.contract.parallel's are reported as a warning.
 A bad value raises ValueError naming the key.
 """
 
@@ -15,15 +15,15 @@ import math
 import warnings
 from typing import Any
 
-from calc.boundary import excerpt, require
-from calc.parallel import (
+from calc.contract.boundary import excerpt, require
+from calc.contract.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
 )
-from calc.presets import cluster_presets, gpu_presets
-from calc.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.presets import cluster_presets, gpu_presets
+from calc.contract.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 
 _ASSUMED = {
     "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
@@ -211,7 +211,7 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
         fields["activation_checkpointing"] = Checkpointing.full
         n = _int(ac, "number_checkpoints", "activation_checkpointing.")
         if n is not None:
-            from calc.presets import resolve_model
+            from calc.contract.presets import resolve_model
 
             fields["checkpoint_every"] = _every_from_checkpoints(n, resolve_model(model).num_layers)
     fields.update(training)
@@ -220,7 +220,7 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
 
 
 def _resolved_gpus(hw: HardwareConfig) -> int:
-    from calc.presets import resolve_hardware
+    from calc.contract.presets import resolve_hardware
 
     return resolve_hardware(hw).num_gpus
 

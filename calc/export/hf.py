@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
+from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
+from calc.contract.presets import model_presets, resolve_hardware
+from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.export.deepspeed import ExportOptions, ds_optimizer_name, schedule_description
-from calc.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
-from calc.presets import model_presets, resolve_hardware
-from calc.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
 
 DS_CONFIG_FILE = "ds_config.json"
 # Config keys that describe a checkpoint, not the architecture (the dtype comes from the precision).

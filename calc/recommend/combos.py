@@ -8,15 +8,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from calc.presets import gpu_presets
-from calc.recommend.models import (
-    CHECKPOINTING,
-    OFFLOADS_STAGE3,
-    OFFLOADS_STAGE12,
-    Group,
-    default_lora,
-)
-from calc.scenario import (
+from calc.contract.presets import gpu_presets
+from calc.contract.scenario import (
     Attention,
     Checkpointing,
     LoraConfig,
@@ -27,6 +20,13 @@ from calc.scenario import (
     Precision,
     Scenario,
     TrainingConfig,
+)
+from calc.recommend.models import (
+    CHECKPOINTING,
+    OFFLOADS_STAGE3,
+    OFFLOADS_STAGE12,
+    Group,
+    default_lora,
 )
 
 
@@ -48,7 +48,7 @@ class Combo:
     lora: LoraConfig | None = field(default=None, compare=False, hash=False)
 
     def states_key(self) -> tuple:
-        """What decides the model states (calc.engine.model_states: weights, gradients, optimizer states, their
+        """What decides the model states (calc.memory.engine.model_states: weights, gradients, optimizer states, their
         sharding and offload) within one search: not the micro-batch split, checkpointing or attention."""
         return self.precision, self.zero, self.off_opt, self.off_par, self.tp, self.pp, self.optimizer, self.lora_key
 

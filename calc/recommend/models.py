@@ -6,12 +6,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from calc.architectures import default_lora_targets
-from calc.i18n import N_
+from calc.contract.architectures import default_lora_targets
+from calc.contract.i18n import N_
+from calc.contract.scenario import Checkpointing, LoraConfig, Offload, Scenario
+from calc.memory.verdict import Verdict
 from calc.recommend.phrase import Phrase
-from calc.scenario import Checkpointing, LoraConfig, Offload, Scenario
 from calc.speed import SpeedAssumptions, SpeedEstimate
-from calc.verdict import Verdict
 
 DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of the GPU free (the "10% safety margin" of the source articles)
 MAX_MICRO_BATCH = 1024
@@ -52,7 +52,7 @@ class RecommendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scenario: Scenario
-    # Bounds (calc.limits' spirit): the largest published steps hold ~63M tokens (DeepSeek-V3, 15,360 x 4K);
+    # Bounds (calc.contract.limits' spirit): the largest published steps hold ~63M tokens (DeepSeek-V3, 15,360 x 4K);
     # 2^40 tokens and 2^32 sequences are 10,000x that.
     global_batch_tokens: int | None = Field(None, ge=1, le=2**40, description="tokens per optimizer step (all GPUs)")
     global_batch_size: int | None = Field(None, ge=1, le=2**32, description="sequences per optimizer step (all GPUs)")
@@ -101,7 +101,7 @@ class Candidate(BaseModel):
     device_total_high_bytes: int
     usable_bytes: int = Field(description="GPU memory x (1 - safety margin)")
     cpu_ram_bytes: int = Field(description="host RAM per node needed by offload")
-    verdict: Verdict = Field(description="the engine's verdict for this scenario (calc.verdict)")
+    verdict: Verdict = Field(description="the engine's verdict for this scenario (calc.memory.verdict)")
     compute_bound_tokens_per_s_per_gpu: float = Field(
         description="the rate with communication and offload fully hidden behind compute")
     slow: Phrase | None = Field(None, description="why it runs far below the compute-bound rate, in words (None: it "
@@ -116,7 +116,7 @@ class SearchStats(BaseModel):
     pruned_dominated: int
     pruned_infeasible_group: int = Field(description="skipped: the group's most frugal member does not fit")
     pruned_bound: int = Field(description="never estimated: speed bound below the last kept candidate")
-    memory_estimates: int = Field(description="calls to calc.engine.estimate")
+    memory_estimates: int = Field(description="calls to calc.memory.engine.estimate")
     speed_evaluations: int
     elapsed_s: float
 

@@ -3,9 +3,9 @@ so the CLI, the JSON and every English test see exactly what they saw before) th
 message id and its fields, so that `phrase.render("zh")` says it in Chinese.
 
 The recommender builds its sentences out of other sentences (a configuration's label inside an
-explanation inside advice), so a field may itself be a Phrase (or a calc.i18n.Text, or anything with
+explanation inside advice), so a field may itself be a Phrase (or a calc.contract.i18n.Text, or anything with
 `render(lang)`): it is rendered in the same language as the sentence around it. English renders
-without loading a catalogue. `T_` here is calc.i18n.T_ for nested sentences (scripts/i18n.py
+without loading a catalogue. `T_` here is calc.contract.i18n.T_ for nested sentences (scripts/i18n.py
 extracts both); `joined` joins parts with a separator that is itself a message id ("; " -> "；").
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic_core import core_schema
 
-from calc.i18n import DEFAULT_LANG, N_, Lang, render, translate
+from calc.contract.i18n import DEFAULT_LANG, N_, Lang, render, translate
 
 
 class Phrase(str):
@@ -98,7 +98,7 @@ def lower_first(text: object) -> Phrase:
     return _LowerFirst(text)
 
 
-SEPARATORS = (N_("; "),)  # ", " is calc.verdict's; " + " needs no translation
+SEPARATORS = (N_("; "),)  # ", " is calc.memory.verdict's; " + " needs no translation
 
 
 def width(text: str) -> int:

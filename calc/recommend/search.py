@@ -20,12 +20,12 @@ It stays fast by never estimating what cannot win (branch and bound):
    ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
    frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
 4. Every memory estimate is cached by its exact configuration.
-5. A configuration whose weights and optimizer states alone (calc.engine.model_states, a few tens of
+5. A configuration whose weights and optimizer states alone (calc.memory.engine.model_states, a few tens of
    microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
    step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
    Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
    reads it (`_Fit.est`, `_Fit.reason`). So is one whose states fit but not with the activations its first
-   pipeline stage holds at the end of its forward (calc.engine.forward_activations_floor, a row of every
+   pipeline stage holds at the end of its forward (calc.memory.engine.forward_activations_floor, a row of every
    training timeline; a fit of it asks the same block profiles the estimate would). A group whose most
    frugal member is such a configuration is not ranked at all (`_run`).
 """
@@ -41,8 +41,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calc import parallel
-from calc.engine import estimate, forward_activations_floor, model_states
+from calc.contract import parallel
+from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
+from calc.memory.engine import estimate, forward_activations_floor, model_states
+from calc.memory.result import Estimate
+from calc.memory.verdict import gib_short, reason_texts
 from calc.recommend.combos import (
     Combo,
     _complexity,
@@ -71,10 +74,7 @@ from calc.recommend.words import (
     overall_explanation,
     slow_words,
 )
-from calc.result import Estimate
-from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
 from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, split_rate_bound, step_time, to_estimate
-from calc.verdict import gib_short, reason_texts
 
 
 class _Fit:
@@ -252,9 +252,9 @@ class _Search:
 
 def states_floor(sc: Scenario) -> int:
     """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
-    optimizer states (with the master weights) on one GPU, which every moment of calc.engine's training
+    optimizer states (with the master weights) on one GPU, which every moment of calc.memory.engine's training
     timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
-    states calc.engine.fsdp2_states builds). tests/test_recommend_shortcuts.py checks it against the engine."""
+    states calc.memory.engine.fsdp2_states builds). tests/calc/recommend/test_recommend_shortcuts.py checks it against the engine."""
     t = sc.training
     if sc.mode != Mode.train or t.sharding == "fsdp2":
         return 0

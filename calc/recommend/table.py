@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calc.i18n import DEFAULT_LANG, N_, Lang, translate
-from calc.presets import cluster_presets, gpu_presets
+from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.presets import cluster_presets, gpu_presets
+from calc.contract.scenario import HardwareConfig, Scenario, TrainingConfig
 from calc.recommend.combos import combo_of
 from calc.recommend.models import (
     DEFAULT_SAFETY_MARGIN,
@@ -18,7 +19,6 @@ from calc.recommend.phrase import T_, Phrase, render
 from calc.recommend.search import recommend_groups
 from calc.recommend.words import short_label
 from calc.recommend.workload import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN
-from calc.scenario import HardwareConfig, Scenario, TrainingConfig
 
 
 class TableCell(BaseModel):

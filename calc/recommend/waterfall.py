@@ -7,15 +7,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from calc.engine import estimate
-from calc.i18n import N_
-from calc.presets import gpu_presets
+from calc.contract.i18n import N_
+from calc.contract.presets import gpu_presets
+from calc.contract.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.memory.engine import estimate
+from calc.memory.result import CATEGORIES, Estimate
+from calc.memory.verdict import Verdict, gib_short
 from calc.recommend.models import DEFAULT_SAFETY_MARGIN, default_lora, usable_bytes
 from calc.recommend.phrase import T_, Phrase, joined
-from calc.result import CATEGORIES, Estimate
-from calc.scenario import Attention, Checkpointing, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions, hardware_of, step_time, to_estimate
-from calc.verdict import Verdict, gib_short
 
 CATEGORY_SHORT = {"parameters": N_("weights"), "gradients": N_("gradients"), "optimizer_states": N_("optimizer states"),
                   "activations": N_("activations"), "other": N_("transients")}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from calc.engine import estimate
+from calc.contract.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
+from calc.memory.engine import estimate
+from calc.memory.verdict import gib_short
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
 from calc.recommend.phrase import T_, Phrase, joined, lower_first
-from calc.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
 from calc.speed import _Raw, estimate_speed
-from calc.verdict import gib_short
 
 if TYPE_CHECKING:
     from calc.recommend.search import _Fit, _Found, _Search

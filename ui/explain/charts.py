@@ -7,8 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from calc.i18n import N_
-from calc.units import GiB
+from calc.contract.i18n import N_
+from calc.contract.units import GiB
 from ui.charts import COLORS
 from ui.i18n import _, say, tr
 

@@ -1,4 +1,4 @@
-"""The articles' claims (calc.claims over data/claims.yaml) as table rows for the page."""
+"""The articles' claims (calc.evidence.claims over data/claims.yaml) as table rows for the page."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import streamlit as st
 
-from calc.claims import ARTICLES, check_all
-from calc.i18n import Lang, translate
+from calc.contract.i18n import Lang, translate
+from calc.evidence.claims import ARTICLES, check_all
 from ui import fmt
 
 

@@ -1,6 +1,6 @@
 """The Explain page's numbers: the current scenario and its what-ifs run through calc/ (engine,
 per_param, speed, claims), returned as plain dicts (and Estimates) so they cache cheaply. Every
-what-if goes through `what_if` (calc.variant), so the whole page has one way to make a variant."""
+what-if goes through `what_if` (calc.contract.variant), so the whole page has one way to make a variant."""
 
 from __future__ import annotations
 
@@ -9,17 +9,26 @@ from typing import Any
 
 import streamlit as st
 
-from calc import parallel
-from calc.engine import autocast_weight_copies_bytes, estimate
-from calc.i18n import T_, Text
-from calc.per_param import bytes_per_param
-from calc.presets import gpu_presets
-from calc.result import CATEGORIES, Estimate
-from calc.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract import parallel
+from calc.contract.i18n import T_, Text
+from calc.contract.presets import gpu_presets
+from calc.contract.scenario import (
+    Attention,
+    Checkpointing,
+    Mode,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Scenario,
+)
+from calc.contract.units import GiB
+from calc.contract.variant import variant
+from calc.memory.engine import autocast_weight_copies_bytes, estimate
+from calc.memory.per_param import bytes_per_param
+from calc.memory.result import CATEGORIES, Estimate
+from calc.memory.verdict import Verdict
 from calc.speed import estimate_speed, hardware_of
-from calc.units import GiB
-from calc.variant import variant
-from calc.verdict import Verdict
 
 ZERO_SWEEP_GPUS = (1, 2, 4, 8, 16, 32, 64)
 SEQ_SWEEP = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -43,7 +52,7 @@ def hardware_label(sc: Scenario) -> Text:
 
 
 def table_verdict(est: Estimate) -> Verdict | None:
-    """The one verdict for a table cell (the page words it with calc.verdict.short in its language); None
+    """The one verdict for a table cell (the page words it with calc.memory.verdict.short in its language); None
     without a GPU size."""
     return None if est.gpu_memory_bytes is None else est.verdict
 

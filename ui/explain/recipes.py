@@ -7,8 +7,8 @@ from typing import Any
 
 import streamlit as st
 
-from calc.i18n import N_
-from calc.scenario import Scenario
+from calc.contract.i18n import N_
+from calc.contract.scenario import Scenario
 from ui.explain.figures import hardware_label, run, speed
 
 W4090 = {"cluster": "1x-rtx-4090"}

@@ -1,0 +1,132 @@
+"""Bytes per weight, gradient, master weight and optimizer state, and optimizer-step temporaries.
+
+Every function returns bytes for `n` trainable elements (or a list of tensor shapes where the
+optimizer's memory depends on shapes). Sources: torch/optim/{adam,adamw,sgd,_adafactor}.py in
+PyTorch 2.13, the ZeRO paper (Rajbhandari et al. 2020, arXiv 1910.02054, section 3.1), and
+bitsandbytes' blockwise 8-bit optimizers (Dettmers et al. 2022, arXiv 2110.02861).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from calc.contract.i18n import N_
+from calc.contract.scenario import Optimizer, OptimizerImpl, Precision
+
+FP32, BF16 = 4, 2
+
+# Why *-mixed gradients are 2 B/param through backward but 4 B/param during the step. One text,
+# shown by the Calculator's breakdown and by Explain.
+MIXED_STEP_GRADIENTS_WHY = N_(
+    "DeepSpeed's mixed-precision optimizer casts each 16-bit gradient partition to an fp32 .grad of its "
+    "fp32 master partition, frees the 16-bit gradients, runs the step and then frees the fp32 copy "
+    "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "
+    "the optimizer states) during the step; modelled from DeepSpeed's source"
+)
+# The same at ZeRO-0 under DeepSpeed, where the optimizer wrapper keeps the 16-bit gradients (calc.memory.engine).
+ZERO0_MIXED_STEP_GRADIENTS_WHY = N_(
+    "At ZeRO-0 DeepSpeed wraps torch's optimizer in FP16_UnfusedOptimizer, which casts each 16-bit gradient to "
+    "an fp32 .grad of its fp32 master copy and frees neither before the step "
+    "(deepspeed/runtime/fp16/unfused_optimizer.py, step): 2 B/param through backward, 2 + 4 B/param during the "
+    "step; measured with DeepSpeed on its CPU accelerator"
+)
+
+
+def step_gradients_why(keeps_16bit_step_grads: bool) -> str:
+    """Why *-mixed gradients take what they take during the step (one text for Calculator and Explain)."""
+    return ZERO0_MIXED_STEP_GRADIENTS_WHY if keeps_16bit_step_grads else MIXED_STEP_GRADIENTS_WHY
+
+
+def weight_bytes_per_param(p: Precision) -> int:
+    """Weights as stored on the GPU: fp32 for fp32 and autocast (AMP keeps fp32 weights),
+    16-bit for pure bf16 and for *-mixed (whose fp32 copy lives in the optimizer)."""
+    return FP32 if p in (Precision.fp32, Precision.amp_bf16, Precision.amp_fp16) else BF16
+
+
+def activation_bytes(p: Precision) -> int:
+    """Dtype of matmul outputs: fp32 only when no 16-bit compute is used."""
+    return FP32 if p == Precision.fp32 else BF16
+
+
+def residual_bytes(p: Precision) -> int:
+    """Residual stream dtype = embedding output dtype = weight dtype (fp32 under autocast,
+    because embeddings and additions are not autocast ops)."""
+    return weight_bytes_per_param(p)
+
+
+def grad_bytes_per_param(p: Precision) -> int:
+    """`.grad` has the parameter's dtype (AccumulateGrad); fp32 under AMP, 16-bit otherwise."""
+    return weight_bytes_per_param(p)
+
+
+def master_bytes_per_param(p: Precision) -> int:
+    """fp32 master weights exist only for *-mixed: 4 bytes (ZeRO paper's 'K' includes them)."""
+    return FP32 if p.is_mixed else 0
+
+
+def state_dtype_bytes(p: Precision) -> int:
+    """Optimizer states follow the dtype of the params the optimizer sees: fp32 except for pure
+    bf16, where torch.optim keeps exp_avg/exp_avg_sq in bf16 (zeros_like(param))."""
+    return BF16 if p == Precision.bf16 else FP32
+
+
+def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
+    """Persistent optimizer state for the trainable tensors `shapes`.
+
+    AdamW/Adam: exp_avg + exp_avg_sq = 2 x state dtype per element.
+    SGD: none. SGD with momentum: one momentum buffer.
+    Adafactor (torch.optim.Adafactor): tensors with >= 2 dims keep a row and a column variance
+    (shape[:-1] and shape[:-2] + shape[-1:]), vectors keep a full variance; no first moment.
+    AdamW-8bit (bitsandbytes): two uint8 states plus one fp32 absmax per 256-element block
+    each; tensors under 4096 elements stay in 32-bit (min_8bit_size).
+    """
+    sb = state_dtype_bytes(p)
+    n = sum(prod(s) * c for s, c in shapes)
+    if opt in (Optimizer.adam, Optimizer.adamw):
+        return 2 * sb * n
+    if opt == Optimizer.sgd:
+        return 0
+    if opt == Optimizer.sgd_momentum:
+        return sb * n
+    if opt == Optimizer.adafactor:
+        return sb * sum(_adafactor_elems(s) * c for s, c in shapes)
+    total = 0
+    for s, c in shapes:
+        k = prod(s)
+        total += c * (2 * 4 * k if k < 4096 else 2 * k + 2 * 4 * -(-k // 256))
+    return total
+
+
+def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
+    """Scratch memory inside optimizer.step(), on top of params, grads and states.
+
+    foreach Adam/AdamW (_multi_tensor_adam): `exp_avg_sq_sqrt = torch._foreach_sqrt(...)` is a
+    list as large as all params (in state dtype); everything else is in place.
+    for-loop Adam/AdamW (_single_tensor_adam): `(exp_avg_sq.sqrt() / bc2_sqrt)` makes two
+    temporaries the size of the largest single param.
+    fused: one kernel per group, no temporaries. SGD: in-place (foreach clones grads into the
+    momentum buffers on step 1, which are the states themselves).
+    Adafactor foreach: the row_var x col_var outer products (`var_estimates`, then rsqrt'd and
+    multiplied in place into the update) form one param-sized list; row/col norms are small
+    (torch/optim/_adafactor.py, _multi_tensor_adafactor). For-loop: the same per tensor.
+    AdamW-8bit: blockwise kernels update in place.
+    """
+    sb = state_dtype_bytes(p)
+    n = sum(prod(s) * c for s, c in shapes)
+    largest = max((prod(s) for s, _ in shapes), default=0)
+    if opt in (Optimizer.adam, Optimizer.adamw):
+        if impl == OptimizerImpl.foreach:
+            return sb * n
+        if impl == OptimizerImpl.for_loop:
+            return 2 * sb * largest
+        return 0
+    if opt == Optimizer.adafactor:
+        return sb * (n if impl == OptimizerImpl.foreach else largest)
+    return 0
+
+
+
+def _adafactor_elems(shape: tuple[int, ...]) -> int:
+    if len(shape) >= 2:
+        return prod(shape[:-1]) + prod(shape[:-2] + shape[-1:])
+    return prod(shape)

@@ -1,0 +1,315 @@
+"""The scenario contract: what the user asks about (model + hardware + training setup).
+
+The same JSON drives the CLI (`python -m calc estimate`), the app, the recommender, the
+DeepSpeed export and the measurement scripts, so every field is validated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
+from calc.contract.errors import UserError
+from calc.contract.i18n import T_
+from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
+from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
+
+
+class Precision(str, Enum):
+    """Where 16-bit numbers live during training."""
+
+    fp32 = "fp32"  # everything fp32
+    amp_bf16 = "amp-bf16"  # fp32 weights/grads/states, torch.autocast(bf16) compute (HF Trainer bf16=True)
+    amp_fp16 = "amp-fp16"  # same with fp16 autocast and a GradScaler
+    bf16_mixed = "bf16-mixed"  # bf16 weights+grads on GPU, fp32 master+states in the optimizer (DeepSpeed)
+    fp16_mixed = "fp16-mixed"  # same in fp16, with dynamic loss scaling
+    bf16 = "bf16"  # everything bf16, optimizer states included
+
+    @property
+    def is_amp(self) -> bool:
+        return self in (Precision.amp_bf16, Precision.amp_fp16)
+
+    @property
+    def is_mixed(self) -> bool:
+        return self in (Precision.bf16_mixed, Precision.fp16_mixed)
+
+    @property
+    def uses_fp16(self) -> bool:
+        return self in (Precision.amp_fp16, Precision.fp16_mixed)
+
+    def for_inference(self, gpu_bf16: bool) -> Precision:
+        """The precision to propose when switching to inference: 16-bit weights. fp32 and AMP keep fp32
+        weights (a training choice: autocast needs fp32 masters, inference does not), so they become
+        bf16, or fp16-mixed (fp16 weights; no optimizer in inference) on GPUs without bf16."""
+        if self in (Precision.bf16, Precision.bf16_mixed, Precision.fp16_mixed):
+            return self
+        return Precision.bf16 if gpu_bf16 and not self.uses_fp16 else Precision.fp16_mixed
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    adam = "adam"
+    sgd = "sgd"
+    sgd_momentum = "sgd-momentum"
+    adafactor = "adafactor"
+    adamw_8bit = "adamw-8bit"
+
+
+class OptimizerImpl(str, Enum):
+    foreach = "foreach"  # PyTorch's default on CUDA: whole-list kernels with list-sized temporaries
+    fused = "fused"  # one fused kernel per group, no temporaries
+    for_loop = "for-loop"  # one parameter at a time
+
+
+class Checkpointing(str, Enum):
+    none = "none"
+    full = "full"  # whole decoder layers, 1 of every `checkpoint_every`
+    selective = "selective"  # only the attention core is recomputed (Korthikanti et al. 2022)
+
+
+class Attention(str, Enum):
+    eager = "eager"  # materialises the B x heads x S x S scores and probabilities
+    sdpa = "sdpa"  # torch SDPA / FlashAttention: keeps only the output and the logsumexp
+
+
+class Offload(str, Enum):
+    none = "none"
+    cpu = "cpu"
+    nvme = "nvme"
+
+
+class Mode(str, Enum):
+    train = "train"
+    inference = "inference"
+
+
+class LoraConfig(BaseModel):
+    """LoRA / QLoRA adapters on a frozen base model (peft semantics)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
+    alpha: float = Field(32, gt=0, le=MAX_LORA_ALPHA, allow_inf_nan=False,
+                         description="scaling numerator; scale = alpha / r")
+    targets: Literal["all-linear", "attention"] = Field(
+        "all-linear", description="which linear layers get adapters (lm_head never does)"
+    )
+    base_weights: Literal["bf16", "int8", "nf4"] = Field(
+        "bf16", description="storage of the frozen base weights (nf4 = QLoRA)"
+    )
+
+
+class TrainingConfig(BaseModel):
+    """How the step is run. Defaults are a plain single-GPU bf16 AdamW run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    micro_batch_size: int = Field(1, ge=1, le=65536, description="sequences per GPU per micro-step")
+    seq_len: int = Field(2048, ge=1, le=4_194_304, description="tokens per sequence")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
+    precision: Precision = Precision.amp_bf16
+    optimizer: Optimizer = Optimizer.adamw
+    optimizer_impl: OptimizerImpl = OptimizerImpl.foreach
+    activation_checkpointing: Checkpointing = Checkpointing.none
+    checkpoint_every: int = Field(1, ge=1, le=1024, description="with full: checkpoint 1 of every k layers")
+    attention: Attention = Attention.sdpa
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage; 0 = plain data parallel")
+    offload_optimizer: Offload = Offload.none
+    offload_params: Offload = Offload.none
+    sharding: Literal["deepspeed", "fsdp2", "torch"] = Field(
+        "deepspeed", description="what runs the step: DeepSpeed (ZeRO 0-3; at stage 0 a 16-bit model's optimizer "
+        "is wrapped in DeepSpeed's FP16_(Unfused)Optimizer), PyTorch FSDP2 for stage 2/3 (fully_shard per layer; "
+        "stage 3 = FULL_SHARD, stage 2 = reshard_after_forward=False), or plain PyTorch (torch: single GPU or DDP, "
+        "zero_stage 0)")
+    reduce_bucket_size: int = Field(
+        REDUCE_BUCKET_ELEMENTS, ge=1, le=10**12, description="DeepSpeed zero_optimization.reduce_bucket_size, in elements "
+        "(its default; the export writes it): ZeRO-1/2 keep two such gradient buckets in backward, ZeRO-3 one")
+    tensor_parallel: int = Field(1, ge=1, le=1024)
+    pipeline_parallel: int = Field(1, ge=1, le=1024)
+    sequence_parallel: bool = False
+    expert_parallel: int = Field(
+        1, ge=1, le=1024, description="MoE expert parallelism: the routed experts are split over this many ranks, "
+        "tokens reach them by all-to-all (transformers' DistributedConfig(ep_size=...), AllToAllEP); the rest of "
+        "the model is FSDP2-sharded over all ranks and each expert over num_gpus / expert_parallel ranks")
+    lora: LoraConfig | None = None
+    cross_entropy: Literal["standard", "liger-fused"] = Field(
+        "standard", description="standard = the model's loss (full B x S x V logits and their fp32 copies); "
+        "liger-fused = Liger Kernel's LigerFusedLinearCrossEntropy (`use_liger_kernel=True`): lm_head and "
+        "the loss in token chunks, gradients computed in the forward (modelled from its source)")
+    keep_outputs: bool = Field(
+        False, description="the loop keeps the model's output object: `outputs = model(**batch); "
+        "loss = outputs.loss; loss.backward()` holds the logits (and a KV cache) through backward, the "
+        "optimizer step and the next forward; False = HF Trainer (`loss = model(...).loss`)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingConfig:
+        if self.offload_params != Offload.none and self.zero_stage != 3:
+            raise UserError(T_("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)"))
+        if self.offload_optimizer != Offload.none and self.zero_stage == 0:
+            raise UserError(T_("offload_optimizer needs zero_stage 1, 2 or 3 (DeepSpeed ZeRO-Offload)"))
+        if self.offload_optimizer == Offload.nvme and self.zero_stage != 3:
+            raise UserError(T_("offload_optimizer nvme needs zero_stage 3 (ZeRO-Infinity); use cpu at stage 1-2"))
+        if self.pipeline_parallel > 1 and self.zero_stage > 1:
+            raise UserError(T_("pipeline_parallel > 1 works with zero_stage 0 or 1 (DeepSpeed's pipeline engine)"))
+        if self.sharding == "torch" and self.zero_stage != 0:
+            raise UserError(T_("sharding torch (plain PyTorch) has no ZeRO: use zero_stage 0, or sharding deepspeed"))
+        if self.sharding == "fsdp2":
+            if self.zero_stage == 1:
+                raise UserError(T_("sharding fsdp2 shards gradients and weights: use zero_stage 2 or 3 (or 0)"))
+            if self.offload_optimizer != Offload.none or self.offload_params != Offload.none:
+                raise UserError(T_("offload is modelled for DeepSpeed ZeRO; use sharding deepspeed"))
+            if self.pipeline_parallel > 1 or self.tensor_parallel > 1:
+                raise UserError(T_("sharding fsdp2 is modelled for data parallelism only (tensor/pipeline = 1)"))
+        if self.expert_parallel > 1 and (self.sharding != "fsdp2" or self.zero_stage not in (2, 3)):
+            raise UserError(T_("expert_parallel > 1 is modelled for transformers' expert parallelism, which runs "
+                               "under FSDP2: use sharding fsdp2 with zero_stage 2 or 3"))
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise UserError(T_("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)"))
+        if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
+            raise UserError(T_("adamw-8bit (bitsandbytes) has no for-loop implementation; use foreach or fused"))
+        if self.lora is not None and self.lora.base_weights != "bf16" and self.precision.is_mixed:
+            raise UserError(T_("quantized LoRA base weights (int8/nf4) are used with amp or bf16, not *-mixed"))
+        return self
+
+
+class HardwareConfig(BaseModel):
+    """Which GPUs. `gpu` is a preset id; `cluster` is a cluster preset that fills gpu and count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str | None = Field(None, description="GPU preset id, e.g. a100-80gb")
+    num_gpus: int = Field(1, ge=1, le=65536, description="GPUs in the job")
+    gpus_per_node: int | None = Field(None, ge=1, le=64, description="default: min(num_gpus, 8)")
+    cluster: str | None = Field(None, description="cluster preset id, e.g. 8x-a100-80gb")
+    memory_bytes: int | None = Field(None, gt=0, le=MAX_GPU_MEMORY_BYTES,
+                                     description="custom GPU: usable device memory in bytes")
+    cpu_ram_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="host RAM per node, for offload checks")
+    nvme_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="NVMe capacity per node, for offload checks")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_count(cls, data: Any) -> Any:
+        """A cluster fixes the GPU count: fill num_gpus from it, so the count is stated once and a
+        dumped scenario validates again; a different num_gpus is an error (not silently replaced)."""
+        if isinstance(data, dict) and isinstance(data.get("cluster"), str) and "num_gpus" not in data:
+            count = _cluster_gpus(data["cluster"])
+            if count is not None:
+                data = {**data, "num_gpus": count}
+        return data
+
+    @model_validator(mode="after")
+    def _cluster_agrees(self) -> HardwareConfig:
+        count = _cluster_gpus(self.cluster) if self.cluster else None
+        if count is not None and self.num_gpus != count:
+            raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
+                               "of them", num_gpus=self.num_gpus, cluster=repr(self.cluster), count=count))
+        return self
+
+    def gpus_in_node(self) -> int:
+        """GPUs per node: `gpus_per_node`, by default min(num_gpus, 8) (the one place this default lives)."""
+        return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
+
+
+def _cluster_gpus(cluster_id: str) -> int | None:
+    """The GPU count of a cluster preset; None for an unknown id (resolve_hardware names it)."""
+    from calc.contract.presets import cluster_presets
+
+    c = cluster_presets().get(cluster_id)
+    return None if c is None else c.num_gpus
+
+
+class Scenario(BaseModel):
+    """Model + hardware + training setup. `model` is a preset id or a Hugging Face config dict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | dict[str, Any]
+    hardware: HardwareConfig = Field(default_factory=HardwareConfig)
+    mode: Mode = Mode.train
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+
+    @cached_property
+    def spec(self) -> ModelSpec:
+        """The resolved architecture (from the preset or the config dict)."""
+        from calc.contract.presets import resolve_model
+
+        return resolve_model(self.model)
+
+    @model_validator(mode="after")
+    def _fits_model(self) -> Scenario:
+        spec = self.spec  # raises a ValueError naming the problem for unknown presets / bad configs
+        t = self.training
+        if spec.num_heads % t.tensor_parallel:
+            raise UserError(T_("tensor_parallel={tp} must divide the {heads} attention heads",
+                               tp=t.tensor_parallel, heads=spec.num_heads))
+        if spec.num_layers < t.pipeline_parallel:
+            raise UserError(T_("pipeline_parallel={pp} exceeds the {layers} layers", pp=t.pipeline_parallel,
+                               layers=spec.num_layers))
+        gpus = self.resolved_hardware().num_gpus
+        model_parallel = t.tensor_parallel * t.pipeline_parallel
+        if gpus % model_parallel:
+            raise UserError(T_("num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = "
+                               "{model_parallel}", gpus=gpus, model_parallel=model_parallel))
+        self._expert_parallel_fits(gpus)
+        if spec.attention_sinks and t.attention != Attention.eager:
+            raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
+                               "have no SDPA path); choose eager"))
+        if t.lora is not None and t.lora.targets == "all-linear" and spec.family == "llama4_text":
+            raise UserError(T_("LoRA all-linear on llama4_text: peft wraps Llama 4's router (an nn.Linear that "
+                               "returns a tuple) and its forward fails; target attention"))
+        if t.lora is not None and t.lora.targets == "all-linear" and spec.family in PEFT_EXPERT_ADAPTER_FAMILIES:
+            raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
+                               "and the router, which the estimate does not model; target attention",
+                               family=spec.family))
+        quantized = t.lora is not None and t.lora.base_weights != "bf16"
+        if quantized and self.mode == Mode.train and t.zero_stage == 3:
+                raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
+        return self
+
+    def _expert_parallel_fits(self, gpus: int) -> None:
+        """expert_parallel splits a MoE model's routed experts evenly over ranks of one training job."""
+        ep, experts = self.training.expert_parallel, self.spec.num_experts
+        if ep == 1:
+            return
+        if experts == 1:
+            raise UserError(T_("expert_parallel > 1 needs a mixture-of-experts model; this one is dense"))
+        if self.mode != Mode.train:
+            raise UserError(T_("expert_parallel is modelled for training (transformers' all-to-all dispatch); use 1"))
+        if experts % ep:
+            raise UserError(T_("expert_parallel={ep} must divide the {experts} experts per layer", ep=ep,
+                               experts=experts))
+        if gpus % ep:
+            raise UserError(T_("expert_parallel={ep} must divide num_gpus={gpus}", ep=ep, gpus=gpus))
+
+    def variant(self, **fields: Any) -> Scenario:
+        """This scenario with some top-level fields (model, hardware, mode, training) replaced,
+        validated again. The one way to make a variant: every other field is carried over, so a field
+        added later survives the recommender, the waterfall, the what-ifs and Compare."""
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(fields)
+        return type(self).model_validate(data)
+
+    def with_training(self, **changes: Any) -> Scenario:
+        """This scenario with some training fields changed (ValidationError / ValueError if the result
+        is not a valid scenario)."""
+        training = TrainingConfig.model_validate({**self.training.model_dump(), **changes})
+        return self.variant(training=training)
+
+    def resolved_hardware(self) -> HardwareConfig:
+        """Hardware with a cluster preset expanded into gpu / num_gpus / gpus_per_node."""
+        return self._hardware
+
+    @cached_property
+    def _hardware(self) -> HardwareConfig:
+        from calc.contract.presets import resolve_hardware
+
+        return resolve_hardware(self.hardware)
+
+    @cached_property
+    def data_parallel(self) -> int:
+        t = self.training
+        return self.resolved_hardware().num_gpus // (t.tensor_parallel * t.pipeline_parallel)

@@ -1,0 +1,451 @@
+"""A tiny autograd simulator: replay one block's forward and backward and track live bytes.
+
+A block (one decoder layer, or the embedding / LM-head-and-loss ends of the model) is written as
+the list of ops that the transformers implementation runs, each with the tensor it creates, the
+tensors it reads and the tensors its autograd node saves for backward. The simulator then applies
+PyTorch's own lifetime rules:
+
+- forward: a tensor is freed after its last reader unless an autograd node saved it (or it is the
+  block's output); a node's saved tensors live until that node's backward has run
+  (`torch.autograd` releases SavedVariables when the node is executed with retain_graph=False);
+- backward runs the nodes in reverse creation order (the engine's sequence-number priority);
+  each node creates a gradient for every input that requires one, accumulating into an existing
+  gradient buffer (the new gradient is briefly alive next to it), and the gradient of its output
+  is freed once the producing node has run;
+- parameter gradients (`pgrad`) are created when their node runs and stay alive.
+
+The result is a BlockProfile: bytes saved for backward, and the peaks above the surrounding live
+memory reached inside the block during forward and during backward. The rules run over numbers for a
+block built for one shape (`Graph.profile`), or once over linear forms for a block recorded with
+symbolic batch and sequence (calc.sim.symbolic), giving a Plan that yields the profile of any shape.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from operator import itemgetter
+
+from calc.sim.symbolic import Dim, as_poly
+from calc.sim.symbolic import accumulate as _acc
+
+OUT = -1  # placeholder in `saves` for the op's own output
+
+
+@dataclass(slots=True)
+class Op:
+    out: int  # tensor id created by this op (or an alias id), -2 when it creates nothing
+    ins: tuple[int, ...]
+    saves: tuple[int, ...]
+    grad_ins: tuple[int, ...]
+    pgrad: int = 0  # parameter-gradient bytes produced by this node's backward
+    ws_fwd: int = 0  # scratch bytes alive only while the forward op runs
+    ws_bwd: int = 0  # scratch bytes alive only while the backward node runs
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """What one block costs, in bytes, relative to what is live around it."""
+
+    saved: int  # activations kept for backward after the block's forward (input included if saved)
+    fwd_peak: int  # max live bytes of the block during forward, its input and output included
+    bwd_peak: int  # max of (block saved still alive + grads in flight + new param grads) in backward
+    out_bytes: int  # the block's output (the next block's input)
+    in_grad_bytes: int  # gradient w.r.t. the block input left at the end of backward
+    param_grad_bytes: int  # parameter gradients created by this block's backward
+    input_saved: bool  # whether `saved` includes the block input
+    fwd_peak_nosave: int  # forward peak when nothing is saved (no_grad / checkpointed forward)
+    bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
+    bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
+    cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
+    cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
+    recompute_peak: int = 0  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
+    # expert parallelism: when the backward of the experts' first op (EXPERTS_ENTRY) is done, where the experts
+    # module's FSDP2 post-backward runs: the block's saved tensors still alive, and the gradients in flight
+    experts_done_saved: int = 0
+    experts_done_grads: int = 0
+
+
+# the first op of the experts module under expert parallelism (its input's gradient completes the module's
+# backward: FSDP2's post-backward for the experts group runs there, mid-layer)
+EXPERTS_ENTRY = "rows to send"
+
+
+@dataclass
+class Graph:
+    """Builder for one block. Tensor 0 is the block input."""
+
+    input_bytes: int
+    input_requires_grad: bool = True
+    round_to: int = 1  # CUDA's caching allocator rounds every block up to 512 bytes
+    held: list[int] = field(default_factory=list)  # tensors a Python local keeps until the block returns
+    cached: list[int] = field(default_factory=list)  # tensors the DynamicCache keeps until forward ends
+    sizes: list[int | Dim] = field(default_factory=list)  # bytes as asked (rounded when evaluated)
+    needs_grad: list[bool] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    output: int = 0
+
+    def __post_init__(self) -> None:
+        self.sizes.append(self.input_bytes)
+        self.needs_grad.append(self.input_requires_grad)
+
+    def op(self, out_bytes: int, ins: tuple[int, ...] = (), saves: tuple[int, ...] = (),
+           grad: bool = True, pgrad: int = 0, ws_fwd: int = 0, ws_bwd: int = 0, name: str = "",
+           grad_ins: tuple[int, ...] | None = None) -> int:
+        """Add an op creating a new tensor of `out_bytes`; returns its id."""
+        tid = len(self.sizes)
+        self.sizes.append(out_bytes)  # rounded to the allocator's block size when the plan is evaluated
+        ng = self.needs_grad
+        if ins and pgrad == 0 and not any(map(ng.__getitem__, ins)):
+            # no input and no parameter requires grad: autograd records no node, so nothing is
+            # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
+            saves, grad, grad_ins = (), False, ()
+        ng.append(grad)
+        if OUT in saves:
+            saves = tuple([tid if s == OUT else s for s in saves])
+        if grad_ins is None:
+            grad_ins = tuple([i for i in ins if ng[i]])
+        self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name))
+        self.output = tid
+        return tid
+
+    def keep(self, *tids: int) -> None:
+        """Keep tensors alive up to here in forward (a Python argument or local that outlives its
+        last use as an op input)."""
+        self.ops.append(Op(-2, tids, (), (), 0, 0, 0, "keep alive"))
+
+    # ---- simulation ------------------------------------------------------------------
+    def profile(self) -> BlockProfile:
+        """The profile of a block recorded with concrete sizes (or at the shape it was recorded for)."""
+        for x in self.sizes:
+            if isinstance(x, Dim):
+                return self.plan().at(x.trace.batch.value, x.trace.seq.value)
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Bytes)
+        (bwd_peak, (bwd_saved, bwd_pgrad)), = bwd
+        return BlockProfile(fwd_peak=fwd[0][0], fwd_peak_nosave=nosave[0][0], recompute_peak=recompute[0][0],
+                            bwd_peak=bwd_peak, bwd_peak_saved=bwd_saved, bwd_peak_pgrad=bwd_pgrad,
+                            param_grad_bytes=pgrads, input_saved=input_saved, **fields)
+
+    def plan(self) -> Plan:
+        """The profile of any (B, S): the lifetime rules run once over the block with every byte count kept as a
+        linear form in the sizes' polynomials (and their rounding), so that a shape's profile is a few sums."""
+        fwd, nosave, recompute, bwd, fields, pgrads, input_saved = self._simulate(_Forms)
+        return Plan(self.round_to, [f for f, _ in fwd], [f for f, _ in nosave], [f for f, _ in recompute],
+                    [(now, saved, pgrad) for now, (saved, pgrad) in bwd], fields, pgrads, input_saved)
+
+    def _simulate(self, alg: type[_Bytes] | type[_Forms]) -> tuple:
+        """PyTorch's lifetime rules over the block, with byte counts in `alg` (numbers, or linear forms): the
+        candidates for the forward peaks and the backward peak, the other fields, the parameter gradients."""
+        sizes = alg.sizes(self.sizes, self.round_to)
+        savers: dict[int, int] = {}
+        last_read: dict[int, int] = {}
+        for k, op in enumerate(self.ops):
+            for t in op.saves:
+                savers[t] = savers.get(t, 0) + 1
+            for i in op.ins:
+                last_read[i] = k
+        frees: list[list[int]] = [[] for _ in self.ops]
+        for i, k in last_read.items():
+            if i != self.output:
+                frees[k].append(i)
+        for k, op in enumerate(self.ops):  # an output nothing reads (layer norm's mean / rstd under
+            if op.out >= 0 and op.out not in last_read and op.out != self.output:  # no_grad) dies at once
+                frees[k].append(op.out)
+        saved_ids = set(savers)
+        saved = alg.total(sizes[t] for t in saved_ids)
+        bwd, in_grad, pgrads, (ex_saved, ex_grads) = self._backward(alg, sizes, savers, saved)
+        cached = set(self.cached)
+        fields = dict(saved=saved, out_bytes=sizes[self.output] if self.output not in saved_ids else alg.total(()),
+                      in_grad_bytes=in_grad, cached_unsaved=alg.total(sizes[t] for t in cached - saved_ids),
+                      cached_total=alg.total(sizes[t] for t in cached), experts_done_saved=ex_saved,
+                      experts_done_grads=ex_grads)
+        moments = self._forward(alg, sizes, savers, frees)
+        return (alg.largest(moments), alg.largest(self._forward(alg, sizes, {}, frees)),
+                alg.largest(moments[:self._recompute_moments()]), bwd, fields, pgrads, 0 in saved_ids)
+
+    def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
+                 frees: list[list[int]]) -> list:
+        """The block's forward moments (live bytes, its input included): before the first op, then as each op
+        runs (its output and scratch alive), its inputs that nothing saves freed after their last read."""
+        add, sub, raw = alg.add, alg.sub, alg.raw
+        live = sizes[0]
+        moments = [(live, ())]
+        for op, gone in zip(self.ops, frees, strict=True):
+            if op.out >= 0:
+                live = add(live, sizes[op.out])
+            moments.append((add(live, raw(op.ws_fwd)) if op.ws_fwd else live, ()))
+            for i in gone:
+                if i not in savers:
+                    live = sub(live, sizes[i])
+        return moments
+
+    def _recompute_moments(self) -> int:
+        """How many of the forward's first moments a checkpoint's recompute reaches. The recompute of
+        non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True) raises _StopRecomputationError
+        once the forward's last tensor is packed for backward. Autograd packs a node's saved inputs before the
+        kernel runs and a saved output after it, so the recompute ends before the last saving op's output is
+        allocated unless that op saves its own output. Until then it is the forward itself (moment k + 1 is
+        op k's)."""
+        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1)
+        if last < 0:
+            return len(self.ops) + 1
+        return last + (2 if self.ops[last].out in self.ops[last].saves else 1)
+
+    def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
+            -> tuple[list, object, int, tuple]:
+        """Candidates for the first backward peak, each (live bytes, (saved still alive, parameter gradients
+        created)), the input's gradient, the parameter gradients, and (saved alive, gradients in flight) once
+        the op named EXPERTS_ENTRY has run its backward (zero without one)."""
+        add, sub, raw = alg.add, alg.sub, alg.raw
+        remaining = dict(savers)
+        live_saved = saved
+        grads = {self.output: sizes[self.output]}  # grad of the block output
+        grad_bytes = sizes[self.output]
+        pgrads = 0
+        moments = [(add(live_saved, grad_bytes), (live_saved, 0))]
+        experts_done = (alg.total(()), alg.total(()))
+        for op in reversed(self.ops):
+            if op.out >= 0 and op.out not in grads and op.pgrad == 0:
+                continue  # no gradient reaches this node (non-differentiable branch)
+            now = add(live_saved, grad_bytes)
+            if op.ws_bwd:
+                now = add(now, raw(op.ws_bwd))
+            for i in op.grad_ins:
+                now = add(now, sizes[i])  # a new gradient, or one added to an existing gradient buffer
+                if i not in grads:
+                    grads[i] = sizes[i]
+                    grad_bytes = add(grad_bytes, sizes[i])
+            pgrads += op.pgrad
+            moments.append((add(now, raw(pgrads)) if pgrads else now, (live_saved, pgrads)))
+            if op.out >= 0 and op.out in grads and op.out != 0:
+                grad_bytes = sub(grad_bytes, grads.pop(op.out))
+            for s in op.saves:
+                remaining[s] -= 1
+                if remaining[s] == 0:
+                    live_saved = sub(live_saved, sizes[s])
+            if op.name == EXPERTS_ENTRY:
+                experts_done = (live_saved, grad_bytes)
+        return alg.largest(moments, first=True), grads.get(0, alg.total(())), pgrads, experts_done
+
+
+class _Bytes:
+    """Byte counts as numbers (a block built for one shape)."""
+
+    add, sub, raw = operator.add, operator.sub, operator.pos  # C functions: a replay stays as fast as before
+
+    @staticmethod
+    def sizes(sizes: list[int], r: int) -> list[int]:
+        """The input as it is, every tensor the block creates rounded up to a multiple of r (CUDA's caching
+        allocator: 512 bytes)."""
+        return sizes[:1] + [-(-x // r) * r for x in sizes[1:]]
+
+    @staticmethod
+    def largest(moments: list[tuple[int, tuple]], first: bool = False) -> list[tuple[int, tuple]]:
+        """The first largest moment (max returns the first of equal ones)."""
+        return [max(moments, key=itemgetter(0))]
+
+    @staticmethod
+    def total(xs: Iterable[int]) -> int:
+        return sum(xs)
+
+
+# ---- byte counts as linear forms -------------------------------------------------------
+# A form maps basis elements to coefficients: a monomial B^b S^s ("m", b, s), or the allocator's rounding of
+# a size polynomial p, ("d", r, p): round_up(p, r) - p = (-p) mod r. For B, S >= 1 a monomial is at least 1 and a
+# rounding between 0 and r - 1, which bounds the difference of two forms from below (_margin).
+
+Form = dict[tuple, int]
+_ONE = ("m", 0, 0)
+
+
+def as_form(x: Dim | int) -> Form:
+    return {("m", *m): c for m, c in as_poly(x).items()}
+
+
+def _size_form(x: Dim | int, r: int) -> Form:
+    """A tensor's bytes rounded up to a multiple of r (CUDA's caching allocator: 512)."""
+    p = as_poly(x)
+    if r == 1 or all(c % r == 0 for c in p.values()):
+        return as_form(x)
+    if list(p) == [(0, 0)]:
+        return {_ONE: -(-p[(0, 0)] // r) * r}
+    return {**as_form(x), ("d", r, tuple(sorted(p.items()))): 1}
+
+
+def _sum(forms) -> Form:
+    out: Form = {}
+    for f in forms:
+        _acc(out, f)
+    return out
+
+
+def _margin(a: Form, b: Form) -> int | None:
+    """A lower bound of a - b over every shape, or None when a - b has no lower bound (a monomial's coefficient is
+    smaller): each monomial is at least 1, each rounding of a size to r bytes between 0 and r - 1. (One pass over
+    each form's items, not over the union of their keys: a recording compares every moment with the candidates
+    it keeps.)"""
+    margin = 0
+    for k, c in a.items():
+        d = c - b.get(k, 0)
+        if d < 0:
+            if k[0] == "m":
+                return None
+            margin += d * (k[1] - 1)
+        elif k[0] == "m":
+            margin += d
+    for k, c in b.items():
+        if k in a:
+            continue
+        if c > 0:  # a - b = -c < 0 here
+            if k[0] == "m":
+                return None
+            margin -= c * (k[1] - 1)
+        elif k[0] == "m":
+            margin -= c
+    return margin
+
+
+def _at_least(a: Form, b: Form) -> bool:
+    """a >= b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m >= 0
+
+
+def _above(a: Form, b: Form) -> bool:
+    """a > b for every shape."""
+    m = _margin(a, b)
+    return m is not None and m > 0
+
+
+class _Frontier:
+    """The candidates for the largest of a sequence of forms, with what came with each: a form another bounds
+    can never be the largest. first=True keeps the first of equal values (a later form must be strictly larger
+    to replace one)."""
+
+    def __init__(self, first: bool = False) -> None:
+        self.first = first
+        self.found: list[tuple[Form, tuple]] = []
+
+    def add(self, form: Form, extra: tuple = ()) -> None:
+        if any(f == form or _at_least(f, form) for f, _ in self.found):  # an equal form is bounded, and cheap
+            return
+        drop = _above if self.first else _at_least
+        self.found = [(f, x) for f, x in self.found if not drop(form, f)]
+        self.found.append((form, extra))
+
+
+class _Forms:
+    """Byte counts as linear forms (a block recorded with symbolic B and S)."""
+
+    raw = staticmethod(as_form)
+
+    @staticmethod
+    def sizes(sizes: list[Dim | int], r: int) -> list[Form]:
+        return [as_form(sizes[0])] + [_size_form(x, r) for x in sizes[1:]]
+
+    @staticmethod
+    def largest(moments: list[tuple[Form, tuple]], first: bool = False) -> list[tuple[Form, tuple]]:
+        """The moments that can be the (first) largest for some shape."""
+        frontier = _Frontier(first)
+        for form, extra in moments:
+            frontier.add(form, extra)
+        return frontier.found
+
+    @staticmethod
+    def add(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b)
+
+    @staticmethod
+    def sub(a: Form, b: Form) -> Form:
+        return _acc(dict(a), b, -1)
+
+    @staticmethod
+    def total(forms: Iterable[Form]) -> Form:
+        return _sum(forms)
+
+
+class Plan:
+    """A block's profile for any (B, S): each field a linear form over the block's basis, the forward peaks
+    the largest of a few forms and the backward peak the first largest of a few."""
+
+    def __init__(self, r: int, fwd: list[Form], nosave: list[Form], recompute: list[Form],
+                 bwd: list[tuple[Form, Form, int]], fields: dict[str, Form], param_grad_bytes: int,
+                 input_saved: bool) -> None:
+        keys = {k for f in (*fwd, *nosave, *recompute, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
+        monos = sorted({k for k in keys if k[0] == "m"} | {("m", *m) for k in keys if k[0] == "d" for m, _ in k[2]}
+                       | {_ONE})
+        rounded = sorted(k for k in keys if k[0] == "d")
+        basis = {k: i for i, k in enumerate(monos + rounded)}
+
+        def dense(f: Form) -> tuple[int, ...]:
+            out = [0] * len(basis)
+            for k, c in f.items():
+                out[basis[k]] = c
+            return tuple(out)
+
+        self.r = r
+        self.monos = [k[1:] for k in monos]
+        mono_at = {k[1:]: i for i, k in enumerate(monos)}
+        self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
+                        for k in rounded]
+        # every form in one list, evaluated in one pass: the fields, the forward peaks, the backward candidates
+        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave, *recompute)] + \
+            [dense(now) for now, _, _ in bwd]
+        n = len(_FIELDS) + len(fwd)
+        self.ends = (n, n + len(nosave), n + len(nosave) + len(recompute))
+        self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
+        self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
+        self._at: Callable[[int, int], BlockProfile] | None = None  # at(), written on first use
+
+    def at(self, batch: int, seq: int) -> BlockProfile:
+        """The profile of (batch, seq): the forms evaluated by straight-line code written for this plan (a
+        generic loop over the dense forms cost 5-9 us a block, most of a new shape's profiles)."""
+        if self._at is None:
+            self._at = self._compile()
+        return self._at(batch, seq)
+
+    def _terms(self, coefs: tuple[int, ...]) -> str:
+        """sum(c * basis[i]) as Python source over the locals b0.. (zero terms left out)."""
+        out = " + ".join(f"{c} * b{i}" for i, c in enumerate(coefs) if c)
+        return out or "0"
+
+    def _compile(self) -> Callable[[int, int], BlockProfile]:
+        """A function (batch, seq) -> BlockProfile equal to the plan's evaluation, written out: monomials,
+        the allocator's rounding (-x % r) of the rounded sizes, each form's sum, the first largest backward
+        candidate. Only ints this plan holds go into the source."""
+        n_mono = len(self.monos)
+        lines = ["def at(batch, seq):"]
+        lines += [f"    b{i} = batch ** {b} * seq ** {s}" for i, (b, s) in enumerate(self.monos)]
+        lines += [f"    b{n_mono + j} = -({self._terms(p)}) % {self.r}" for j, p in enumerate(self.rounded)]
+        lines += [f"    v{k} = {self._terms(f)}" for k, f in enumerate(self.forms)]
+        fwd_end, nosave_end, recompute_end = self.ends
+        n_fields = len(_FIELDS)
+
+        def largest(a: int, b: int) -> str:
+            return f"max({', '.join(f'v{k}' for k in range(a, b))})" if b - a > 1 else f"v{a}"
+
+        bwd = range(recompute_end, len(self.forms))
+        lines.append(f"    bwd = ({', '.join(f'v{k}' for k in bwd)},)")
+        lines.append("    best = bwd.index(max(bwd))")  # the first largest
+        choices = [f"({self._terms(sv)}) if best == {k} else " for k, (sv, _) in enumerate(self.bwd[:-1])]
+        lines.append(f"    saved = {''.join(choices)}({self._terms(self.bwd[-1][0])})")
+        lines.append(f"    pgrad = {tuple(pg for _, pg in self.bwd)!r}[best]")
+        fields = ", ".join(f"{name}=v{k}" for k, name in enumerate(_FIELDS))
+        # every field given, so the frozen dataclass's __init__ (a guarded setattr per field, twice the cost of
+        # the sums) is skipped: its __dict__ is filled directly
+        lines.append("    profile = new(BlockProfile)")
+        lines.append(f"    profile.__dict__.update({fields}, fwd_peak={largest(n_fields, fwd_end)}, "
+                     f"fwd_peak_nosave={largest(fwd_end, nosave_end)}, "
+                     f"recompute_peak={largest(nosave_end, recompute_end)}, bwd_peak=bwd[best], "
+                     f"bwd_peak_saved=saved, bwd_peak_pgrad=pgrad, param_grad_bytes={self.param_grad_bytes}, "
+                     f"input_saved={self.input_saved})")
+        lines.append("    return profile")
+        scope: dict[str, object] = {"BlockProfile": BlockProfile, "new": object.__new__}
+        exec(compile("\n".join(lines), "<calc.sim.graph.Plan>", "exec"), scope)  # noqa: S102 - our own ints only
+        return scope["at"]  # type: ignore[return-value]
+
+
+_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total", "experts_done_saved",
+           "experts_done_grads")  # BlockProfile's sums

@@ -1,0 +1,124 @@
+"""Export page: the DeepSpeed JSON, Trainer script and accelerate config are calc.export's for the
+current or recommended scenario; the hyper-parameter widgets reach the config; importing a ds_config
+estimates it (and bad input names the key)."""
+
+from __future__ import annotations
+
+import json
+
+from calc.contract.scenario import Scenario
+from calc.export import ExportOptions, accelerate_config, export_deepspeed, scenario_from_ds_config, trainer_snippet
+from calc.memory.engine import estimate
+from calc.memory.verdict import headline
+from calc.recommend import fastest_fitting
+from calc.speed import estimate_speed
+from tests.app.test_app_helpers import all_text, assert_clean, open_app, scenario
+from ui import fmt, state
+
+ZERO3 = Scenario(model="llama-2-7b", hardware={"cluster": "8x-a100-80gb"},
+                 training={"precision": "bf16-mixed", "zero_stage": 3, "activation_checkpointing": "full",
+                           "offload_optimizer": "cpu"})
+
+
+def _codes(at, language: str) -> list[str]:
+    return [c.value.strip() for c in at.code if c.language == language]
+
+
+def check_export(at, target: Scenario, opts: ExportOptions | None = None) -> None:
+    assert_clean(at)
+    ds = export_deepspeed(target, opts)
+    assert json.dumps(ds.config, indent=2) in _codes(at, "json")
+    assert trainer_snippet(target, opts).strip() in _codes(at, "python")
+    assert accelerate_config(target).strip() in _codes(at, "yaml")
+    assert any("accelerate launch --config_file accelerate.yaml" in c for c in _codes(at, "bash"))
+    labels = [b.label for b in at.get("download_button")]
+    assert "Download ds_config.json" in labels
+    est = estimate(target)
+    assert f"device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU" in all_text(at)
+    for note in ds.notes:
+        assert f"Note: {note}" in all_text(at)
+
+
+def test_default_scenario_exports():
+    at = open_app("export")
+    check_export(at, state.DEFAULT_SCENARIO)
+
+
+def test_zero3_offload_scenario_exports_its_buckets():
+    at = open_app("export", state.scenario_to_params(ZERO3))
+    check_export(at, ZERO3)
+    cfg = json.loads(_codes(at, "json")[0])
+    assert cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert any("deepspeed --num_gpus 8 train.py" in c for c in _codes(at, "bash"))
+
+
+def test_recommended_source_and_hyper_parameters():
+    at = open_app("export", state.scenario_to_params(ZERO3))
+    [r for r in at.radio if r.key == "exp_source"][0].set_value("recommended")
+    at.run()
+    best = fastest_fitting(ZERO3)
+    check_export(at, best.scenario)
+    assert best.label in all_text(at)
+    # the exported configuration's verdict and speed, beside the files
+    est, speed = estimate(best.scenario), estimate_speed(best.scenario)
+    assert any(f"**{headline(est.verdict)}**" in b.value and f"{speed.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+               in b.value for b in at.success)
+    values = {"exp_lr": 3e-4, "exp_wd": 0.1, "exp_clip": 0.5, "exp_warmup": 100, "exp_steps": 1000}
+    for key, v in values.items():
+        [w for w in at.number_input if w.key == key][0].set_value(v)
+    [w for w in at.text_input if w.key == "exp_nvme"][0].set_value("/mnt/nvme0")
+    at.run()
+    opts = ExportOptions(learning_rate=3e-4, weight_decay=0.1, gradient_clipping=0.5, warmup_steps=100,
+                         total_num_steps=1000, nvme_path="/mnt/nvme0")
+    check_export(at, best.scenario, opts)
+    cfg = json.loads(_codes(at, "json")[0])
+    assert "scheduler" not in cfg  # the Trainer owns the schedule (train.py's arguments)
+    assert "'lr_scheduler_type': 'linear'" in _codes(at, "python")[0] and "'max_steps': 1000" in _codes(at, "python")[0]
+    assert cfg["gradient_clipping"] == 0.5
+
+
+def test_inference_cannot_be_exported():
+    sc = Scenario(model="llama-3.1-8b", mode="inference", hardware={"gpu": "a100-80gb"})
+    at = open_app("export", state.scenario_to_params(sc))
+    assert_clean(at)
+    assert any("DeepSpeed cannot express this scenario" in e.value for e in at.error)
+
+
+def test_import_a_ds_config():
+    at = open_app("export")
+    base = scenario(at)
+    one_gpu = Scenario.model_validate({**ZERO3.model_dump(mode="json"), "hardware": {"gpu": "rtx-4090"}})
+    cfg = export_deepspeed(one_gpu).config
+    box = [t for t in at.text_area if t.key == "exp_import_text"][0]
+    box.set_value(json.dumps(cfg))
+    at.run()
+    assert_clean(at)
+    imported = scenario_from_ds_config(cfg, base.model, base.hardware, seq_len=base.training.seq_len,
+                                       attention=base.training.attention.value)
+    est = estimate(imported)
+    assert f"This config: **{headline(est.verdict)}**" in all_text(at)
+    [b for b in at.button if b.key == "exp_import_use"][0].click()
+    at.run()
+    assert_clean(at)
+    assert scenario(at) == imported
+    assert [s for s in at.selectbox if s.key == "sc_zero"][0].value == 3
+
+
+def test_import_errors_name_the_key():
+    at = open_app("export")
+    for text, message in (('{"zero_optimization": {"stage": 7}, "train_batch_size": 8}', "zero_optimization.stage"),
+                          ('{"train_batch_size": "auto"}', "train_batch_size is 'auto'"),
+                          ('{"zero_optimization": ', "not valid JSON"),
+                          (json.dumps({**export_deepspeed(ZERO3).config, "train_batch_size": 8}),
+                           "train_batch_size 8 != ")):
+        [t for t in at.text_area if t.key == "exp_import_text"][0].set_value(text)
+        at.run()
+        assert_clean(at)
+        assert any(message in e.value for e in at.error), (message, [e.value for e in at.error])
+    [t for t in at.text_area if t.key == "exp_import_text"][0].set_value("")
+    up = [w for w in at.get("file_uploader") if w.key == "exp_import_file"][0]
+    up.set_value(("ds_config.json", b" " * (3 * 2**20), "application/json"))
+    at.run()
+    assert_clean(at)
+    assert any("the limit is 1 MiB" in e.value for e in at.error)
