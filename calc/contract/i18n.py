@@ -32,16 +32,15 @@ CATALOGUE_LANG = "zh"  # the one language with catalogues (English is the ids)
 # domain -> the source files whose marked strings it holds (globs relative to the repository root).
 # A file belongs to the first domain that matches it; the last two are catch-alls.
 DOMAINS: dict[str, tuple[str, ...]] = {
-    "breakdown": ("ui/charts.py", "ui/verdict.py", "ui/calibration.py", "calc/verdict.py", "calc/result.py",
-                  "calc/engine.py", "calc/per_param.py", "calc/calibrate.py", "calc/layers.py", "calc/graph.py",
-                  "calc/precision.py"),
-    "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/__main__.py",
-                  "calc/fit.py", "calc/speed.py", "calc/variant.py"),
-    "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/claims.py"),
-    "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/validate.py",
-               "calc/record.py"),
+    "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/cli/*.py",
+                  "calc/memory/fit.py", "calc/speed.py", "calc/contract/variant.py"),
+    "breakdown": ("ui/charts.py", "ui/verdict.py", "ui/calibration.py", "calc/memory/*.py", "calc/evidence/calibrate.py",
+                  "calc/sim/*.py", "calc/contract/precision.py"),
+    "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/evidence/claims.py"),
+    "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/evidence/validate.py",
+               "calc/contract/record.py"),
     "app": ("app.py", "ui/*.py", "presets/clusters/*.yaml"),
-    "calc": ("calc/*.py",),
+    "calc": ("calc/**/*.py",),
 }
 
 
