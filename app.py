@@ -1,7 +1,7 @@
 """vramcalc: the Calculator page (home). Run with `python -m ui.serve` (or `streamlit run app.py`: see ui/serve.py).
 
 Pages are thin: the sidebar returns a validated Scenario (ui.widgets), calc/ does the work,
-ui.charts draws it. Other pages live in pages/ (Streamlit's auto-discovery).
+ui.plots draws it. Other pages live in pages/ (Streamlit's auto-discovery).
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.memory.result import phase_name
-from ui import calibration, charts, compute, fmt, state
-from ui import verdict as verdict_ui
+from ui import calibration, compute, fmt, state
+from ui import plots as charts
+from ui import verdict_box as verdict_ui
 from ui.first_screen import stop_after_first_screen
-from ui.i18n import _, current, tr
+from ui.language import _, current, tr
 from ui.widgets import MODE_LABELS, hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.i18n import N_
-from ui import charts, compute, fmt, state
-from ui import verdict as verdict_ui
+from ui import compute, fmt, state
+from ui import plots as charts
+from ui import verdict_box as verdict_ui
 from ui.first_screen import stop_after_first_screen
-from ui.i18n import _, say, tr
+from ui.language import _, say, tr
 from ui.widgets import column_name, compare_columns_editor, page_setup, scenario_or_stop
 
 page_setup("Compare", ":material/compare_arrows:")

@@ -21,9 +21,10 @@ from calc.recommend import (
     usable_bytes,
 )
 from calc.recommend.phrase import Phrase
-from ui import charts, compute, fmt, state
+from ui import compute, fmt, state
+from ui import plots as charts
 from ui.first_screen import stop_after_first_screen
-from ui.i18n import _, current, say
+from ui.language import _, current, say
 from ui.widgets import cluster_short_name, hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
@@ -43,7 +44,7 @@ def _use(scenario) -> None:
 
 
 def _named(steps: list) -> list:
-    """The steps with their names already in the session's language, for ui.charts (which writes s.name
+    """The steps with their names already in the session's language, for ui.plots (which writes s.name
     as text); English needs nothing."""
     if current() == "en":
         return steps

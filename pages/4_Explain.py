@@ -1,6 +1,6 @@
 """Explain: where GPU memory goes and what each technique does to it, with every number computed
 live by calc/ for the scenario in the sidebar (ui.explain.figures runs the what-ifs), the lessons'
-plots (ui.explain.charts), worked recipes and the source articles' claims checked against the engine."""
+plots (ui.explain.lesson_plots), worked recipes and the source articles' claims checked against the engine."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from calc.contract.i18n import N_
 from calc.evidence.claims import article_batch_formula
 from calc.memory.result import CATEGORY_LABELS
 from calc.memory.verdict import Verdict, short
-from ui import charts, compute, fmt, state
-from ui.explain import charts as xcharts
-from ui.explain.claims import article_names, claim_rows, verdict_counts
+from ui import compute, fmt, state
+from ui import plots as charts
+from ui.explain import lesson_plots as xcharts
+from ui.explain.claim_rows import article_names, claim_rows, verdict_counts
 from ui.explain.figures import BPP_ZERO_GPUS, bytes_per_param_table, figures
 from ui.explain.recipes import recipe_rows
 from ui.first_screen import stop_after_first_screen
-from ui.i18n import _, current, say, tr
+from ui.language import _, current, say, tr
 from ui.widgets import page_setup, scenario_or_stop
 
 page_setup("Explain", ":material/menu_book:")

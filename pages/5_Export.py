@@ -18,8 +18,8 @@ from calc.export import (
     trainer_snippet,
 )
 from ui import compute, fmt, state
-from ui import verdict as verdict_ui
-from ui.i18n import _, current, say, tr
+from ui import verdict_box as verdict_ui
+from ui.language import _, current, say, tr
 from ui.widgets import MAX_CONFIG_BYTES, hardware_name, page_setup, parse_config_text, scenario_or_stop
 
 page_setup("Export", ":material/download:")

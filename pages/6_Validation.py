@@ -7,9 +7,10 @@ import streamlit as st
 
 from calc.contract.i18n import N_
 from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
-from ui import charts, compute, fmt, state
+from ui import compute, fmt, state
+from ui import plots as charts
 from ui.first_screen import stop_after_first_screen
-from ui.i18n import _, tr
+from ui.language import _, tr
 from ui.widgets import page_setup, scenario_or_stop
 
 # The tables' columns: key -> (header, number format or None). Keys stay English (the data's names).

@@ -4,7 +4,7 @@
     python scripts/i18n.py check    # what is missing, empty, stale or fuzzy (exit 1 if anything)
     python scripts/i18n.py stats    # ids and translated ids per domain
 
-Marked strings: the first argument of `_(...)` (ui/i18n.py), `N_(...)` and `T_(...)` (calc/i18n.py),
+Marked strings: the first argument of `_(...)` (ui/language.py), `N_(...)` and `T_(...)` (calc/i18n.py),
 which must be a string literal; and in YAML data files the keys YAML_KEYS names for them. Which file belongs to
 which domain is calc.contract.i18n.DOMAINS. The .po files are written by Babel in the standard gettext format,
 so a translator can open them in Poedit or any other gettext tool.

@@ -25,8 +25,8 @@ from calc.evidence.calibrate import (
 )
 from calc.memory.result import Estimate
 from ui import fmt, state
-from ui import verdict as verdict_ui
-from ui.i18n import _, say, tr
+from ui import verdict_box as verdict_ui
+from ui.language import _, say, tr
 
 VALIDATION_PAGE = "pages/6_Validation.py"
 # the comparison table's columns

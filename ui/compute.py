@@ -16,12 +16,12 @@ from calc.contract.scenario import Scenario
 from calc.contract.units import GiB
 from calc.memory.engine import estimate
 from calc.memory.result import Estimate
-from ui import i18n
+from ui import language
 
 
 def model_options() -> dict[str, str]:
     """Preset id -> 'Name (6.74 B params)', smallest model first, in the session's language."""
-    return _model_options(i18n.current())
+    return _model_options(language.current())
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from calc.contract.units import GB, GiB, MiB, to_gib
-from ui.i18n import _
+from ui.language import _
 
 __all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "table"]
 

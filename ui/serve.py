@@ -65,14 +65,14 @@ def _import_pages_modules() -> None:
     import streamlit.elements.plotly_chart  # noqa: F401
 
     import ui.calibration  # noqa: F401
-    import ui.charts  # noqa: F401
     import ui.compute  # noqa: F401
-    import ui.explain.charts  # noqa: F401
-    import ui.explain.claims  # noqa: F401
+    import ui.explain.claim_rows  # noqa: F401
     import ui.explain.figures  # noqa: F401
+    import ui.explain.lesson_plots  # noqa: F401
     import ui.explain.recipes  # noqa: F401
     import ui.first_screen  # noqa: F401
-    import ui.verdict  # noqa: F401
+    import ui.plots  # noqa: F401
+    import ui.verdict_box  # noqa: F401
     import ui.widgets  # noqa: F401
     from calc.contract.i18n import LANGS, catalogue
     from calc.recommend import optimization_waterfall  # noqa: F401  (loads the recommender's modules)
@@ -87,7 +87,8 @@ def _draw_default_figures() -> None:
     the default shape's block profiles."""
     from calc.memory.engine import estimate
     from calc.recommend import usable_bytes
-    from ui import charts, compute
+    from ui import compute
+    from ui import plots as charts
     from ui.state import DEFAULT_SCENARIO
 
     est = estimate(DEFAULT_SCENARIO)

@@ -208,7 +208,7 @@ def error_text(exc: Exception, lang: Lang | None = None) -> str:
     """One short readable line for any validation problem (never a traceback), in `lang` (by default
     the session's language). Plain text: render it through ui.fmt.literal, it may quote the user's input."""
     if lang is None:
-        from ui import i18n  # imports streamlit, as _st() does
+        from ui import language as i18n  # imports streamlit, as _st() does
 
         lang = i18n.current()
     if isinstance(exc, ValidationError):
@@ -404,7 +404,7 @@ def init_state() -> None:
     ss = st.session_state
     if SCENARIO in ss:
         return
-    from ui.i18n import _  # imports streamlit, as _st() does
+    from ui.language import _  # imports streamlit, as _st() does
 
     params = {k: st.query_params[k] for k in st.query_params}
     sc = None
@@ -492,7 +492,7 @@ def set_calibration(cal: Calibration | None) -> None:
 
 def page_params(include_compare: bool = False) -> dict[str, str]:
     """The query parameters that describe the current state (for st.query_params and links)."""
-    from ui import i18n  # imports streamlit, as _st() does
+    from ui import language as i18n  # imports streamlit, as _st() does
 
     out = scenario_to_params(get_scenario())
     if i18n.current() != i18n.DEFAULT_LANG:  # shared links open in the sharer's language

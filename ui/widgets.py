@@ -33,7 +33,7 @@ from calc.contract.scenario import (
 )
 from calc.contract.units import GiB, MiB
 from ui import compute, fmt, state
-from ui.i18n import _, begin_run, current, language_switch, tr
+from ui.language import _, begin_run, current, language_switch, tr
 
 PAGES: tuple[tuple[str, str, str], ...] = (
     ("app.py", N_("Calculator"), ":material/calculate:"),

@@ -1,7 +1,7 @@
 """Languages: English (the message ids themselves) and Simplified Chinese (gettext catalogues).
 
 Strings live in message catalogues, not in the code: every user-facing sentence is an English
-message id, marked where it is written (`N_` in calc/, `_` in the app, see ui/i18n.py) and
+message id, marked where it is written (`N_` in calc/, `_` in the app, see ui/language.py) and
 translated in `locales/zh/LC_MESSAGES/<domain>.po`, the gettext format that translators' tools
 (Poedit, Weblate, Lokalise) read. `python scripts/i18n.py update` extracts the ids from the code
 into the catalogues; tests/calc/contract/test_i18n.py fails on a missing, empty or inconsistent translation.
@@ -34,7 +34,7 @@ CATALOGUE_LANG = "zh"  # the one language with catalogues (English is the ids)
 DOMAINS: dict[str, tuple[str, ...]] = {
     "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/cli/*.py",
                   "calc/memory/fit.py", "calc/speed.py", "calc/contract/variant.py"),
-    "breakdown": ("ui/charts.py", "ui/verdict.py", "ui/calibration.py", "calc/memory/*.py", "calc/evidence/calibrate.py",
+    "breakdown": ("ui/plots.py", "ui/verdict_box.py", "ui/calibration.py", "calc/memory/*.py", "calc/evidence/calibrate.py",
                   "calc/sim/*.py", "calc/contract/precision.py"),
     "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/evidence/claims.py"),
     "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/evidence/validate.py",

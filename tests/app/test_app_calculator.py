@@ -16,7 +16,8 @@ from calc.memory.engine import estimate
 from calc.memory.result import CATEGORIES
 from calc.memory.verdict import gib_short, headline
 from tests.app.test_app_helpers import all_text, assert_clean, chart, go, metric, open_app, scenario, traces
-from ui import charts, fmt, state
+from ui import fmt, state
+from ui import plots as charts
 
 
 def _update(sc: Scenario, **kw: Any) -> Scenario:

@@ -11,7 +11,8 @@ from calc.memory.engine import estimate
 from calc.memory.verdict import headline
 from calc.recommend import fastest_fitting
 from tests.app.test_app_helpers import all_text, assert_clean, chart, open_app, scenario
-from ui import charts, fmt, state
+from ui import fmt, state
+from ui import plots as charts
 from ui.widgets import column_name
 
 

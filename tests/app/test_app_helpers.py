@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from calc.contract.scenario import Scenario
 from ui import state
-from ui.charts import figure_from_json
+from ui.plots import figure_from_json
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")

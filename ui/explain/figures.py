@@ -42,7 +42,7 @@ def what_if(sc: Scenario | None, *, hardware: dict[str, Any] | None = None, mode
 
 
 def hardware_label(sc: Scenario) -> Text:
-    """'8 x NVIDIA A100 80GB', translatable (the page renders it with ui.i18n.say)."""
+    """'8 x NVIDIA A100 80GB', translatable (the page renders it with ui.language.say)."""
     hw = sc.resolved_hardware()
     if hw.gpu:
         return T_("{n} x {gpu}", n=hw.num_gpus, gpu=gpu_presets()[hw.gpu].name)

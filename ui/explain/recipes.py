@@ -71,7 +71,7 @@ RECIPES: tuple[tuple[str, str, tuple[tuple[str, dict[str, Any], str], ...]], ...
 @st.cache_data(max_entries=2, show_spinner=False)
 def recipe_rows() -> list[dict[str, Any]]:
     """Each recipe with the engine's device total, verdict (GPU, host RAM, NVMe) and tokens/s. Titles,
-    settings, labels and notes are English message ids (the page translates them with ui.i18n.tr)."""
+    settings, labels and notes are English message ids (the page translates them with ui.language.tr)."""
     out = []
     for title, setting, items in RECIPES:
         rows = []

@@ -1,4 +1,4 @@
-"""Plotly figures for the Explain page's lessons, in ui.charts' style: GiB (2^30 bytes) on the axes,
+"""Plotly figures for the Explain page's lessons, in ui.plots' style: GiB (2^30 bytes) on the axes,
 exact bytes on hover. They draw what ui.explain.figures returned and compute nothing but units."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 
 from calc.contract.i18n import N_
 from calc.contract.units import GiB
-from ui.charts import COLORS
-from ui.i18n import _, say, tr
+from ui.language import _, say, tr
+from ui.plots import COLORS
 
 STAGE_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756")
 STAGE_DASHES = ("solid", "dot", "dash", "solid")  # stages 1 and 2 often coincide: both stay visible

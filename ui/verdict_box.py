@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from calc.memory.verdict import Verdict, headline
-from ui.i18n import _, current
+from ui.language import _, current
 
 ICONS = {True: ":material/check_circle:", False: ":material/cancel:", None: ":material/help:"}
 

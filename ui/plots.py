@@ -15,7 +15,7 @@ from calc.contract.i18n import N_
 from calc.contract.units import GiB
 from calc.memory.result import CATEGORIES, Estimate, event_text, phase_name
 from calc.memory.verdict import headline, short
-from ui.i18n import _, current, say, tr
+from ui.language import _, current, say, tr
 
 COLORS: dict[str, str] = {
     "parameters": "#4C78A8",
