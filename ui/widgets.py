@@ -22,17 +22,34 @@ from calc.contract.errors import UserError
 from calc.contract.i18n import N_, T_
 from calc.contract.presets import resolve_model
 from calc.contract.scenario import (
-    Attention,
     Checkpointing,
     Mode,
     Offload,
-    Optimizer,
-    OptimizerImpl,
     Precision,
     Scenario,
 )
 from calc.contract.units import GiB, MiB
 from ui import compute, fmt, state
+from ui.labels import (  # noqa: F401 - pages import some of them from here
+    ATTENTION_LABELS,
+    CKPT_LABELS,
+    COMPARE_KIND_LABELS,
+    CROSS_ENTROPY_LABELS,
+    EXPERT_PARALLEL_LABEL,
+    HW_KIND_LABELS,
+    IMPL_LABELS,
+    KEEP_OUTPUTS_LABEL,
+    LORA_BASE_LABELS,
+    LORA_TARGET_LABELS,
+    MODE_LABELS,
+    MODEL_SOURCE_LABELS,
+    OFFLOAD_LABELS,
+    OPTIMIZER_LABELS,
+    PRECISION_LABELS,
+    SHARDING_LABELS,
+    ZERO0_RUNNER_LABELS,
+    ZERO_LABELS,
+)
 from ui.language import _, begin_run, current, language_switch, tr
 
 PAGES: tuple[tuple[str, str, str], ...] = (
@@ -46,53 +63,6 @@ PAGES: tuple[tuple[str, str, str], ...] = (
 
 MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
 
-PRECISION_LABELS = {
-    Precision.fp32: N_("fp32 (everything fp32)"),
-    Precision.amp_bf16: N_("AMP bf16 (fp32 weights, bf16 autocast)"),
-    Precision.amp_fp16: N_("AMP fp16 (fp32 weights, fp16 autocast + GradScaler)"),
-    Precision.bf16_mixed: N_("bf16 mixed (bf16 weights + fp32 master, DeepSpeed)"),
-    Precision.fp16_mixed: N_("fp16 mixed (fp16 weights + fp32 master, loss scaling)"),
-    Precision.bf16: N_("pure bf16 (bf16 weights and optimizer states)"),
-}
-OPTIMIZER_LABELS = {
-    Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
-    Optimizer.sgd_momentum: N_("SGD + momentum"), Optimizer.adafactor: "Adafactor",
-    Optimizer.adamw_8bit: "AdamW 8-bit (bitsandbytes)",
-}
-IMPL_LABELS = {
-    OptimizerImpl.foreach: N_("foreach (PyTorch default on CUDA)"),
-    OptimizerImpl.fused: N_("fused (one kernel, no temporaries)"),
-    OptimizerImpl.for_loop: N_("for-loop (one tensor at a time)"),
-}
-CKPT_LABELS = {
-    Checkpointing.none: N_("none"),
-    Checkpointing.full: N_("full layers (every k-th layer)"),
-    Checkpointing.selective: N_("selective (attention only)"),
-}
-ATTENTION_LABELS = {
-    Attention.sdpa: "SDPA / FlashAttention",
-    Attention.eager: N_("eager (materialises S x S scores)"),
-}
-OFFLOAD_LABELS = {Offload.none: N_("none (on GPU)"), Offload.cpu: N_("CPU RAM"), Offload.nvme: "NVMe"}
-SHARDING_LABELS = {"deepspeed": "DeepSpeed ZeRO", "fsdp2": "PyTorch FSDP2"}
-# At ZeRO 0 a 16-bit (*-mixed) model runs under DeepSpeed's FP16_(Unfused)Optimizer or a plain PyTorch loop.
-ZERO0_RUNNER_LABELS = {"deepspeed": N_("DeepSpeed (ZeRO 0)"), "torch": N_("plain PyTorch (no DeepSpeed)")}
-ZERO_LABELS = {
-    0: N_("0 (plain data parallel)"), 1: N_("1 (shard optimizer states)"),
-    2: N_("2 (+ gradients)"), 3: N_("3 (+ weights)"),
-}
-MODE_LABELS = {Mode.train: N_("train"), Mode.inference: N_("inference")}
-CROSS_ENTROPY_LABELS = {"standard": N_("standard (full logits)"),
-                        "liger-fused": N_("Liger fused linear cross-entropy (modelled from source)")}
-KEEP_OUTPUTS_LABEL = N_("my loop keeps the model outputs (outputs = model(...))")
-EXPERT_PARALLEL_LABEL = N_("Split the experts over this many GPUs (expert parallel)")
-LORA_TARGET_LABELS = {"all-linear": N_("all linear layers"), "attention": N_("attention projections only")}
-LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": N_("nf4 4-bit (QLoRA)")}
-MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
-HW_KIND_LABELS = {"gpu": N_("GPU preset"), "cluster": N_("Cluster preset"), "custom": N_("Custom memory")}
-COMPARE_KIND_LABELS = {"cluster": N_("Cluster"), "gpu": N_("GPU x count")}
-# The labels above are English message ids (N_): widgets show them through tr() (format_func), the
-# option values stay the enum values.
 
 # Sidebar sections; a validation message goes to the first section whose keywords it mentions.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -115,6 +85,7 @@ def section_for(message: str) -> str:
 
 
 # ---- page frame ---------------------------------------------------------------------------
+
 
 def freeze_what_is_imported() -> None:
     """Once per process: move every object alive now (Streamlit, plotly, pandas, the engine and its presets,
@@ -156,6 +127,7 @@ def nav_links() -> None:
 
 
 # ---- scenario editor ----------------------------------------------------------------------
+
 
 def _seed(values: dict[str, Any]) -> None:
     ss = st.session_state
@@ -342,18 +314,27 @@ def scenario_sidebar() -> Scenario | None:
     current = state.get_scenario()
     _seed(_widget_values(current))
     errors: dict[str, str] = {}
-    slots: dict[str, Any] = {}
+    slots: dict[str, Any] = {}  # section -> the placeholder under it, for that section's error
     base = current.model_dump(mode="json")
     tc = dict(base["training"])
-    sb = st.sidebar
 
-    with sb.expander(_("Model"), expanded=True, icon=":material/neurology:"):
+    with st.sidebar.expander(_("Model"), expanded=True, icon=":material/neurology:"):
         model = _model_section(errors)
         slots["model"] = st.empty()  # right under the model / config.json widgets
         mode = _radio(_("Mode"), MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
     training = mode == Mode.train.value
+    hardware = _hardware_expander(slots)
+    _batch_expander(tc, training, slots)
+    _precision_expander(tc, training, slots)
+    _savers_expander(tc, training, slots)
+    _parallel_expander(tc, current, training, model, slots)
+    _lora_expander(tc, base, current, slots)
+    return _validated(model, hardware, mode, tc, errors, slots)
 
-    with sb.expander(_("Hardware"), expanded=True, icon=":material/memory:"):
+
+def _hardware_expander(slots: dict[str, Any]) -> dict[str, Any]:
+    """The Hardware section: GPU or cluster, count, host RAM and NVMe per node (the hardware fields)."""
+    with st.sidebar.expander(_("Hardware"), expanded=True, icon=":material/memory:"):
         hardware = _hardware_section()
         ram = st.number_input(_("Host RAM per node (GiB; 0 = the cluster preset's, or unknown)"), 0.0, 1e6,
                               step=64.0, format="%.0f", key="sc_ram_gib",
@@ -364,8 +345,12 @@ def scenario_sidebar() -> Scenario | None:
         hardware["cpu_ram_bytes"] = round(ram * GiB) or None
         hardware["nvme_bytes"] = round(nvme * GiB) or None
         slots["hardware"] = st.empty()
+    return hardware
 
-    with sb.expander(_("Batch and sequence"), expanded=True, icon=":material/view_week:"):
+
+def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
+    """The Batch and sequence section, into the training fields `tc`."""
+    with st.sidebar.expander(_("Batch and sequence"), expanded=True, icon=":material/view_week:"):
         tc["micro_batch_size"] = int(st.number_input(_("Micro-batch size (sequences per GPU)"), 1, 65536, step=1,
                                                      key="sc_mbs"))
         tc["seq_len"] = int(st.number_input(_("Sequence length (tokens)"), 1, 4_194_304, step=256, key="sc_seq"))
@@ -380,14 +365,20 @@ def scenario_sidebar() -> Scenario | None:
                        "and the next forward.")))
         slots["batch"] = st.empty()
 
-    with sb.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
+
+def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
+    """The Precision and optimizer section, into `tc`."""
+    with st.sidebar.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
         tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision")
         if training:
             tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer")
             tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
         slots["precision"] = st.empty()
 
-    with sb.expander(_("Memory savers"), expanded=True, icon=":material/compress:"):
+
+def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
+    """The Memory savers section (attention, checkpointing, loss kernel, ZeRO, sharding, offload), into `tc`."""
+    with st.sidebar.expander(_("Memory savers"), expanded=True, icon=":material/compress:"):
         tc["attention"] = _select(_("Attention"), ATTENTION_LABELS, "sc_attention")
         if training:
             tc["activation_checkpointing"] = _select(_("Activation checkpointing"), CKPT_LABELS, "sc_ckpt")
@@ -414,9 +405,13 @@ def scenario_sidebar() -> Scenario | None:
                                        help=_("Needs ZeRO stage 3."))
         slots["savers"] = st.empty()
 
+
+def _parallel_expander(tc: dict[str, Any], current: Scenario, training: bool, model: Any,
+                       slots: dict[str, Any]) -> None:
+    """The Parallelism section (tensor, pipeline, sequence, expert), into `tc`; open when any is in use."""
     t0 = current.training
     par_open = t0.tensor_parallel > 1 or t0.pipeline_parallel > 1 or t0.expert_parallel > 1
-    with sb.expander(_("Parallelism"), expanded=par_open, icon=":material/lan:"):
+    with st.sidebar.expander(_("Parallelism"), expanded=par_open, icon=":material/lan:"):
         tc["tensor_parallel"] = int(st.number_input(_("Tensor parallel"), 1, 1024, step=1, key="sc_tp"))
         tc["pipeline_parallel"] = int(st.number_input(_("Pipeline parallel"), 1, 1024, step=1, key="sc_pp"))
         tc["sequence_parallel"] = bool(st.checkbox(_("Sequence parallel (Megatron, with TP)"), key="sc_sp"))
@@ -429,7 +424,10 @@ def scenario_sidebar() -> Scenario | None:
         st.caption(_("Data parallel = GPUs / (tensor x pipeline)."))
         slots["parallel"] = st.empty()
 
-    with sb.expander("LoRA / QLoRA", expanded=current.training.lora is not None, icon=":material/layers:"):
+
+def _lora_expander(tc: dict[str, Any], base: dict[str, Any], current: Scenario, slots: dict[str, Any]) -> None:
+    """The LoRA / QLoRA section, into `tc` (None when adapters are off)."""
+    with st.sidebar.expander("LoRA / QLoRA", expanded=current.training.lora is not None, icon=":material/layers:"):
         if st.checkbox(_("Train LoRA adapters (frozen base model)"), key="sc_lora"):
             lora = dict(base["training"]["lora"] or {})
             lora["rank"] = int(st.number_input(_("Rank r"), 1, 4096, step=1, key="sc_lora_rank"))
@@ -440,6 +438,10 @@ def scenario_sidebar() -> Scenario | None:
             tc["lora"] = None
         slots["lora"] = st.empty()
 
+
+def _validated(model: Any, hardware: dict[str, Any], mode: str, tc: dict[str, Any], errors: dict[str, str],
+               slots: dict[str, Any]) -> Scenario | None:
+    """The widgets' values as a Scenario (stored as current), or None with each problem shown under its section."""
     sc: Scenario | None = None
     if not errors:
         hw = {k: v for k, v in hardware.items() if v is not None}
