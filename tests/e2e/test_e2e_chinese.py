@@ -17,7 +17,7 @@ import pytest
 from calc.contract.i18n import translate
 from calc.contract.scenario import Scenario
 from tests.calc.contract.test_i18n import KEEP, english_runs
-from tests.e2e.test_e2e_browser import (  # noqa: F401 - `server` is a fixture
+from tests.e2e.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     PAGES,
@@ -26,7 +26,6 @@ from tests.e2e.test_e2e_browser import (  # noqa: F401 - `server` is a fixture
     WAIT_MS,
     expect,
     no_traceback,
-    server,
     settle,
     shot,
     sync_playwright,
@@ -56,7 +55,7 @@ def _has_cjk_font() -> bool:
 
 
 @pytest.fixture(scope="module")
-def zh_page(server):  # noqa: F811 - the imported fixture
+def zh_page(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         ctx = browser.new_context(viewport={"width": VIEW_W, "height": VIEW_H}, locale="zh-CN")
