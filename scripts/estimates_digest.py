@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from calc.contract.errors import UserError  # noqa: E402
-from calc.evidence.validate import load_all  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
+from calc.contract.errors import UserError  # noqa: E402
 from calc.engine import estimate  # noqa: E402
+from calc.evidence.validate import load_all  # noqa: E402
 from calc.presets import model_presets  # noqa: E402
 from calc.scenario import Scenario  # noqa: E402
 

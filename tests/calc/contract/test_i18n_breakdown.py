@@ -20,7 +20,7 @@ from calc.memory.verdict import headline, make_verdict, reason_texts, short
 from tests.app.test_app_helpers import chart, open_app, visible_text
 from tests.calc.contract.test_i18n import CJK, KEEP, english_runs
 from tests.calc.evidence.test_calibrate import GPU, cuda_like
-from ui import charts
+from ui import plots as charts
 
 NUMBER = re.compile(r"\d[\d,.]*")
 
