@@ -1,6 +1,6 @@
 """Worst-case cost of a scenario at the bounds of calc.contract.limits (a benchmark that prints numbers, not a
 test): estimate, fit, recommend and the DeepSpeed export, on one core, for the largest shapes and
-counts validation lets through. Run: PYTHONPATH=. python scripts/bench_bounds.py
+counts validation lets through. Run: PYTHONPATH=. python benchmarks/bounds.py
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ CASES = {
     "dense, TP 1,024 x PP 64 on 65,536 GPUs": (
         DENSE, {"gpu": "h100-sxm", "num_gpus": 65536},
         {**BIG_JOB, "tensor_parallel": 1024, "pipeline_parallel": 64, "sequence_parallel": True, "zero_stage": 1}),
-    "MoE, 2,048 experts, LoRA r=4096 nf4": (
+    "MoE, 2,048 experts, LoRA r=4096 nf4 on attention": (
         MOE, {"gpu": "mi300x", "num_gpus": 65536},
-        {**BIG_JOB, "precision": "amp-bf16", "lora": {"rank": 4096, "base_weights": "nf4"}}),
+        {**BIG_JOB, "precision": "amp-bf16", "lora": {"rank": 4096, "targets": "attention", "base_weights": "nf4"}}),
     "deep and narrow (everything fits: the search estimates most)": (
         {"model_type": "llama", "num_hidden_layers": limits.MAX_LAYERS, "hidden_size": 128, "num_attention_heads": 2,
          "intermediate_size": 256, "vocab_size": 1024}, {"gpu": "h100-sxm", "num_gpus": 65536},

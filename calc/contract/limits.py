@@ -3,7 +3,7 @@
 They are generous (the largest released models and machines times a margin), so no real job is
 refused, and they bound the cost of a run by construction: the engine's timeline and the
 recommender's search grow with the layer count and the parallel layouts, and nothing else in a
-scenario is iterated over. `scripts/bench_bounds.py` prints the estimate and recommend times of a
+scenario is iterated over. `benchmarks/bounds.py` prints the estimate and recommend times of a
 scenario at these bounds.
 """
 
@@ -22,7 +22,7 @@ MAX_URL_PARAM_CHARS = 200  # a preset id or a number; config= has its own (compr
 # ---- model shapes (calc.contract.architectures.ModelSpec) ------------------------------------------------
 MAX_LAYERS = 1024  # deepest released decoders: Llama-3.1-405B 126, PaLM-540B 118, GPT-3 96; 8x that.
 #   At every bound at once, estimate takes < 10 ms and recommend at most ~2.3 s on one core
-#   (65,536 GPUs, 1,024 layers, 2^32 sequences per step: scripts/bench_bounds.py).
+#   (65,536 GPUs, 1,024 layers, 2^32 sequences per step: benchmarks/bounds.py).
 MAX_HIDDEN = 2**17  # widest: PaLM-540B 18,432, Llama-3.1-405B 16,384, GPT-3 12,288; 7x that
 MAX_INTERMEDIATE = 2**20  # widest MLP: PaLM-540B 73,728, Llama-3.1-405B 53,248; 14x that
 MAX_HEADS = 1024  # most attention heads: Llama-3.1-405B and DeepSeek-V3 128; 8x that

@@ -33,7 +33,7 @@ from ui import state
 SCALE = int(os.environ.get("VRAMCALC_FUZZ_SCALE", "1"))
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
                 derandomize=SCALE == 1)
-SLOW_CALL_S = 10.0  # "no hang": the slowest valid call at the bounds takes ~2 s (scripts/bench_bounds.py)
+SLOW_CALL_S = 10.0  # "no hang": the slowest valid call at the bounds takes ~2 s (benchmarks/bounds.py)
 REJECT_S = 2.0  # a rejected input is answered well within this (the issue asks for a second, unloaded)
 
 # ---- JSON generators ----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """How long a page rerun takes after a widget change, measured with Streamlit's AppTest (the script run
 a browser would trigger, without the network and the browser's rendering).
 
-    PYTHONPATH=. python scripts/bench_app.py [--repeats 12] [--budget-ms 300]
+    PYTHONPATH=. python benchmarks/app_pages.py [--repeats 12] [--budget-ms 300]
 
 For every page: open it once (cold: imports, preset loading, the model x hardware table on Recommend),
 then change one widget to a value not seen before (so every cached search misses) `repeats` times and

@@ -1,6 +1,6 @@
 """Benchmark: estimates per second for an 80-layer model with the full timeline.
 
-    python -m calc.bench [--seconds 3]
+    PYTHONPATH=. python benchmarks/estimates.py [--seconds 3]
 
 Prints numbers; it is not a timed test. Times are CPU time of this process (time.process_time),
 so other work on a shared machine does not inflate them (a loaded machine still slows it: compare
