@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         return _fail("--steps must be at least 1")
 
-    from calc.cli.main import load_scenario  # calc.contract.boundary: bounded, finite, strictly typed JSON
+    from calc.contract.boundary import load_scenario  # bounded, finite, strictly typed JSON
     from calc.contract.errors import UserError
 
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
 
+from calc.cli.options import count, lang_option
+from calc.contract.boundary import load_scenario, read_json, validate
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.units import GiB, fmt_gib
 from calc.memory.verdict import short
@@ -12,11 +14,15 @@ from calc.recommend.phrase import pad, render
 from calc.recommend.search import recommend
 
 
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario")
+    p.add_argument("--top", type=count, default=10, help="how many configurations to list (1-1000)")
+    p.add_argument("--format", choices=["json", "table"], default="table")
+    lang_option(p)
+
+
 def load_request(path: str, top: int | None = None) -> RecommendRequest:
     """A scenario file, or a RecommendRequest file (a JSON object with a "scenario" key)."""
-    from calc.cli.main import load_scenario, read_json
-    from calc.contract.boundary import validate
-
     data = read_json(path)
     if isinstance(data, dict) and "scenario" in data:
         if top is not None:
@@ -61,19 +67,10 @@ def format_recommendation(rec: Recommendation, lang: Lang = DEFAULT_LANG) -> str
     return "\n".join(lines)
 
 
-def cli_main(args: Any) -> int:
-    """python -m calc recommend FILE [--top N] [--format table|json]. Errors leave as ValueError: under
-    `python -m calc` the running module is __main__, so calc.cli.main.UserError raised here would be a
-    different class from the one main() catches; main() maps ValueError to one line and exit code 2."""
-    from calc.contract.errors import UserError
-
-    try:
-        req = load_request(args.scenario, getattr(args, "top", None))
-        rec = recommend(req)
-    except UserError as exc:
-        raise ValueError(str(exc)) from None
-    if getattr(args, "format", "table") == "json":
+def run(args: argparse.Namespace) -> int:
+    rec = recommend(load_request(args.scenario, args.top))
+    if args.format == "json":
         print(rec.model_dump_json(indent=2))
     else:
-        print(format_recommendation(rec, getattr(args, "lang", DEFAULT_LANG)))
+        print(format_recommendation(rec, args.lang))
     return 0

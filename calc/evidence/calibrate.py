@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -545,42 +544,3 @@ def apply(cal: Calibration, est: Estimate, sc: Scenario) -> CalibratedEstimate:
         applied=[str(t) for t in applied], not_applied=[str(t) for t in not_applied], applied_texts=applied,
         not_applied_texts=not_applied, warnings=[str(t) for t in warnings], warning_texts=warnings,
     )
-
-
-# ---- command line ---------------------------------------------------------------------------
-
-def format_summary(cal: Calibration) -> str:
-    """The per-record comparison and the fitted corrections, for the terminal (GiB = 2^30 B)."""
-    gib = 2**30
-    lines = [f"{'record':32s} {'predicted GiB':>13s} {'measured GiB':>12s} {'error %':>8s} "
-             f"{'reserved/alloc':>14s} {'outside MiB':>11s}"]
-    for p in cal.points:
-        lines.append(f"{p.name[:32]:32s} {p.predicted_allocated_bytes / gib:13.3f} "
-                     f"{p.measured_allocated_bytes / gib:12.3f} {p.error_pct:+8.2f} {p.reserve_ratio:14.4f} "
-                     f"{p.outside_bytes / MiB:11,.0f}")
-    lines.append("")
-    r, o = cal.reserve_ratio, cal.outside_bytes
-    lines.append(f"reserve ratio (reserved / allocated): {r.value:.4f} ± {r.sigma:.4f}"
-                 f"{'' if r.measured_spread else ' (assumed spread)'}")
-    lines.append(f"outside the allocator (used - reserved): {o.value / MiB:,.0f} ± {o.sigma / MiB:,.0f} MiB"
-                 f"{'' if o.measured_spread else ' (assumed spread)'}")
-    lines.extend(cal.findings())
-    lines.extend(f"WARNING: {w}" for w in disagreement_warnings(cal))
-    return "\n".join(lines)
-
-
-def cli_main(args) -> int:
-    cal = fit(read_observations(args.records))
-    text = cal.model_dump_json(indent=2)
-    if args.output:
-        try:
-            Path(args.output).write_text(text + "\n")
-        except OSError as exc:
-            raise CalibrationError(f"cannot write {args.output}: {exc.strerror}") from None
-        print(format_summary(cal))
-        print(f"wrote {args.output}")
-    else:  # JSON on stdout for a pipe; what a reader must not miss on stderr
-        print(text)
-        for w in disagreement_warnings(cal):
-            print(f"WARNING: {w}", file=sys.stderr)
-    return 0

@@ -1,6 +1,15 @@
-"""Exports of a scenario to the tools that run it: DeepSpeed (ds_config.json), the Hugging Face Trainer
-(TrainingArguments kwargs + train.py) and accelerate (config YAML), bundled with launch.sh; and the import of a ds_config
-back into a Scenario ("will my config fit?")."""
+"""The files that run a configuration: a scenario exported to the tools that train it, and a DeepSpeed config
+read back into a scenario ("will my config fit?").
+
+`deepspeed` writes ds_config.json with the buffer sizes the memory estimate assumes (and overlap_comm as the
+speed model does), so the estimate, the speed and the config describe the same run; `hf` writes the Hugging Face
+Trainer's TrainingArguments and train.py, and accelerate's config YAML; `bundle` puts them together with
+launch.sh (the launch lines the Export page shows); `ds_import` turns a ds_config.json back into a Scenario. The
+words in the generated files and notes speak the asked language; the JSON is the same in every language. The
+command line that writes these files to disk is calc.cli.export.
+
+May import calc.contract, calc.sim, calc.memory and calc.speed; never calc.recommend, calc.evidence or calc.cli.
+"""
 
 from calc.export.bundle import export_bundle, launch_lines, launch_script
 from calc.export.deepspeed import DeepSpeedExport, ExportOptions, deepspeed_config, export_deepspeed

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
-from typing import Any
 
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.scenario import Scenario
@@ -67,32 +64,3 @@ def export_bundle(sc: Scenario, options: ExportOptions | None = None,
              ACCELERATE_FILE: accelerate_config(sc, lang=lang),
              LAUNCH_SCRIPT: launch_script(sc, lang)}
     return files, [n.render(lang) for n in ds.note_texts]
-
-
-def options_from_args(args: Any) -> ExportOptions:
-    given = {k: getattr(args, a) for k, a in (("learning_rate", "learning_rate"), ("warmup_steps", "warmup_steps"),
-                                              ("total_num_steps", "total_steps")) if getattr(args, a, None) is not None}
-    return ExportOptions(**given)
-
-
-def cli_main(args: Any) -> int:
-    """python -m calc export SCENARIO.json -o DIR. Bad input raises calc.contract.errors.UserError / ValueError."""
-    from calc.cli.main import load_scenario
-    from calc.contract.errors import UserError
-
-    sc = load_scenario(args.scenario)
-    files, notes = export_bundle(sc, options_from_args(args), lang=getattr(args, "lang", DEFAULT_LANG))
-    try:
-        os.makedirs(args.output, exist_ok=True)
-        for name, text in files.items():
-            path = os.path.join(args.output, name)
-            with open(path, "w", encoding="utf-8") as fh:  # Chinese comments under any locale
-                fh.write(text)
-            if name == LAUNCH_SCRIPT:
-                os.chmod(path, 0o755)
-            print(path)
-    except OSError as exc:
-        raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
-    for n in notes:
-        print(f"note: {n}", file=sys.stderr)
-    return 0

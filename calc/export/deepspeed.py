@@ -17,8 +17,6 @@ Precision mapping (DeepSpeed 0.19 runtime/config.py, runtime/precision_config.py
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -297,25 +295,3 @@ def ds_optimizer_name(sc: Scenario) -> Text:
 
 
 _TORCH_OPTIMIZERS = {Optimizer.sgd: "SGD", Optimizer.sgd_momentum: "SGD with momentum", Optimizer.adafactor: "Adafactor"}
-
-
-def cli_main(args: Any) -> int:
-    """python -m calc export-deepspeed SCENARIO.json [-o FILE]. Bad input raises calc.contract.errors.UserError."""
-    from calc.cli.main import load_scenario
-    from calc.contract.errors import UserError
-    from calc.export.bundle import options_from_args
-
-    sc = load_scenario(args.scenario)
-    exp = export_deepspeed(sc, options_from_args(args))
-    text = json.dumps(exp.config, indent=2) + "\n"
-    if getattr(args, "output", None):
-        try:
-            with open(args.output, "w") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
-    else:
-        sys.stdout.write(text)
-    for n in exp.notes:
-        print(f"note: {n}", file=sys.stderr)
-    return 0

@@ -6,7 +6,7 @@ answer is found by doubling, then bisecting, with the engine.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -57,19 +57,3 @@ def largest_fitting(sc: Scenario, field: Field) -> int | None:
         else:
             hi = mid
     return lo
-
-
-def cli_main(args: Any) -> int:
-    """python -m calc fit SCENARIO.json: the largest micro-batch and the longest sequence that fit."""
-    from calc.cli.main import load_scenario
-
-    sc = load_scenario(args.scenario)
-    mbs = largest_fitting(sc, "micro_batch_size")
-    if mbs is None:
-        from calc.contract.errors import UserError
-
-        raise UserError("the scenario names no GPU (hardware.gpu, hardware.cluster or hardware.memory_bytes)")
-    seq = largest_fitting(sc, "seq_len")
-    print(f"largest micro-batch that fits at seq_len {sc.training.seq_len}: {mbs}")
-    print(f"longest sequence that fits at micro-batch {sc.training.micro_batch_size}: {seq} tokens")
-    return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,11 +122,3 @@ def _cell_label(c: Candidate) -> Phrase:
     t = c.scenario.training
     return T_("{config}, {precision}, mb {mb} x {ga}", config=short_label(combo_of(t)), precision=t.precision.value,
               mb=t.micro_batch_size, ga=t.gradient_accumulation_steps)
-
-
-def cli_main(args: Any) -> int:
-    """python -m calc table [--seq-len N] [--global-batch-tokens N] [--format table|json] [--lang en|zh]: the
-    model x hardware table as Markdown (in `--lang`) or as JSON (English)."""
-    table = recommendation_table(seq_len=args.seq_len, global_batch_tokens=args.global_batch_tokens)
-    print(table.model_dump_json(indent=2) if args.format == "json" else table.to_markdown(args.lang))
-    return 0

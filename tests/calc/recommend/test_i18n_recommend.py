@@ -92,13 +92,13 @@ def test_cli_estimate_table_in_chinese_and_english_by_default(tmp_path, capsys):
 
 
 def test_cli_english_reads_no_catalogue(tmp_path):
-    """`python -m calc recommend` stays fast: English never imports Babel nor reads a catalogue, nor the
-    recommender's table and waterfall (calc.recommend imports its submodules on first use)."""
+    """`python -m calc recommend` stays fast: English never imports Babel nor reads a catalogue, and the
+    evidence and export wings are left to their own commands."""
     path = _write(tmp_path, A100)
-    code = ("import sys, io, contextlib; from calc.cli.main import main; from calc import i18n\n"
+    code = ("import sys, io, contextlib; from calc.cli.main import main; from calc.contract import i18n\n"
             f"with contextlib.redirect_stdout(io.StringIO()): main(['recommend', {path!r}, '--top', '1'])\n"
             "assert 'babel' not in sys.modules and i18n.catalogue.cache_info().currsize == 0\n"
-            "assert 'calc.recommend.table' not in sys.modules and 'calc.recommend.waterfall' not in sys.modules")
+            "assert not [m for m in sys.modules if m.startswith(('calc.evidence', 'calc.export'))], sys.modules")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -1,0 +1,88 @@
+"""python -m calc export SCENARIO -o DIR and python -m calc export-deepspeed SCENARIO [-o FILE]: the files that
+run a scenario (calc.export), written where the options say; the export's notes on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from calc.contract.boundary import load_scenario
+from calc.contract.errors import UserError
+
+if TYPE_CHECKING:
+    from calc.export.deepspeed import ExportOptions
+
+
+def add_schedule_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--learning-rate", type=float, help="peak learning rate (default 5e-5)")
+    p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default 0)")
+    p.add_argument("--total-steps", type=int, help="linear decay to 0 at this step (at least the warm-up)")
+
+
+def add_bundle_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario")
+    p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")
+    p.add_argument("--lang", choices=["en", "zh"], default="en",
+                   help="language of the comments in train.py, launch.sh and accelerate.yaml, and of the notes")
+    add_schedule_options(p)
+
+
+def add_deepspeed_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario")
+    p.add_argument("-o", "--output")
+    add_schedule_options(p)
+
+
+def export_options(args: argparse.Namespace) -> ExportOptions:
+    """The learning-rate schedule the options give (ExportOptions' defaults for the others)."""
+    from calc.export.deepspeed import ExportOptions
+
+    given = {k: getattr(args, a) for k, a in (("learning_rate", "learning_rate"), ("warmup_steps", "warmup_steps"),
+                                              ("total_num_steps", "total_steps")) if getattr(args, a, None) is not None}
+    return ExportOptions(**given)
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    """python -m calc export: ds_config.json, train.py, accelerate.yaml and launch.sh in the folder, each path
+    printed."""
+    from calc.export.bundle import LAUNCH_SCRIPT, export_bundle  # the export wing: imported by its commands only
+
+    sc = load_scenario(args.scenario)
+    files, notes = export_bundle(sc, export_options(args), lang=args.lang)
+    try:
+        os.makedirs(args.output, exist_ok=True)
+        for name, text in files.items():
+            path = os.path.join(args.output, name)
+            with open(path, "w", encoding="utf-8") as fh:  # Chinese comments under any locale
+                fh.write(text)
+            if name == LAUNCH_SCRIPT:
+                os.chmod(path, 0o755)
+            print(path)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0
+
+
+def run_deepspeed(args: argparse.Namespace) -> int:
+    """python -m calc export-deepspeed: the ds_config JSON to the file, or to stdout."""
+    from calc.export.deepspeed import export_deepspeed
+
+    sc = load_scenario(args.scenario)
+    exp = export_deepspeed(sc, export_options(args))
+    text = json.dumps(exp.config, indent=2) + "\n"
+    if args.output:
+        try:
+            with open(args.output, "w") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    else:
+        sys.stdout.write(text)
+    for n in exp.notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0
