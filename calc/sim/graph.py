@@ -23,9 +23,10 @@ symbolic batch and sequence (calc.sim.symbolic), giving a Plan that yields the p
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, mul
+from typing import NamedTuple
 
 from calc.sim.symbolic import Dim, as_poly
 from calc.sim.symbolic import accumulate as _acc
@@ -45,27 +46,32 @@ class Op:
     name: str = ""
 
 
-@dataclass(frozen=True)
-class BlockProfile:
-    """What one block costs, in bytes, relative to what is live around it."""
+class BlockProfile(NamedTuple):
+    """What one block costs, in bytes, relative to what is live around it. An immutable record (a named tuple:
+    a recorded block's plan makes one for every new shape, and a frozen dataclass's guarded __init__ cost as
+    much as the plan's sums). The fields that are sums of the block's tensors come first (SUMMED_FIELDS), then
+    the forward peaks, then the backward peak and what it is made of."""
 
     saved: int  # activations kept for backward after the block's forward (input included if saved)
-    fwd_peak: int  # max live bytes of the block during forward, its input and output included
-    bwd_peak: int  # max of (block saved still alive + grads in flight + new param grads) in backward
     out_bytes: int  # the block's output (the next block's input)
     in_grad_bytes: int  # gradient w.r.t. the block input left at the end of backward
-    param_grad_bytes: int  # parameter gradients created by this block's backward
-    input_saved: bool  # whether `saved` includes the block input
-    fwd_peak_nosave: int  # forward peak when nothing is saved (no_grad / checkpointed forward)
-    bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
-    bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
     cached_unsaved: int  # KV-cache tensors no autograd node saved: alive until the model's forward ends
-    cached_total: int = 0  # all KV-cache tensors of the block (what a kept output's cache holds)
-    recompute_peak: int = 0  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
+    cached_total: int  # all KV-cache tensors of the block (what a kept output's cache holds)
     # expert parallelism: when the backward of the experts' first op (EXPERTS_ENTRY) is done, where the experts
     # module's FSDP2 post-backward runs: the block's saved tensors still alive, and the gradients in flight
-    experts_done_saved: int = 0
-    experts_done_grads: int = 0
+    experts_done_saved: int
+    experts_done_grads: int
+    fwd_peak: int  # max live bytes of the block during forward, its input and output included
+    fwd_peak_nosave: int  # forward peak when nothing is saved (no_grad / checkpointed forward)
+    recompute_peak: int  # forward peak of a checkpoint's recompute, which stops at the last saved tensor
+    bwd_peak: int  # max of (block saved still alive + grads in flight + new param grads) in backward
+    bwd_peak_saved: int  # of bwd_peak: saved activations still alive at that moment
+    bwd_peak_pgrad: int  # of bwd_peak: parameter gradients already created
+    param_grad_bytes: int  # parameter gradients created by this block's backward
+    input_saved: bool  # whether `saved` includes the block input
+
+
+SUMMED_FIELDS = BlockProfile._fields[:7]  # the sums of the block's tensors, as Graph._simulate names them
 
 
 # the first op of the experts module under expert parallelism (its input's gradient completes the module's
@@ -367,85 +373,64 @@ class _Forms:
 
 
 class Plan:
-    """A block's profile for any (B, S): each field a linear form over the block's basis, the forward peaks
-    the largest of a few forms and the backward peak the first largest of a few."""
+    """A block's profile for any (B, S): each field a linear form over the block's basis (its monomials B^b S^s,
+    the constant 1 first, then the allocator's rounding of each rounded size), the forward peaks the largest of a
+    few forms and the backward peak the first largest of a few. The distinct forms that a profile reads whole
+    (the sums and the peaks' candidates: 3 to 15 of them) are kept by basis element, a column of coefficients
+    each, so that a shape's profile is one pass per basis element that is not 0 there (a block has 2 to 6 of
+    them; an aligned shape rounds nothing)."""
 
     def __init__(self, r: int, fwd: list[Form], nosave: list[Form], recompute: list[Form],
                  bwd: list[tuple[Form, Form, int]], fields: dict[str, Form], param_grad_bytes: int,
                  input_saved: bool) -> None:
         keys = {k for f in (*fwd, *nosave, *recompute, *fields.values(), *(x for b in bwd for x in b[:2])) for k in f}
         monos = sorted({k for k in keys if k[0] == "m"} | {("m", *m) for k in keys if k[0] == "d" for m, _ in k[2]}
-                       | {_ONE})
+                       | {_ONE})  # ("m", 0, 0), the constant, sorts first
         rounded = sorted(k for k in keys if k[0] == "d")
         basis = {k: i for i, k in enumerate(monos + rounded)}
 
         def dense(f: Form) -> tuple[int, ...]:
-            out = [0] * len(basis)
+            row = [0] * len(basis)
             for k, c in f.items():
-                out[basis[k]] = c
-            return tuple(out)
+                row[basis[k]] = c
+            return tuple(row)
 
-        self.r = r
-        self.monos = [k[1:] for k in monos]
+        rows: dict[tuple[int, ...], int] = {}  # each distinct form read whole, dense over the basis -> its place
+
+        def place(forms: Iterable[Form]) -> tuple[int, ...]:
+            return tuple(rows.setdefault(dense(f), len(rows)) for f in forms)
+
+        self.round_to = r
+        self.monos: tuple[tuple[int, int], ...] = tuple(k[1:] for k in monos)  # (b, s) of each monomial
         mono_at = {k[1:]: i for i, k in enumerate(monos)}
-        self.rounded = [tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos)))
-                        for k in rounded]
-        # every form in one list, evaluated in one pass: the fields, the forward peaks, the backward candidates
-        self.forms = [dense(fields[name]) for name in _FIELDS] + [dense(f) for f in (*fwd, *nosave, *recompute)] + \
-            [dense(now) for now, _, _ in bwd]
-        n = len(_FIELDS) + len(fwd)
-        self.ends = (n, n + len(nosave), n + len(nosave) + len(recompute))
-        self.bwd = [(dense(saved), pg) for _, saved, pg in bwd]
+        # each rounded size p as coefficients over the monomials: its rounding is (-p) mod r
+        self.rounded: tuple[tuple[int, ...], ...] = tuple(
+            tuple(dict((mono_at[m], c) for m, c in k[2]).get(i, 0) for i in range(len(monos))) for k in rounded)
+        self.sums = place(fields[name] for name in SUMMED_FIELDS)
+        self.fwd, self.nosave, self.recompute = place(fwd), place(nosave), place(recompute)
+        self.bwd = place(now for now, _, _ in bwd)
+        # the forms' constant terms, then their coefficients for each other basis element
+        self.constants, *columns = zip(*rows, strict=True)
+        self.columns: tuple[tuple[int, ...], ...] = tuple(columns)
+        self.bwd_saved = tuple(dense(saved) for _, saved, _ in bwd)  # what is saved at each backward candidate
+        self.bwd_pgrad = tuple(pg for _, _, pg in bwd)
         self.param_grad_bytes, self.input_saved = param_grad_bytes, input_saved
-        self._at: Callable[[int, int], BlockProfile] | None = None  # at(), written on first use
 
     def at(self, batch: int, seq: int) -> BlockProfile:
-        """The profile of (batch, seq): the forms evaluated by straight-line code written for this plan (a
-        generic loop over the dense forms cost 5-9 us a block, most of a new shape's profiles)."""
-        if self._at is None:
-            self._at = self._compile()
-        return self._at(batch, seq)
-
-    def _terms(self, coefs: tuple[int, ...]) -> str:
-        """sum(c * basis[i]) as Python source over the locals b0.. (zero terms left out)."""
-        out = " + ".join(f"{c} * b{i}" for i, c in enumerate(coefs) if c)
-        return out or "0"
-
-    def _compile(self) -> Callable[[int, int], BlockProfile]:
-        """A function (batch, seq) -> BlockProfile equal to the plan's evaluation, written out: monomials,
-        the allocator's rounding (-x % r) of the rounded sizes, each form's sum, the first largest backward
-        candidate. Only ints this plan holds go into the source."""
-        n_mono = len(self.monos)
-        lines = ["def at(batch, seq):"]
-        lines += [f"    b{i} = batch ** {b} * seq ** {s}" for i, (b, s) in enumerate(self.monos)]
-        lines += [f"    b{n_mono + j} = -({self._terms(p)}) % {self.r}" for j, p in enumerate(self.rounded)]
-        lines += [f"    v{k} = {self._terms(f)}" for k, f in enumerate(self.forms)]
-        fwd_end, nosave_end, recompute_end = self.ends
-        n_fields = len(_FIELDS)
-
-        def largest(a: int, b: int) -> str:
-            return f"max({', '.join(f'v{k}' for k in range(a, b))})" if b - a > 1 else f"v{a}"
-
-        bwd = range(recompute_end, len(self.forms))
-        lines.append(f"    bwd = ({', '.join(f'v{k}' for k in bwd)},)")
-        lines.append("    best = bwd.index(max(bwd))")  # the first largest
-        choices = [f"({self._terms(sv)}) if best == {k} else " for k, (sv, _) in enumerate(self.bwd[:-1])]
-        lines.append(f"    saved = {''.join(choices)}({self._terms(self.bwd[-1][0])})")
-        lines.append(f"    pgrad = {tuple(pg for _, pg in self.bwd)!r}[best]")
-        fields = ", ".join(f"{name}=v{k}" for k, name in enumerate(_FIELDS))
-        # every field given, so the frozen dataclass's __init__ (a guarded setattr per field, twice the cost of
-        # the sums) is skipped: its __dict__ is filled directly
-        lines.append("    profile = new(BlockProfile)")
-        lines.append(f"    profile.__dict__.update({fields}, fwd_peak={largest(n_fields, fwd_end)}, "
-                     f"fwd_peak_nosave={largest(fwd_end, nosave_end)}, "
-                     f"recompute_peak={largest(nosave_end, recompute_end)}, bwd_peak=bwd[best], "
-                     f"bwd_peak_saved=saved, bwd_peak_pgrad=pgrad, param_grad_bytes={self.param_grad_bytes}, "
-                     f"input_saved={self.input_saved})")
-        lines.append("    return profile")
-        scope: dict[str, object] = {"BlockProfile": BlockProfile, "new": object.__new__}
-        exec(compile("\n".join(lines), "<calc.sim.graph.Plan>", "exec"), scope)  # noqa: S102 - our own ints only
-        return scope["at"]  # type: ignore[return-value]
-
-
-_FIELDS = ("saved", "out_bytes", "in_grad_bytes", "cached_unsaved", "cached_total", "experts_done_saved",
-           "experts_done_grads")  # BlockProfile's sums
+        """The profile of (batch, seq): the basis there, every form's value (one basis element at a time: its
+        column of coefficients times its value added to the forms' sums, skipped where the value is 0), then
+        the peaks, each the largest of its candidates (the backward one the first largest, with what was saved
+        and the parameter gradients made at that moment). In BlockProfile's order: the sums, the forward
+        peaks, the backward peak's three, the rest."""
+        monos = [batch ** b * seq ** s for b, s in self.monos]
+        basis = monos + [-sum(map(mul, p, monos)) % self.round_to for p in self.rounded]
+        v = list(self.constants)
+        for x, column in zip(basis[1:], self.columns, strict=True):
+            if x:
+                v = [total + x * c for total, c in zip(v, column, strict=True)]
+        value = v.__getitem__
+        bwd = list(map(value, self.bwd))
+        best = bwd.index(max(bwd))
+        return BlockProfile(*map(value, self.sums), max(map(value, self.fwd)), max(map(value, self.nosave)),
+                            max(map(value, self.recompute)), bwd[best], sum(map(mul, self.bwd_saved[best], basis)),
+                            self.bwd_pgrad[best], self.param_grad_bytes, self.input_saved)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple, TypeVar
 
+R = TypeVar("R")
 Mono = tuple[int, int]  # powers of (B, S)
 Poly = dict[Mono, int]  # coefficient of each monomial, none zero
 
@@ -25,13 +26,45 @@ class Unsupported(TypeError):
     """An operation on a symbolic dimension that no guard can stand for."""
 
 
+Term = tuple[int, int, int]  # (coefficient, power of B, power of S)
+Terms = tuple[Term, ...] | int  # a polynomial's terms in a fixed order, or a constant
+
+
+def terms(poly: Poly | int) -> Terms:
+    """A polynomial as (coefficient, power of B, power of S) terms, in a fixed order; a constant as it is."""
+    if isinstance(poly, int):
+        return poly
+    return tuple(sorted((c, b, s) for (b, s), c in poly.items()))
+
+
+def evaluate(poly_terms: Terms, batch: int, seq: int) -> int:
+    """The value at (batch, seq) of a polynomial's terms (or of a constant)."""
+    if isinstance(poly_terms, int):
+        return poly_terms
+    return sum(c * batch ** b * seq ** s for c, b, s in poly_terms)
+
+
+class Check(NamedTuple):
+    """A guard by value: fn(*args evaluated at (B, S)) == expected."""
+
+    fn: Callable[..., object]
+    args: tuple[Terms, ...]
+    expected: object
+
+    def holds(self, batch: int, seq: int) -> bool:
+        return self.fn(*[evaluate(a, batch, seq) for a in self.args]) == self.expected
+
+
 class Guard:
     """fn(*polys evaluated at (B, S)) == expected: one answer the recording depends on (Trace.holds asks them)."""
 
     __slots__ = ("fn", "polys", "expected")
 
-    def __init__(self, fn: Callable[..., Any], polys: tuple[Poly | int, ...], expected: Any) -> None:
+    def __init__(self, fn: Callable[..., object], polys: tuple[Poly | int, ...], expected: object) -> None:
         self.fn, self.polys, self.expected = fn, polys, expected
+
+    def check(self) -> Check:
+        return Check(self.fn, tuple(terms(p) for p in self.polys), self.expected)
 
 
 class Trace:
@@ -41,41 +74,17 @@ class Trace:
         self.guards: list[Guard] = []
         self.batch = Dim({(1, 0): 1}, batch, self)
         self.seq = Dim({(0, 1): 1}, seq, self)
-        self._holds: tuple[int, Callable[[int, int], bool]] | None = None  # (guards compiled, holds)
+        self._checks: dict[Check, None] = {}  # the distinct guards, first asked first
+        self._checked = 0  # how many of the guards are among the checks
 
     def holds(self, batch: int, seq: int) -> bool:
-        """Every guard gives its recorded answer at (batch, seq). Asked for every new shape, so the guards are
-        written out as one expression (a loop over them, each evaluating its polynomials generically, cost more
-        than a block's profile), again if a guard was added since."""
-        if self._holds is None or self._holds[0] != len(self.guards):
-            self._holds = len(self.guards), _compiled_guards(self.guards)
-        return self._holds[1](batch, seq)
-
-
-def _poly_source(poly: Poly | int) -> str:
-    """A polynomial (or a constant) as Python source over `batch` and `seq`: ints only."""
-    if isinstance(poly, int):
-        return str(int(poly))
-    return " + ".join(f"{int(c)} * batch ** {int(b)} * seq ** {int(s)}" for (b, s), c in poly.items()) or "0"
-
-
-def _compiled_guards(guards: list[Guard]) -> Callable[[int, int], bool]:
-    """holds(batch, seq) for these guards, each guard once (a builder often asks the same question twice). The
-    functions and their expected answers are passed in by name; only ints go into the source."""
-    scope: dict[str, object] = {}
-    checks, seen = [], set()
-    for g in guards:
-        args = ", ".join(_poly_source(p) for p in g.polys)
-        key = (id(g.fn), args)
-        if (key, g.expected) in seen:
-            continue
-        seen.add((key, g.expected))
-        k = len(checks)
-        scope[f"fn{k}"], scope[f"expected{k}"] = g.fn, g.expected
-        checks.append(f"fn{k}({args}) == expected{k}")
-    source = f"def holds(batch, seq):\n    return {' and '.join(checks) or 'True'}"
-    exec(compile(source, "<calc.sim.symbolic.Trace>", "exec"), scope)  # noqa: S102 - our own ints only
-    return scope["holds"]  # type: ignore[return-value]
+        """Every guard gives its recorded answer at (batch, seq). Asked for every new shape: each distinct guard
+        once (a builder often asks the same question twice), the guards added since the last call made checks
+        first."""
+        if self._checked != len(self.guards):
+            self._checks.update(dict.fromkeys(g.check() for g in self.guards[self._checked:]))
+            self._checked = len(self.guards)
+        return not self._checks or all(check.holds(batch, seq) for check in self._checks)
 
 
 def _poly(x: int) -> Poly:
@@ -146,7 +155,7 @@ class Dim:
             return value  # a constant is an int again
         return Dim(poly, value, self.trace)
 
-    def _guard(self, fn: Callable[..., Any], *args: Dim | int) -> Any:
+    def _guard(self, fn: Callable[..., R], *args: Dim | int) -> R:
         expected = fn(*map(value_of, args))
         self.trace.guards.append(Guard(fn, tuple(a.poly if isinstance(a, Dim) else a for a in args), expected))
         return expected
@@ -199,6 +208,10 @@ class Dim:
         return self._guard(operator.ne, self, other)
 
     def __bool__(self) -> bool:
+        """Whether the size is not 0: a guard, unless every coefficient has one sign (16384 * B * S, a block's
+        scratch bytes), which no B, S >= 1 makes 0, so that the answer holds for every shape."""
+        if all(c > 0 for c in self.poly.values()) or all(c < 0 for c in self.poly.values()):
+            return True
         return self._guard(bool, self)
 
     def __repr__(self) -> str:
