@@ -8,7 +8,7 @@ verdict is then `None` unless another limit is exceeded: we ask for the number i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +47,23 @@ class Verdict(BaseModel):
     def gpu_headroom_bytes(self) -> int | None:
         gpu = self.limit("gpu")
         return None if gpu is None else _headroom(gpu.needed_bytes, gpu.available_bytes)
+
+
+class LimitFields(TypedDict):
+    """A Limit's fields, as verdict_data gives them (the engine validates them inside its Estimate)."""
+
+    resource: Resource
+    needed_bytes: int
+    available_bytes: int | None
+    fits: bool | None
+
+
+class VerdictFields(TypedDict):
+    """A Verdict's fields, as verdict_data gives them."""
+
+    fits: bool | None
+    limits: list[LimitFields]
+    reasons: list[str]
 
 
 def gib_short(n_bytes: int) -> str:
@@ -89,7 +106,7 @@ def reason_texts(v: Verdict) -> list[Text]:
 
 
 def verdict_data(gpu_needed: int, gpu_available: int | None, host_ram_needed: int, host_ram_available: int | None,
-                 nvme_needed: int, nvme_available: int | None) -> dict[str, Any]:
+                 nvme_needed: int, nvme_available: int | None) -> VerdictFields:
     """The verdict's fields from what is needed and what is there, as Verdict validates them (the engine
     validates them inside its Estimate, in one pass with the other result models). Host RAM / NVMe limits
     appear only when offload needs them."""
@@ -98,7 +115,9 @@ def verdict_data(gpu_needed: int, gpu_available: int | None, host_ram_needed: in
         wanted.append(("host_ram", host_ram_needed, host_ram_available))
     if nvme_needed:
         wanted.append(("nvme", nvme_needed, nvme_available))
-    limits, reasons, fits = [], [], True
+    limits: list[LimitFields] = []
+    reasons: list[str] = []
+    fits: bool | None = True
     for r, need, have in wanted:
         ok = None if have is None else need <= have
         limits.append({"resource": r, "needed_bytes": need, "available_bytes": have, "fits": ok})
@@ -116,7 +135,7 @@ def make_verdict(gpu_needed: int, gpu_available: int | None, host_ram_needed: in
                                                nvme_needed, nvme_available))
 
 
-def gpu_headroom(data: dict[str, Any]) -> int | None:
+def gpu_headroom(data: VerdictFields) -> int | None:
     """Verdict.gpu_headroom_bytes of verdict_data's fields."""
     gpu = data["limits"][0]
     return _headroom(gpu["needed_bytes"], gpu["available_bytes"])
@@ -159,5 +178,5 @@ def short(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
             else translate(N_("unknown ({what})"), lang, what=what))
 
 
-__all__ = ["Limit", "Resource", "Verdict", "gib_short", "gpu_headroom", "headline", "make_verdict", "reason_texts",
-           "short", "verdict_data"]
+__all__ = ["Limit", "LimitFields", "Resource", "Verdict", "VerdictFields", "gib_short", "gpu_headroom", "headline",
+           "make_verdict", "reason_texts", "short", "verdict_data"]
