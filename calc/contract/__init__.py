@@ -1,7 +1,8 @@
 """The contract: everything a user can say, and the rules for saying it.
 
-Owns the scenario (`scenario`: the JSON contract, strict pydantic models), the model families and their shapes
-(`architectures`: every linear layer of a family in one list), the presets (`presets`: one YAML file per model,
+Owns the scenario (`scenario`: the JSON contract, strict pydantic models), a model's shape (`model_spec`:
+`ModelSpec`, every linear layer of a family in one list, parameter counts), reading a Hugging Face config.json into
+it (`architectures`), the presets (`presets`: one YAML file per model,
 GPU and cluster), bytes per element by precision and optimizer (`precision`), how ZeRO, tensor, pipeline and
 expert parallelism split tensors (`parallel`: ZeRO-1/2's flattened partitions and buckets), the input boundary
 (`boundary`: bounded reads, strict JSON, one-line errors; `limits`: every bound), errors (`errors`), units and
