@@ -21,7 +21,7 @@ The wings, each a package whose docstring says what it owns and what it may impo
 """
 
 from calc.contract.scenario import Scenario
-from calc.memory.engine import estimate, reference_estimate
+from calc.memory.estimate import estimate, reference_estimate
 from calc.memory.result import Estimate
 
 __all__ = ["Estimate", "Scenario", "estimate", "reference_estimate"]

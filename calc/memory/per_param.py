@@ -1,5 +1,5 @@
 """Bytes per parameter: the model states of a scenario divided by its parameter count, read from
-the same code that builds the breakdown (calc.memory.engine.model_states / fsdp2_states and
+the same code that builds the breakdown (calc.memory.states.model_states, calc.memory.fsdp2.fsdp2_states and
 step_gradient_bytes), so every page that quotes "N bytes per parameter" agrees with the peak.
 
 Two totals: `held` is what the ZeRO paper counts as model states (weights + gradients + fp32
@@ -16,7 +16,8 @@ from calc.contract.parallel import layers_on_stage
 from calc.contract.precision import step_gradients_why
 from calc.contract.scenario import Mode, Scenario
 from calc.contract.variant import variant
-from calc.memory.engine import fsdp2_states, model_states, step_gradient_bytes
+from calc.memory.fsdp2 import fsdp2_states
+from calc.memory.states import model_states, step_gradient_bytes
 
 
 class BytesPerParam(BaseModel):

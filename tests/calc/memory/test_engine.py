@@ -6,7 +6,9 @@ import pytest
 
 from calc.contract import parallel, precision
 from calc.contract.scenario import Optimizer, OptimizerImpl, Precision, Scenario
-from calc.memory.engine import _ctx, _profiles, estimate, model_states
+from calc.memory.activations import block_context, block_profiles
+from calc.memory.estimate import estimate
+from calc.memory.states import model_states
 from calc.sim.graph import OUT, Graph
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 320, "num_hidden_layers": 2,
@@ -84,13 +86,13 @@ def llama_layer_saved_bf16_sdpa(b, s, h, i, nh, nkv, hd) -> int:
 @pytest.mark.parametrize("b,s", [(1, 16), (2, 48), (4, 128)])
 def test_llama_layer_saved_matches_hand_count(b, s):
     sc = scenario(micro_batch_size=b, seq_len=s, precision="bf16", attention="sdpa")
-    layer, _, _ = _profiles(_ctx(sc, "cpu"), False)
+    layer, _, _ = block_profiles(block_context(sc, "cpu"), False)
     assert layer.saved == llama_layer_saved_bf16_sdpa(b, s, 128, 320, 4, 2, 32)
 
 
 def test_eager_keeps_fp32_and_16bit_probabilities():
-    sdpa = _profiles(_ctx(scenario(precision="bf16", seq_len=64), "cpu"), False)[0].saved
-    eager = _profiles(_ctx(scenario(precision="bf16", seq_len=64, attention="eager"), "cpu"), True)[0].saved
+    sdpa = block_profiles(block_context(scenario(precision="bf16", seq_len=64), "cpu"), False)[0].saved
+    eager = block_profiles(block_context(scenario(precision="bf16", seq_len=64, attention="eager"), "cpu"), True)[0].saved
     b, nh, s, qw, kvw = 1, 4, 64, 128, 64
     # eager adds B x nh x S x S probabilities in fp32 (4) and bf16 (2), drops SDPA's logsumexp,
     # and saves repeat_kv's k and v (nh heads) instead of the cached nkv-head copies
@@ -99,7 +101,7 @@ def test_eager_keeps_fp32_and_16bit_probabilities():
 
 def test_loss_backward_holds_three_fp32_vocab_tensors():
     sc = scenario(precision="bf16", micro_batch_size=4, seq_len=512)
-    _, _, head = _profiles(_ctx(sc, "cpu"), False)
+    _, _, head = block_profiles(block_context(sc, "cpu"), False)
     t, v = 4 * 512, 1000
     # log_softmax output (saved) + nll grad + log_softmax grad, all fp32
     assert head.bwd_peak >= 3 * 4 * t * v
@@ -247,7 +249,7 @@ def test_components_sum_to_peak_with_formulas(data):
 
 
 def test_fsdp2_shards_pad_dim0_and_keep_root_gathered():
-    from calc.memory.engine import fsdp2_states
+    from calc.memory.fsdp2 import fsdp2_states
 
     sc = Scenario.model_validate({"model": TINY_LLAMA, "hardware": {"num_gpus": 3},
                                   "training": {"precision": "bf16-mixed", "zero_stage": 3}})

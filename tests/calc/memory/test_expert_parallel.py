@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calc.contract.scenario import Scenario
-from calc.memory.engine import estimate, fsdp2_states
+from calc.memory.estimate import estimate
+from calc.memory.fsdp2 import fsdp2_states
 
 MOE = {"model_type": "qwen3_moe", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
        "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -61,12 +62,12 @@ def test_expert_parallel_lowers_the_peak_of_a_moe_bound_model() -> None:
 
 
 def test_all_to_all_buffers_are_in_the_moe_block() -> None:
-    from calc.memory.engine import _ctx
+    from calc.memory.activations import block_context
     from calc.sim.graph import Graph
     from calc.sim.layers import moe_mlp
 
     def names(ep: int) -> list[str]:
-        ctx = _ctx(_sc(ep=ep), "cuda", fsdp=True)
+        ctx = block_context(_sc(ep=ep), "cuda", fsdp=True)
         g = Graph(input_bytes=4 * ctx.tokens * ctx.spec.hidden_size)
         moe_mlp(g, 0, ctx)
         return [op.name for op in g.ops]
@@ -93,13 +94,13 @@ def test_experts_reduce_is_a_mid_layer_row_with_the_attention_still_saved() -> N
     """The experts group's post-backward runs when the MoE block's backward ends: one row per MoE layer, with
     part of the layer's recomputed saved tensors (the attention's) still alive; none without expert parallelism
     or with a frozen base (no experts' gradients)."""
-    from calc.memory.engine import _ctx, _layer_profile
+    from calc.memory.activations import block_context, layer_profile
 
     sc = _sc(ep=8, precision="bf16-mixed", activation_checkpointing="full")
     rows = estimate(sc, target="cpu", sharding="fsdp2").timeline.events
     assert [e for e in rows if e.endswith("experts")] == ["reduce-scatter layer 1 experts",
                                                           "reduce-scatter layer 0 experts"]
-    prof = _layer_profile(_ctx(sc, "cpu", fsdp=True), eager=False)
+    prof = layer_profile(block_context(sc, "cpu", fsdp=True), eager=False)
     assert 0 < prof.experts_done_saved < prof.saved
     assert prof.experts_done_grads > 0
     assert not any(e.endswith("experts") for e in estimate(_sc(ep=1), target="cpu", sharding="fsdp2").timeline.events)

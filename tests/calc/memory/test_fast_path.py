@@ -1,6 +1,6 @@
 """The engine's fast paths give the same bytes as the long way: memoized estimates and cached block
 profiles equal a cold computation, and the peak found by asking each run of identical layers only at its
-ends (calc.memory.engine.estimate) equals the largest of every listed moment (calc.memory.engine.reference_estimate);
+ends (calc.memory.estimate.estimate) equals the largest of every listed moment (calc.memory.estimate.reference_estimate);
 on the whole committed data set and on random scenarios, including scenarios that differ from a memoized
 one in a single field."""
 
@@ -18,7 +18,7 @@ from pydantic import BaseModel
 import calc.contract.presets as presets
 from calc.contract.scenario import Scenario
 from calc.evidence.validate import load_all
-from calc.memory.engine import _shape_free_values, clear_memo, estimate, reference_estimate
+from calc.memory.estimate import clear_memo, estimate, reference_estimate, shape_free_values
 from calc.memory.result import Estimate
 from calc.sim import profiles
 from calc.sim.graph import OUT, BlockProfile, Graph
@@ -73,11 +73,19 @@ def test_one_field_apart_is_a_different_answer(data):
 
 
 def test_reloaded_presets_are_not_served_from_the_memo():
+    """The memo is keyed by value: reloaded presets that are equal serve the same answer, a changed one a new one."""
     sc = Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"})
     before = estimate(sc)
-    presets.gpu_presets.cache_clear()  # what a test or a reload does: new preset objects
-    after = estimate(Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"}))
-    assert after is not before and after.model_dump_json() == before.model_dump_json()
+    presets.gpu_presets.cache_clear()  # what a test or a reload does: new preset objects, equal to the old
+    assert estimate(Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"})) is before
+    gpus = presets.gpu_presets()
+    try:
+        gpus["a100-80gb"] = gpus["a100-80gb"].model_copy(update={"memory_bytes": 40 * 2**30})  # a reload that changed
+        after = estimate(Scenario(model="llama-3.2-1b", hardware={"gpu": "a100-80gb"}))
+        assert after is not before and after.gpu_memory_bytes == 40 * 2**30
+        assert after.peak_allocated_bytes == before.peak_allocated_bytes
+    finally:
+        presets.gpu_presets.cache_clear()
 
 
 @FAST
@@ -206,8 +214,8 @@ def test_the_memo_key_is_the_scenario_without_its_shape(a, b, data):
         return
     shape = {"training": {"micro_batch_size", "seq_len"}}
     same_json = sa.model_dump_json(exclude=shape) == sb.model_dump_json(exclude=shape)
-    assert (_shape_free_values(sa) == _shape_free_values(sb)) == same_json
-    hash(_shape_free_values(sb))  # LoRA settings and all
+    assert (shape_free_values(sa) == shape_free_values(sb)) == same_json
+    hash(shape_free_values(sb))  # LoRA settings and all
 
 
 def test_a_pickled_estimate_keeps_its_timeline():
@@ -324,16 +332,16 @@ def test_plan_rounds_like_the_allocator(batch, seq, round_to):
 def test_a_memoized_context_with_a_new_shape_is_the_context_of_that_shape(sc, batch, seq):
     """The engine keeps each block context without its shape and copies it for a new (B, S) (Ctx.with_shape): the
     copy equals the context built for that shape, its shape-free key included."""
-    from calc.memory.engine import _ctx
+    from calc.memory.activations import block_context
 
     sc = Scenario.model_validate(sc)
-    ctx = _ctx(sc, "cuda")
+    ctx = block_context(sc, "cuda")
     key = ctx.shape_free  # cached on the instance, then copied with the other fields
     shaped = ctx.with_shape(batch, seq)
     assert shaped == dataclasses.replace(ctx, batch=batch, seq=seq) and shaped.tokens == batch * seq
     assert shaped.shape_free == key == dataclasses.replace(ctx, batch=batch, seq=seq).shape_free
     assert (ctx.batch, ctx.seq) == (sc.training.micro_batch_size, sc.training.seq_len)  # the memoized one unchanged
-    for kind in itertools.product([False, True], repeat=3):  # another kind of layer (calc.memory.engine.layer_ctxs)
+    for kind in itertools.product([False, True], repeat=3):  # another kind of layer (calc.memory.activations.layer_ctxs)
         sliding, dense, grad = kind
         made = shaped.with_kind(*kind)
         assert made == dataclasses.replace(shaped, sliding=sliding, dense_mlp=dense, input_grad=grad)
@@ -345,11 +353,12 @@ def test_a_memoized_context_with_a_new_shape_is_the_context_of_that_shape(sc, ba
 def test_per_layer_asks_once_per_kind_of_layer():
     """per_layer calls its function once per distinct context object, first seen first, whatever the pattern:
     one kind, layer 0 a kind of its own (LoRA on a frozen embedding without checkpointing), one kind at both
-    ends and another between them; _identical_layers compares the distinct profiles by value."""
-    from calc.memory.engine import _ctx, _identical_layers, _layer_profile, _repeats, layer_ctxs, per_layer
+    ends and another between them; identical_layers compares the distinct profiles by value."""
+    from calc.memory.activations import block_context, layer_ctxs, layer_profile
+    from calc.memory.repeats import identical_layers, per_layer, repeats
 
     sc = Scenario.model_validate({"model": "llama-3.2-1b", "training": {"lora": {"rank": 8}}})
-    own_first = layer_ctxs(_ctx(sc, "cuda"), 16, first_input_grad=False)
+    own_first = layer_ctxs(block_context(sc, "cuda"), 16, first_input_grad=False)
     a, b = own_first[0], own_first[1]
     assert a is not b and a != b
     for ctxs in ([b] * 16, own_first, [a] + [b] * 14 + [a], [b, b, a, b]):
@@ -357,16 +366,16 @@ def test_per_layer_asks_once_per_kind_of_layer():
         out = per_layer(ctxs, lambda c, asked=asked: asked.append(c) or ("first" if c is a else "rest"))
         assert out == ["first" if c is a else "rest" for c in ctxs]
         assert [id(c) for c in asked] == list(dict.fromkeys(map(id, ctxs)))
-    p, q = _layer_profile(a, False), _layer_profile(b, False)
+    p, q = layer_profile(a, False), layer_profile(b, False)
     assert p != q  # layer 0 saves less: its input needs no gradient
-    lay = per_layer(own_first, lambda c: _layer_profile(c, False))  # the kinds and their pattern carried along
+    lay = per_layer(own_first, lambda c: layer_profile(c, False))  # the kinds and their pattern carried along
     assert lay.kinds == [p, q] and lay.pattern is own_first.pattern and list(lay) == [p] + [q] * 15
-    assert _repeats(lay, [0] * 16, 0) == _repeats(list(lay), [0] * 16, 0) == (1, 1)
-    assert _repeats(lay, [0] * 16, 3) == _repeats(list(lay), [0] * 16, 3) == (1, 3)
-    assert not _identical_layers(lay) and not _identical_layers(list(lay))
-    assert _identical_layers([q] * 5) and _identical_layers([q, BlockProfile(*q)] * 3)  # an equal copy
-    assert not _identical_layers([p] + [q] * 4) and not _identical_layers([q] * 4 + [p] + [q])
-    assert not _identical_layers([q] * 5, [0, 0, 1, 0, 0])
+    assert repeats(lay, [0] * 16, 0) == repeats(list(lay), [0] * 16, 0) == (1, 1)
+    assert repeats(lay, [0] * 16, 3) == repeats(list(lay), [0] * 16, 3) == (1, 3)
+    assert not identical_layers(lay) and not identical_layers(list(lay))
+    assert identical_layers([q] * 5) and identical_layers([q, BlockProfile(*q)] * 3)  # an equal copy
+    assert not identical_layers([p] + [q] * 4) and not identical_layers([q] * 4 + [p] + [q])
+    assert not identical_layers([q] * 5, [0, 0, 1, 0, 0])
 
 
 @FAST
@@ -375,17 +384,17 @@ def test_per_layer_asks_once_per_kind_of_layer():
 def test_running_sums_of_repeating_layers_are_composed_exactly(lead, cycle, layers, every, drops):
     """Layers of a few kinds (objects) in any pattern, mostly a lead and then a repeating cycle (Gemma 3's local
     and global layers, a kind of its own at layer 0, DeepSeek's dense first layers), checkpointed every k-th:
-    _repeats finds where the layers repeat, and the running sums composed from the lead and one period
-    (_prefix_sums) equal the sums listed layer by layer, at every layer."""
+    repeats finds where the layers repeat, and the running sums composed from the lead and one period
+    (prefix_sums) equal the sums listed layer by layer, at every layer."""
     from itertools import accumulate
 
-    from calc.memory.engine import _prefix_sums, _repeats
+    from calc.memory.repeats import prefix_sums, repeats
 
     kinds = [object() for _ in range(4)]
     pattern = (lead + cycle * (layers // len(cycle) + 1))[:layers]
     lay = [kinds[k] for k in pattern]
     sel_drop = [10 * k if drops else 0 for k in pattern]
-    lead, period = _repeats(lay, sel_drop, every)
+    lead, period = repeats(lay, sel_drop, every)
     if period:
         assert lead + period < layers
         for i in range(lead, layers - period):  # what the composition relies on
@@ -396,7 +405,7 @@ def test_running_sums_of_repeating_layers_are_composed_exactly(lead, cycle, laye
         return 7 * pattern[i] + 1000 * (bool(every) and i % every == 0) + sel_drop[i] + 1
 
     listed = list(accumulate(map(value, range(layers)), initial=5))
-    sums = _prefix_sums(value, layers, period, 5, lead)
+    sums = prefix_sums(value, layers, period, 5, lead)
     assert [sums[i] for i in range(layers + 1)] == listed
     assert [sums.value(i) for i in range(layers)] == [value(i) for i in range(layers)]
 
@@ -405,14 +414,14 @@ def test_repeats_of_the_models_kinds_of_layer():
     """Where the layers start repeating, and how often: layer 0 a kind of its own (LoRA on a frozen embedding),
     Gemma 3's five local layers and a global one (with checkpointing of every 4th layer: both repeat every 12),
     DeepSeek's three dense first layers; nothing shorter than the run for layers that do not repeat."""
-    from calc.memory.engine import _repeats
+    from calc.memory.repeats import repeats
 
     a, b, c = object(), object(), object()
-    assert _repeats([a] + [b] * 125, [0] * 126, 0) == (1, 1)
+    assert repeats([a] + [b] * 125, [0] * 126, 0) == (1, 1)
     gemma = ([b] * 5 + [c]) * 4 + [b, b]
-    assert _repeats(gemma, [0] * 26, 0) == (0, 6)
-    assert _repeats(gemma, [0] * 26, 4) == (0, 12)
-    assert _repeats([a] * 3 + [b] * 58, [0] * 61, 1) == (3, 1)
-    assert _repeats([a, b, c, a, b, c, a], [0] * 7, 0) == (0, 3)
-    assert _repeats([a, b, c, b, a, c], [0] * 6, 0) == (2, 3)  # from layer 2 on: c, b, a, c
-    assert _repeats([a, b, b, c], [0] * 4, 0) == (0, 0)  # no repeat shorter than the run
+    assert repeats(gemma, [0] * 26, 0) == (0, 6)
+    assert repeats(gemma, [0] * 26, 4) == (0, 12)
+    assert repeats([a] * 3 + [b] * 58, [0] * 61, 1) == (3, 1)
+    assert repeats([a, b, c, a, b, c, a], [0] * 7, 0) == (0, 3)
+    assert repeats([a, b, c, b, a, c], [0] * 6, 0) == (2, 3)  # from layer 2 on: c, b, a, c
+    assert repeats([a, b, b, c], [0] * 4, 0) == (0, 0)  # no repeat shorter than the run

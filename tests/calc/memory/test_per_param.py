@@ -9,8 +9,9 @@ from hypothesis import strategies as hs
 
 from calc.contract import parallel, precision
 from calc.contract.scenario import Scenario
-from calc.memory.engine import estimate, model_states, partition_bytes
+from calc.memory.estimate import estimate
 from calc.memory.per_param import bytes_per_param, bytes_per_param_table
+from calc.memory.states import model_states, partition_bytes
 
 
 def _sc(**training) -> Scenario:

@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from calc.contract.scenario import Scenario
-from calc.memory.engine import estimate, model_states
+from calc.memory.estimate import estimate
+from calc.memory.states import model_states
 
 MODELS = st.sampled_from(["gpt2", "llama-3.2-1b", "qwen2.5-0.5b", "pythia-160m", "phi-3-mini", "gemma-2-2b",
                           "mixtral-8x7b", "qwen3-0.6b"])

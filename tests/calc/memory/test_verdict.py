@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from calc.cli.main import main as cli
 from calc.contract.scenario import Scenario
 from calc.contract.units import GiB
-from calc.memory.engine import estimate
+from calc.memory.estimate import estimate
 from calc.memory.verdict import gib_short, headline, make_verdict, short
 from calc.recommend import RecommendRequest, optimization_waterfall, recommend
 from tests.app.test_app_helpers import all_text, assert_clean, open_app

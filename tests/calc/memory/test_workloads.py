@@ -7,7 +7,8 @@ import pytest
 
 from calc.contract.presets import model_presets
 from calc.contract.scenario import Scenario
-from calc.memory.engine import _ctx, embeddings_need_grad, estimate, layer_ctxs
+from calc.memory.activations import block_context, embeddings_need_grad, layer_ctxs, layer_profile
+from calc.memory.estimate import estimate
 from calc.sim.layers import liger_chunk_tokens, sdpa_needs_mask
 
 SMALL = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 128, "intermediate_size": 344,
@@ -51,12 +52,12 @@ def test_checkpointing_keeps_the_eager_mask_and_position_ids_into_backward():
 @pytest.mark.parametrize(("seq", "needs"), [(63, False), (64, True), (65, True)])
 def test_sliding_window_mask_from_the_window_length_on(seq, needs):
     model = {**SMALL, "model_type": "mistral", "sliding_window": 64}
-    assert sdpa_needs_mask(_ctx(_sc(model, seq_len=seq), "cpu")) is needs
+    assert sdpa_needs_mask(block_context(_sc(model, seq_len=seq), "cpu")) is needs
 
 
 def test_phi3_attends_through_its_sliding_window():
     phi3 = {**SMALL, "model_type": "phi3", "sliding_window": 64}
-    assert sdpa_needs_mask(_ctx(_sc(phi3, seq_len=64), "cpu"))
+    assert sdpa_needs_mask(block_context(_sc(phi3, seq_len=64), "cpu"))
     assert model_presets()["phi-3-mini"].spec.sliding_window == 2047
 
 
@@ -71,13 +72,12 @@ def test_qwen_window_layers_from_max_window_layers():
 
 def test_frozen_embedding_output_makes_layer_0_save_less():
     lora = {"rank": 8, "alpha": 16.0, "targets": "attention", "base_weights": "bf16"}
-    ctx = _ctx(_sc(precision="bf16", lora=lora), "cpu")
+    ctx = block_context(_sc(precision="bf16", lora=lora), "cpu")
     assert not embeddings_need_grad(ctx, _sc().training.activation_checkpointing)
     first, second = layer_ctxs(ctx, 2, first_input_grad=False)
-    from calc.memory.engine import _layer_profile
 
     # layer 0's input norm records no node: its fp32 input (and rsqrt) are not saved
-    assert _layer_profile(second, False).saved - _layer_profile(first, False).saved >= 4 * 1024 * 128
+    assert layer_profile(second, False).saved - layer_profile(first, False).saved >= 4 * 1024 * 128
 
 
 def test_liger_chunk_follows_the_kernel_heuristic():
@@ -99,10 +99,10 @@ def test_liger_fused_loss_removes_the_vocabulary_sized_peak():
 
 
 def test_layer_kinds_of_gemma3_and_deepseek():
-    g3 = _ctx(_sc(model="gemma-3-1b", seq_len=1024), "cpu")
+    g3 = block_context(_sc(model="gemma-3-1b", seq_len=1024), "cpu")
     kinds = [c.sliding for c in layer_ctxs(g3, 12)]
     assert kinds == [True] * 5 + [False] + [True] * 5 + [False]
-    ds = _ctx(_sc(model="deepseek-v3", seq_len=256), "cpu")
+    ds = block_context(_sc(model="deepseek-v3", seq_len=256), "cpu")
     assert [c.dense_mlp for c in layer_ctxs(ds, 5)] == [True, True, True, False, False]
 
 

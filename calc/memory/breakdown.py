@@ -1,0 +1,124 @@
+"""The breakdown at the peak: the row of the peak's moment as named terms (Components), each with its formula and
+its source, summing to the peak allocated bytes: the weights (and FSDP2's gathered weights), the gradients as the
+moment holds them, the optimizer states, master weights, activations, and the other bytes named one by one
+(input ids, cuBLAS workspaces, ZeRO's buffers, the optimizer's temporaries, the transients left).
+"""
+
+from __future__ import annotations
+
+from calc.contract import precision
+from calc.contract.i18n import N_
+from calc.contract.scenario import Scenario
+from calc.memory.result import Component, words
+from calc.memory.states import States, adapter_bytes
+from calc.memory.timeline import TimelineRow
+
+
+def peak_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes: int) -> list[Component]:
+    """The breakdown at the peak (`row`) as named terms, each with its formula and source; they sum to
+    the peak allocated bytes. `workspace_bytes`: the cuBLAS workspace bytes."""
+    event, phase, grads = row.event, row.phase, row.gradients
+    t = sc.training
+    p = t.precision
+    out = list(st.components)  # weights
+    gathered = row.parameters - sum(c.bytes for c in out if c.category == "parameters")
+    if gathered > 0:  # FSDP2: the root module's and the running layers' all-gathered full 16-bit weights
+        out.append(Component(key="gathered_weights", category="parameters", label=N_("Gathered full weights (FSDP2)"),
+                             bytes=gathered, formula=N_("root weights (embedding, final norm, lm_head) gathered "
+                             "through forward and backward + the running (and prefetched) decoder layers' full weights"),
+                             source=N_("torch.distributed.fsdp.fully_shard: unsharded parameters between all-gather "
+                                       "and reshard (modelled from FSDP2's source, calc.memory.fsdp2.fsdp2_states)")))
+    if event in FLATTEN_EVENTS:
+        out.append(Component(key="gradients", category="gradients", label=FLATTEN_EVENTS[event][0], bytes=grads,
+                             formula=FLATTEN_EVENTS[event][1],
+                             source=N_("DeepSpeed's source (calc.memory.train_timeline.optimizer_rows)")))
+        return out + states_and_rest_components(sc, st, row, workspace_bytes)
+    gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
+    fp32_copies = phase == "optimizer" and st.grad_fp32_step > 0
+    both = fp32_copies and st.keeps_16bit_step_grads  # DeepSpeed ZeRO-0: the 16-bit grads stay beside them
+    label = N_("Parameter gradients (.grad)")
+    if fp32_copies:
+        label = N_("16-bit gradients and their fp32 copies for the optimizer step") if both else \
+            N_("fp32 gradient copies for the optimizer step")
+        gb = f"({gb} + {precision.FP32})" if both else precision.FP32  # *-mixed: the step works on fp32 copies
+    full = st.grad_fp32_step + (st.grads if both else 0) if fp32_copies else st.grads
+    grad_fields = dict(params=f"{st.trainable:,}", bytes=gb, zero=zero_note(t.zero_stage, 1 if fp32_copies else 2, sc))
+    out.append(Component(
+        key="gradients", category="gradients", label=label, bytes=grads,
+        **(words("formula", N_("{params} trainable params x {bytes} B{zero} ({share} created so far)"),
+                 share=f"{grads / full:.0%}", **grad_fields) if full and grads < full else
+           words("formula", N_("{params} trainable params x {bytes} B{zero}"), **grad_fields)),
+        source=precision.step_gradients_why(st.keeps_16bit_step_grads) if fp32_copies else
+        N_("AccumulateGrad creates .grad in the parameter dtype; zero_grad(set_to_none=True) frees them after the "
+           "step")))
+    return out + states_and_rest_components(sc, st, row, workspace_bytes)
+
+
+# The moments before DeepSpeed's optimizer step where gradients are copied (calc.memory.train_timeline.optimizer_rows):
+# label, formula
+_FLATTENED = N_("Gradients flattened and cast to fp32 for the optimizer step")
+FLATTEN_EVENTS = {
+    "gradient norm (fp64 copy)": (N_("Gradients and an fp64 copy for the gradient norm"),
+                                  N_("the rank's gradient partition + an fp64 copy of its largest gradient")),
+    "gradient partition flattened": (_FLATTENED, N_("the rank's gradient partition + its flat copy (+ that copy "
+                                                    "cast to fp32 for a 16-bit model)")),
+    "gradients cast to fp32 and flattened": (_FLATTENED, N_("the 16-bit gradients + an fp32 copy of each + the flat "
+                                                            "fp32 tensor they are joined into")),
+}
+
+
+def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes: int) -> list[Component]:
+    """The peak's optimizer states, master weights, activations and other terms (peak_components)."""
+    event, phase, opt, other = row.event, row.phase, row.optimizer_states, row.other
+    t = sc.training
+    out: list[Component] = []
+    master = st.master if opt else 0
+    states = opt - master
+    out.append(Component(key="optimizer_states", category="optimizer_states", label=N_("Optimizer states"),
+                         bytes=states, **words("formula", N_("{optimizer} states for {params} params{zero}; created "
+                                                            "lazily in step 1"), optimizer=t.optimizer.value,
+                                               params=f"{st.trainable:,}", zero=zero_note(t.zero_stage, 1, sc)),
+                         source=N_("torch.optim state dicts (calc.contract.precision.optimizer_state_bytes)")))
+    if master:
+        out.append(Component(key="master_weights", category="optimizer_states", label=N_("fp32 master weights"),
+                             bytes=master, **words("formula", N_("{params} params x {bytes} B{zero}"),
+                                                   params=f"{st.trainable:,}", bytes=4,
+                                                   zero=zero_note(t.zero_stage, 1, sc)),
+                             source=N_("ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)")))
+    out.append(Component(key="activations", category="activations", label=N_("Activations saved for backward"),
+                         bytes=row.activations,
+                         **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in calc.sim.layers)"),
+                                 event=event),
+                         source=N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")))
+    inputs = 8 * t.micro_batch_size * t.seq_len
+    named = [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
+              N_("the token batch on the device")),
+             ("cublas_workspace", N_("cuBLAS workspaces"), workspace_bytes,
+              N_("one per matmul thread (forward + autograd)"),
+              N_("CUBLAS_WORKSPACE_CONFIG defaults (calc.memory.overhead)")),
+             ("zero_buffers", N_("ZeRO buckets / gathered weights"),
+              st.zero_buffers + (st.zero3_gathered if phase != "optimizer" else 0),
+              N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
+                 "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
+              N_("DeepSpeed defaults in calc.contract.parallel; partition_parameters._no_gather_coalesced for one rank"))]
+    if event == "optimizer step":
+        named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), st.opt_temp,
+                   f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.contract.precision.optimizer_temp_bytes"),
+                  ]
+    for key, label, n, formula, source in named:
+        n = min(n, other)
+        if n:
+            out.append(Component(key=key, category="other", label=label, bytes=n, formula=formula, source=source))
+            other -= n
+    if other:
+        out.append(Component(key="transients", category="other", **words("label", N_("Transients at '{event}'"),
+                                                                          event=event),
+                             bytes=other, formula=N_("block-local temporaries alive at this moment (logits and loss "
+                             "gradients, activation gradients, autocast copies, attention scores)"),
+                             source=N_("autograd simulator (calc.sim.graph) over calc.sim.layers")))
+    return out
+
+
+def zero_note(stage: int, from_stage: int, sc: Scenario) -> str:
+    """" / N (ZeRO-k)" where stage k shards the term (from `from_stage` on) over several data-parallel ranks."""
+    return f" / {sc.data_parallel} (ZeRO-{stage})" if stage >= from_stage and sc.data_parallel > 1 else ""
