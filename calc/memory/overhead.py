@@ -46,20 +46,14 @@ def cublas_workspace_bytes(architecture: Architecture | None, training: bool) ->
 _NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)
 
 
-def device_total(peak_allocated: int, num_gpus: int) -> dict[str, int]:
+def device_total(peak_allocated_bytes: int, num_gpus: int) -> dict[str, int]:
     """calc.memory.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only) and the
     allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
-    ctx = CUDA_CONTEXT_BYTES
+    context = CUDA_CONTEXT_BYTES
     nccl = NCCL_BYTES if num_gpus > 1 else _NO_NCCL
-    (f_low, f_exp, f_high), (b_low, b_exp, b_high) = _RESERVE
-    low, expected, high = round(peak_allocated * f_low) + b_low, round(peak_allocated * f_exp) + b_exp, \
-        round(peak_allocated * f_high) + b_high
-    return {"low": peak_allocated + ctx["low"] + nccl["low"] + low,
-            "expected": peak_allocated + ctx["expected"] + nccl["expected"] + expected,
-            "high": peak_allocated + ctx["high"] + nccl["high"] + high,
-            "cuda_context_bytes": ctx["expected"], "workspace_bytes": nccl["expected"],
-            "reserve_low_bytes": low, "reserve_expected_bytes": expected, "reserve_high_bytes": high}
-
-
-# the reserve's fraction and floor, low / expected / high, in the order device_total reads them
-_RESERVE = tuple(tuple(d[k] for k in ("low", "expected", "high")) for d in (RESERVE_FRACTION, RESERVE_FLOOR_BYTES))
+    reserve = {level: round(peak_allocated_bytes * RESERVE_FRACTION[level]) + RESERVE_FLOOR_BYTES[level]
+               for level in ("low", "expected", "high")}
+    total = {level: peak_allocated_bytes + context[level] + nccl[level] + reserve[level] for level in reserve}
+    return {**total, "cuda_context_bytes": context["expected"], "workspace_bytes": nccl["expected"],
+            "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
+            "reserve_high_bytes": reserve["high"]}
