@@ -23,7 +23,7 @@ MIXED_STEP_GRADIENTS_WHY = N_(
     "(deepspeed/runtime/zero/stage_1_and_2.py, step): 2 B/param through backward, 4 B/param (sharded like "
     "the optimizer states) during the step; modelled from DeepSpeed's source"
 )
-# The same at ZeRO-0 under DeepSpeed, where the optimizer wrapper keeps the 16-bit gradients (calc.memory.engine).
+# The same at ZeRO-0 under DeepSpeed, where the optimizer wrapper keeps the 16-bit gradients (calc.memory.states).
 ZERO0_MIXED_STEP_GRADIENTS_WHY = N_(
     "At ZeRO-0 DeepSpeed wraps torch's optimizer in FP16_UnfusedOptimizer, which casts each 16-bit gradient to "
     "an fp32 .grad of its fp32 master copy and frees neither before the step "
@@ -80,20 +80,21 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
     AdamW-8bit (bitsandbytes): two uint8 states plus one fp32 absmax per 256-element block
     each; tensors under 4096 elements stay in 32-bit (min_8bit_size).
     """
-    sb = state_dtype_bytes(p)
-    n = sum(prod(s) * c for s, c in shapes)
+    state_bytes = state_dtype_bytes(p)  # per state element
+    elements = sum(prod(s) * c for s, c in shapes)
     if opt in (Optimizer.adam, Optimizer.adamw):
-        return 2 * sb * n
+        return 2 * state_bytes * elements
     if opt == Optimizer.sgd:
         return 0
     if opt == Optimizer.sgd_momentum:
-        return sb * n
+        return state_bytes * elements
     if opt == Optimizer.adafactor:
-        return sb * sum(_adafactor_elems(s) * c for s, c in shapes)
+        return state_bytes * sum(adafactor_state_elements(s) * c for s, c in shapes)
     total = 0
     for s, c in shapes:
-        k = prod(s)
-        total += c * (2 * 4 * k if k < 4096 else 2 * k + 2 * 4 * -(-k // 256))
+        tensor_elements = prod(s)
+        total += c * (2 * 4 * tensor_elements if tensor_elements < 4096
+                      else 2 * tensor_elements + 2 * 4 * -(-tensor_elements // 256))
     return total
 
 
@@ -111,22 +112,23 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
     (torch/optim/_adafactor.py, _multi_tensor_adafactor). For-loop: the same per tensor.
     AdamW-8bit: blockwise kernels update in place.
     """
-    sb = state_dtype_bytes(p)
-    n = sum(prod(s) * c for s, c in shapes)
-    largest = max((prod(s) for s, _ in shapes), default=0)
+    state_bytes = state_dtype_bytes(p)  # per state element
+    elements = sum(prod(s) * c for s, c in shapes)
+    largest = max((prod(s) for s, _ in shapes), default=0)  # elements of the largest tensor
     if opt in (Optimizer.adam, Optimizer.adamw):
         if impl == OptimizerImpl.foreach:
-            return sb * n
+            return state_bytes * elements
         if impl == OptimizerImpl.for_loop:
-            return 2 * sb * largest
+            return 2 * state_bytes * largest
         return 0
     if opt == Optimizer.adafactor:
-        return sb * (n if impl == OptimizerImpl.foreach else largest)
+        return state_bytes * (elements if impl == OptimizerImpl.foreach else largest)
     return 0
 
 
-
-def _adafactor_elems(shape: tuple[int, ...]) -> int:
+def adafactor_state_elements(shape: tuple[int, ...]) -> int:
+    """Adafactor's state elements for one tensor: a row and a column variance for a matrix (and the leading dims),
+    a full variance for a vector."""
     if len(shape) >= 2:
         return prod(shape[:-1]) + prod(shape[:-2] + shape[-1:])
     return prod(shape)
