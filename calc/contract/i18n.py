@@ -33,7 +33,7 @@ CATALOGUE_LANG = "zh"  # the one language with catalogues (English is the ids)
 # A file belongs to the first domain that matches it; the last two are catch-alls.
 DOMAINS: dict[str, tuple[str, ...]] = {
     "recommend": ("pages/2_Compare.py", "pages/3_Recommend.py", "calc/recommend/*.py", "calc/cli/*.py",
-                  "calc/memory/fit.py", "calc/speed.py", "calc/contract/variant.py"),
+                  "calc/memory/fit.py", "calc/speed/*.py", "calc/contract/variant.py"),
     "breakdown": ("ui/plots.py", "ui/verdict_box.py", "ui/calibration.py", "calc/memory/*.py", "calc/evidence/calibrate.py",
                   "calc/sim/*.py", "calc/contract/precision.py"),
     "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/evidence/claims.py"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
+from calc.contract.architectures import ModelSpec
 from calc.contract.presets import gpu_presets
 from calc.contract.scenario import (
     Attention,
@@ -21,6 +21,7 @@ from calc.contract.scenario import (
     Scenario,
     TrainingConfig,
 )
+from calc.memo import memoized
 from calc.recommend.models import (
     CHECKPOINTING,
     OFFLOADS_STAGE3,
@@ -60,8 +61,9 @@ class Combo:
 
 
 @dataclass
-class _Light:
-    """Duck-typed TrainingConfig for calc.speed.step_time (no validation: thousands per search)."""
+class LightConfig:
+    """A stand-in for TrainingConfig with the attributes calc.speed.step_time reads (calc.speed.StepConfig): no
+    validation, thousands per search."""
 
     precision: Precision
     activation_checkpointing: Checkpointing
@@ -83,8 +85,9 @@ def _lora_key(lora: LoraConfig | None) -> tuple | None:
     return None if lora is None else (lora.rank, lora.alpha, lora.targets, lora.base_weights)
 
 
-def _light(c: Combo, mb: int, ga: int, seq: int) -> _Light:
-    return _Light(c.precision, c.ckpt, c.every, c.attention, c.zero, c.off_opt, c.off_par, c.tp, c.pp, c.optimizer,
+def light_config(c: Combo, mb: int, ga: int, seq: int) -> LightConfig:
+    """c at this micro-batch, accumulation and sequence length, for calc.speed.step_time."""
+    return LightConfig(c.precision, c.ckpt, c.every, c.attention, c.zero, c.off_opt, c.off_par, c.tp, c.pp, c.optimizer,
                   c.lora, mb, ga, seq)
 
 
@@ -118,14 +121,14 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-@lru_cache(maxsize=256)
-def _small_divisors(n: int, limit: int) -> tuple[int, ...]:
+@memoized("divisors up to a limit", 256)
+def small_divisors(n: int, limit: int) -> tuple[int, ...]:
     """The divisors of n up to `limit`, in O(limit): n (sequences per data-parallel rank) reaches 2^48
     (65,536 micro-batches x 65,536 accumulation steps x 65,536 GPUs), where O(sqrt n) takes seconds."""
     return tuple(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
-def _attention_kernels(spec: Any) -> tuple[Attention, ...]:
+def _attention_kernels(spec: ModelSpec) -> tuple[Attention, ...]:
     """SDPA first where the model has it (gpt-oss runs eager only)."""
     return (Attention.sdpa, Attention.eager) if spec.sdpa_supported else (Attention.eager,)
 
@@ -238,7 +241,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
     return out
 
 
-def _complexity(c: Combo) -> tuple:
+def complexity(c: Combo) -> tuple[int, bool, bool]:
     """Tie-break among equally fast configurations: the simpler setup first."""
     return (c.zero + 2 * (c.off_opt != Offload.none) + 2 * (c.off_par != Offload.none)
             + (c.tp > 1) + (c.pp > 1), c.ckpt != Checkpointing.none, c.precision.is_mixed)

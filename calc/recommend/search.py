@@ -24,10 +24,10 @@ It stays fast by never estimating what cannot win (branch and bound):
    microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
    step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
    Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
-   reads it (`_Fit.est`, `_Fit.reason`). So is one whose states fit but not with the activations its first
+   reads it (calc.recommend.state's `Fit.est`, `Fit.reason`). So is one whose states fit but not with the activations its first
    pipeline stage holds at the end of its forward (calc.memory.engine.forward_activations_floor, a row of every
    training timeline; a fit of it asks the same block profiles the estimate would). A group whose most
-   frugal member is such a configuration is not ranked at all (`_run`).
+   frugal member is such a configuration is not ranked at all (`search_combos`).
 """
 
 
@@ -35,253 +35,30 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from calc.contract import parallel
-from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
-from calc.memory.engine import estimate, forward_activations_floor, model_states
-from calc.memory.result import Estimate
-from calc.memory.verdict import gib_short, reason_texts
+from calc.contract.scenario import Attention, Mode, Offload, Scenario
 from calc.recommend.combos import (
     Combo,
-    _complexity,
-    _light,
-    _small_divisors,
+    complexity,
     enumerate_combos,
     groups_for,
     is_method_change,
     methods_for,
     scenario_for,
 )
-from calc.recommend.models import (
-    MAX_MICRO_BATCH,
-    Candidate,
-    Group,
-    Recommendation,
-    RecommendRequest,
-    SearchStats,
-    usable_bytes,
-)
-from calc.recommend.phrase import T_, Phrase, joined
-from calc.recommend.words import (
-    compute_bound_per_gpu,
-    group_result,
-    label,
-    overall_explanation,
-    slow_words,
-)
-from calc.speed import SpeedAssumptions, _Hw, _Raw, hardware_of, split_rate_bound, step_time, to_estimate
+from calc.recommend.models import Candidate, Group, Recommendation, RecommendRequest, SearchStats, usable_bytes
+from calc.recommend.phrase import T_, Phrase
+from calc.recommend.state import Found, SearchState
+from calc.recommend.words import compute_bound_per_gpu, group_result, label, overall_explanation, slow_words
+from calc.speed import StepTime, hardware_of, split_rate_bound, to_estimate
 
 
-class _Fit:
-    """Whether a configuration fits, its estimate (None for an invalid scenario) and, when it does not fit,
-    why (a Phrase). A fit decided by the states floor (`_Search.fit`) does not fit for GPU memory; its
-    estimate and reason are computed when first read, by `settle`."""
-
-    __slots__ = ("_est", "_reason", "floor", "ok", "settle")
-
-    def __init__(self, est: Estimate | None, ok: bool, reason: Any = "", floor: int = 0,
-                 settle: Callable[[], _Fit] | None = None) -> None:
-        self._est, self.ok, self._reason, self.floor, self.settle = est, ok, reason, floor, settle
-
-    def _settled(self) -> None:
-        if self.settle is not None:
-            exact, self.settle = self.settle(), None
-            assert not exact.ok, "the states floor said it does not fit"
-            self._est, self._reason = exact._est, exact._reason
-
-    @property
-    def est(self) -> Estimate | None:
-        self._settled()
-        return self._est
-
-    @property
-    def reason(self) -> Any:
-        self._settled()
-        return self._reason
-
-    @property
-    def estimable(self) -> bool:
-        """There is an estimate (the scenario is valid), computed or not yet."""
-        return self.settle is not None or self._est is not None
-
-    @property
-    def host_only(self) -> bool:
-        """Fits the GPU, not the host RAM or NVMe (the verdict's "offload needs ..." sentence)."""
-        return self.settle is None and self._reason.startswith("offload")
-
-    @property
-    def need_floor(self) -> int:
-        """The device total it needs (expected), or while unsettled a lower bound of it (the states floor)."""
-        if self.settle is not None:
-            return self.floor
-        return self._est.device_total_bytes.expected if self._est is not None else 1 << 62
-
-
-@dataclass
-class _Found:
-    combo: Combo
-    mb: int
-    ga: int
-    raw: _Raw
-    fit: _Fit
-
-
-@dataclass
-class _Search:
-    base: Scenario
-    hw: _Hw
-    assumptions: SpeedAssumptions
-    usable: int
-    gpu_memory: int
-    cpu_ram: int | None
-    nvme: int | None
-    target_seqs: int
-    stats: dict[str, int] = field(default_factory=lambda: dict(
-        combinations=0, pruned_dominated=0, pruned_infeasible_group=0, pruned_bound=0, memory_estimates=0,
-        speed_evaluations=0))
-    cache: dict[tuple[Combo, int, int], _Fit] = field(default_factory=dict)
-    floors: dict[tuple, int] = field(default_factory=dict)  # states_floor by Combo.states_key
-    speeds: dict[tuple[Combo, int, int], _Raw] = field(default_factory=dict)
-    infeasible: list[tuple[float, Combo, _Fit]] = field(default_factory=list)
-    frugal_failures: list[tuple[Combo, _Fit]] = field(default_factory=list)
-    tried: set[tuple[Combo, int, int]] = field(default_factory=set)  # what fit() was asked, in this visit's order
-    tried_method_change: bool = False
-    frugals: dict[Combo, Combo] = field(default_factory=dict)  # _frugal by combination (asked in _rank and _visit)
-
-    def release(self) -> None:
-        """Drop what refers back to the search (a deferred _Fit's settle closure holds it): a finished search is
-        then freed at once by reference counting. Left in that cycle, its ~11,000 objects (fits, step times and
-        their terms) waited for the cyclic collector, which in the app scanned them with everything else."""
-        self.cache.clear()
-        self.infeasible.clear()
-        self.frugal_failures.clear()
-
-    def mark(self) -> tuple:
-        """Where the search stands, for `rewind` (the fits made stay cached)."""
-        return dict(self.stats), len(self.infeasible), len(self.frugal_failures), set(self.tried)
-
-    def rewind(self, mark: tuple) -> None:
-        stats, n_infeasible, n_frugal, tried = mark
-        self.stats = {**stats, "memory_estimates": self.stats["memory_estimates"],
-                      "speed_evaluations": self.stats["speed_evaluations"]}
-        del self.infeasible[n_infeasible:], self.frugal_failures[n_frugal:]
-        self.tried = set(tried)
-
-    def frugal(self, c: Combo) -> Combo:
-        fr = self.frugals.get(c)
-        if fr is None:
-            fr = self.frugals[c] = _frugal(c, self.base.training.sharding != "fsdp2", self.base.spec.sdpa_supported)
-        return fr
-
-    def doomed(self, fr: Combo, mb: int, ga: int) -> bool:
-        """The group of its most frugal member `fr` cannot fit: fr is not a valid scenario, or its model states
-        alone exceed the usable memory (so `fit` would say so without an estimate)."""
-        floor = self.floors.get(fr.states_key())
-        if floor is None:
-            try:
-                sc = scenario_for(self.base, fr, mb, ga)
-            except (ValidationError, ValueError):
-                return True
-            floor = self.floors[fr.states_key()] = states_floor(sc)
-        return floor > self.usable
-
-    def split(self, c: Combo) -> tuple[int, list[int]]:
-        dp = self.hw.num_gpus // (c.tp * c.pp)
-        if self.base.mode == Mode.inference:
-            per = max(self.target_seqs, 1)
-            return per, [m for m in (1 << i for i in range(11)) if m <= per] or [1]
-        per = max(1, round(self.target_seqs / dp))
-        return per, list(_small_divisors(per, MAX_MICRO_BATCH))
-
-    def speed(self, c: Combo, mb: int, per: int) -> _Raw:
-        """Step time for ranking: numbers only (no formulas: thousands per search); remembered, for a visit
-        again (`_run`)."""
-        key = (c, mb, per)
-        raw = self.speeds.get(key)
-        if raw is None:
-            self.stats["speed_evaluations"] += 1
-            ga = per // mb if self.base.mode == Mode.train else 1
-            raw = self.speeds[key] = step_time(self.base.spec, _light(c, mb, ga, self.base.training.seq_len),
-                                               self.hw, self.base.mode, self.assumptions, explain=False)
-        return raw
-
-    def explained(self, f: _Found) -> _Raw:
-        """The same step time with every term's formula, for a candidate that is shown."""
-        return step_time(self.base.spec, _light(f.combo, f.mb, f.ga, self.base.training.seq_len), self.hw,
-                         self.base.mode, self.assumptions)
-
-    def fit(self, c: Combo, mb: int, ga: int) -> _Fit:
-        key = (c, mb, ga)
-        self.tried.add(key)
-        if key in self.cache:
-            return self.cache[key]
-        try:
-            sc = scenario_for(self.base, c, mb, ga)
-        except (ValidationError, ValueError) as exc:
-            f = _Fit(None, False, T_("invalid: {error}", error=str(exc)))
-            self.cache[key] = f
-            return f
-        floor = self.floors.get(c.states_key())
-        if floor is None:
-            floor = self.floors[c.states_key()] = states_floor(sc)
-        if floor <= self.usable and floor:  # the states fit: add what the forward pass holds on top of them
-            floor += forward_activations_floor(sc)
-        f = _Fit(None, False, floor=floor, settle=lambda: self._judge(sc)) if floor > self.usable else self._judge(sc)
-        self.cache[key] = f
-        return f
-
-    def _judge(self, sc: Scenario) -> _Fit:
-        """The estimate and the verdict against the usable memory and the host's limits."""
-        self.stats["memory_estimates"] += 1
-        est = estimate(sc)
-        need = est.device_total_bytes.expected
-        if need > self.usable:
-            f = _Fit(est, False, T_("needs {need} per GPU, over the usable {usable} (GPU memory less the safety "
-                                    "margin)", need=gib_short(need), usable=gib_short(self.usable)))
-        elif est.verdict.fits is False:  # host RAM or NVMe: the verdict's own sentence ("offload needs ...")
-            f = _Fit(est, False, joined("; ", reason_texts(est.verdict)))
-        else:
-            f = _Fit(est, True)
-        return f
-
-
-def states_floor(sc: Scenario) -> int:
-    """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
-    optimizer states (with the master weights) on one GPU, which every moment of calc.memory.engine's training
-    timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
-    states calc.memory.engine.fsdp2_states builds). tests/calc/recommend/test_recommend_shortcuts.py checks it against the engine."""
-    t = sc.training
-    if sc.mode != Mode.train or t.sharding == "fsdp2":
-        return 0
-    layers = parallel.layers_on_stage(sc.spec.num_layers, t.pipeline_parallel)
-    st = model_states(sc, layers, True, t.pipeline_parallel == 1, "cuda", t.sharding == "deepspeed")
-    return st.weights + st.optimizer
-
-
-def _frugal(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
-    """The member of c's group (same precision, stage, TP/PP, method) that needs the least GPU memory
-    (offload_ok=False under FSDP2, whose offload is not modelled; sdpa=False for eager-only models)."""
-    can = offload_ok and c.zero >= 1
-    oo = Offload.cpu if can and c.optimizer != Optimizer.adamw_8bit and c.lora is None else c.off_opt
-    op = Offload.cpu if can and c.zero == 3 else c.off_par
-    if c.off_opt == Offload.nvme:
-        oo = Offload.nvme
-    if c.off_par == Offload.nvme:
-        op = Offload.nvme
-    return c.with_(ckpt=Checkpointing.full, every=1, attention=Attention.sdpa if sdpa else Attention.eager,
-                   off_opt=oo, off_par=op)
-
-
-def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
+def search_combos(s: SearchState, combos: list[Combo], k: int) -> list[Found]:
     """`combos`' fastest fitting configurations (up to 4k, fastest first). A group whose most frugal member
     does not fit on its model states alone is skipped unranked (no speed evaluations: `_rank`); where then
     nothing fits, the explanation quotes the smallest configuration tried in the order they were tried
-    (calc.recommend.words._least_need), so the search visits again, skipped groups included, from the fits
+    (calc.recommend.words), so the search visits again, skipped groups included, from the fits
     already made (no estimate is repeated), exactly as it would have without skipping."""
     mark = s.mark()
     ranking, skipped = _rank(s, combos, skip_doomed=True)
@@ -292,7 +69,7 @@ def _run(s: _Search, combos: list[Combo], k: int) -> list[_Found]:
     return found
 
 
-_Entry = tuple[float, Combo, int, list[int], dict[int, _Raw]]  # (best tokens/s, combo, per, micro-batches, speeds)
+_Entry = tuple[float, Combo, int, list[int], dict[int, StepTime]]  # (best tokens/s, combo, per, micro-batches, speeds)
 
 
 class _Ranking:
@@ -301,7 +78,7 @@ class _Ranking:
     is ranked by a bound from its first split (calc.speed.split_rate_bound), an upper bound of
     its best, so the order in which combinations come out is the order of their exact best speeds."""
 
-    def __init__(self, s: _Search) -> None:
+    def __init__(self, s: SearchState) -> None:
         self.s = s
         self.heap: list[tuple] = []
 
@@ -315,7 +92,7 @@ class _Ranking:
         else:
             value, raws = split_rate_bound(first, self.s.hw.num_gpus // (c.tp * c.pp) * c.tp * c.pp,
                                            self.s.assumptions, self.s.base.mode == Mode.train), None
-        heapq.heappush(self.heap, (-value, _complexity(c), len(self.heap), c, per, mbs, raws))
+        heapq.heappush(self.heap, (-value, complexity(c), len(self.heap), c, per, mbs, raws))
 
     def next(self, floor: float | None = None) -> _Entry | None:
         """The next combination, or None when none is left or none can be faster than `floor`."""
@@ -328,9 +105,9 @@ class _Ranking:
         return None
 
 
-def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[_Ranking, int]:
+def _rank(s: SearchState, combos: list[Combo], skip_doomed: bool) -> tuple[_Ranking, int]:
     """Every combination worth visiting, ranked; and how many were skipped because their group is doomed
-    (`_Search.doomed`)."""
+    (`SearchState.doomed`)."""
     ranking = _Ranking(s)
     skipped = 0
     for c in combos:
@@ -347,9 +124,9 @@ def _rank(s: _Search, combos: list[Combo], skip_doomed: bool) -> tuple[_Ranking,
     return ranking, skipped
 
 
-def _visit(s: _Search, ranking: _Ranking, k: int) -> list[_Found]:
+def _visit(s: SearchState, ranking: _Ranking, k: int) -> list[Found]:
     """Branch and bound over the ranked combinations (see the module's docstring)."""
-    found: list[_Found] = []
+    found: list[Found] = []
     group_ok: dict[Combo, bool] = {}
     ram_only: set[Combo] = set()
     while (entry := ranking.next(found[k - 1].raw.tokens_per_s if len(found) >= k else None)) is not None:
@@ -377,13 +154,13 @@ def _visit(s: _Search, ranking: _Ranking, k: int) -> list[_Found]:
             s.infeasible.append((ub, c, f0))
             continue
         found.append(_largest_fitting(s, c, per, mbs, raws))
-        found.sort(key=lambda x: (-x.raw.tokens_per_s, _complexity(x.combo)))
+        found.sort(key=lambda x: (-x.raw.tokens_per_s, complexity(x.combo)))
         del found[max(k, 1) * 4:]  # keep a few spares for the explanation
     s.stats["pruned_bound"] += len(ranking)
     return found
 
 
-def _largest_fitting(s: _Search, c: Combo, per: int, mbs: list[int], raws: dict[int, _Raw]) -> _Found:
+def _largest_fitting(s: SearchState, c: Combo, per: int, mbs: list[int], raws: dict[int, StepTime]) -> Found:
     """c at its fastest micro-batch among those up to the largest that fits (bisection: memory grows with
     the micro-batch), given that the smallest fits."""
     lo, hi = 0, len(mbs) - 1
@@ -401,7 +178,7 @@ def _largest_fitting(s: _Search, c: Combo, per: int, mbs: list[int], raws: dict[
         best = mbs[lo]
         ga = per // best if s.base.mode == Mode.train else 1
         f = s.fit(c, best, ga)
-    return _Found(c, best, ga, raws[best], f)
+    return Found(c, best, ga, raws[best], f)
 
 
 def _target_sequences(req: RecommendRequest) -> int:
@@ -415,13 +192,13 @@ def _target_sequences(req: RecommendRequest) -> int:
     return t.micro_batch_size * t.gradient_accumulation_steps * req.scenario.data_parallel
 
 
-def _setup(req: RecommendRequest) -> _Search:
+def new_search(req: RecommendRequest) -> SearchState:
     sc = req.scenario
     hw = hardware_of(sc)
     rhw = sc.resolved_hardware()
     mem = rhw.memory_bytes or hw.gpu.memory_bytes
     usable = usable_bytes(mem, req.safety_margin)
-    return _Search(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, rhw.nvme_bytes, _target_sequences(req))
+    return SearchState(sc, hw, req.assumptions, usable, mem, rhw.cpu_ram_bytes, rhw.nvme_bytes, _target_sequences(req))
 
 
 def recommend(req: RecommendRequest | Scenario, **kw: Any) -> Recommendation:
@@ -438,15 +215,15 @@ def recommend_groups(req: RecommendRequest, until_own_method_fits: bool = False)
     fine-tuning does not fit."""
     t0 = time.perf_counter()
     sc, k = req.scenario, req.max_candidates
-    searched: list[tuple[Group, _Search, list[_Found]]] = []
+    searched: list[tuple[Group, SearchState, list[Found]]] = []
     notes: list[Phrase] = []
     for group in groups_for(sc):
-        s = _setup(req)
-        found = _run(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
+        s = new_search(req)
+        found = search_combos(s, enumerate_combos(sc, methods_for(sc, group, widen=False)), k)
         wider = methods_for(sc, group, widen=True)
         if not found and wider and req.allow_method_change:
             s.tried_method_change = True
-            found = _run(s, enumerate_combos(sc, wider), k)
+            found = search_combos(s, enumerate_combos(sc, wider), k)
         elif not found and wider:
             notes.append(T_("full: nothing fits; set allow_method_change to consider 8-bit AdamW or pure bf16 "
                             "states") if group == "full" else
@@ -468,7 +245,7 @@ def recommend_groups(req: RecommendRequest, until_own_method_fits: bool = False)
     return rec
 
 
-def _candidate(rank: int, f: _Found, s: _Search, group: Group) -> Candidate:
+def _candidate(rank: int, f: Found, s: SearchState, group: Group) -> Candidate:
     sc = scenario_for(s.base, f.combo, f.mb, f.ga)
     est = f.fit.est
     assert est is not None

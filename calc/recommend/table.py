@@ -63,7 +63,8 @@ def _markdown_cell(c: TableCell) -> Phrase:
     return T_("{config}; {tps} tok/s/GPU", config=c.label, tps=tps)
 
 
-def _hardware_config(hw_id: str) -> HardwareConfig:
+def hardware_config(hw_id: str) -> HardwareConfig:
+    """A cluster preset or a GPU preset id as the scenario's hardware (the table names both)."""
     if hw_id in cluster_presets():
         return HardwareConfig(cluster=hw_id)
     if hw_id in gpu_presets():
@@ -87,7 +88,7 @@ def table_cell(model: str, hardware: str, *, seq_len: int = TABLE_SEQ_LEN,
                global_batch_tokens: int = TABLE_GLOBAL_BATCH_TOKENS,
                safety_margin: float = DEFAULT_SAFETY_MARGIN) -> TableCell:
     """One cell of the table (one `recommend` search): the app fills the table cell by cell."""
-    sc = Scenario(model=model, hardware=_hardware_config(hardware), training=TrainingConfig(seq_len=seq_len))
+    sc = Scenario(model=model, hardware=hardware_config(hardware), training=TrainingConfig(seq_len=seq_len))
     req = RecommendRequest(scenario=sc, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin,
                            max_candidates=1, allow_method_change=True)
     # Full fine-tuning with the scenario's own method first: where it fits, that is the cell, and the

@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from calc.contract.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
 from calc.memory.engine import estimate
 from calc.memory.verdict import gib_short
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
 from calc.recommend.phrase import T_, Phrase, joined, lower_first
-from calc.speed import _Raw, estimate_speed
+from calc.recommend.state import Fit, Found, SearchState
+from calc.speed import StepTime, estimate_speed
 
-if TYPE_CHECKING:
-    from calc.recommend.search import _Fit, _Found, _Search
 
 def _ckpt_words(c: Combo) -> Phrase:
     if c.ckpt == Checkpointing.none:
@@ -90,14 +87,14 @@ def link_words(interconnect: str) -> Phrase:
     return T_("the links") if interconnect == "none" else Phrase(interconnect)  # marked in calc.speed
 
 
-def _why_slower(w: _Raw, o: _Raw, interconnect: Phrase) -> Phrase:
-    d_comp, d_comm, d_off = o.compute_s - w.compute_s, o.comm_s - w.comm_s, o.offload_s - w.offload_s
+def _why_slower(w: StepTime, o: StepTime, interconnect: Phrase) -> Phrase:
+    d_comp, d_comm, d_off = o.compute_s - w.compute_s, o.communication_s - w.communication_s, o.offload_s - w.offload_s
     biggest = max((d_comp, "compute"), (d_comm, "comm"), (d_off, "offload"))[1]
     if biggest == "comm":
         return T_("more exposed communication over {link}", link=interconnect)
     if biggest == "offload":
         return T_("offload traffic and CPU Adam")
-    return T_("recomputation") if o.exec_fpt > w.exec_fpt else T_("pipeline bubbles and smaller micro-batches")
+    return T_("recomputation") if o.executed_flops_per_token > w.executed_flops_per_token else T_("pipeline bubbles and smaller micro-batches")
 
 
 def speed_ratio_words(ratio: float) -> Phrase:
@@ -115,7 +112,7 @@ def speed_ratio_words(ratio: float) -> Phrase:
     return T_("about {times}x faster", times=times) if faster else T_("about {times}x slower", times=times)
 
 
-def _explain(s: _Search, found: list[_Found]) -> Phrase:
+def _explain(s: SearchState, found: list[Found]) -> Phrase:
     w = found[0]
     tps = w.raw.tokens_per_s / s.hw.num_gpus
     need = w.fit.est.device_total_bytes.expected if w.fit.est else 0
@@ -151,7 +148,7 @@ def _ndiff(a: Combo, b: Combo) -> int:
                                                         "tp", "pp", "optimizer", "lora_key"))
 
 
-def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
+def _slower_alternative(s: SearchState, w: Found) -> tuple[Combo, StepTime] | None:
     """The fastest other ZeRO stage (same everything else, same micro-batch) that fits."""
     best = None
     per = w.mb * w.ga if s.base.mode == Mode.train else w.mb
@@ -172,7 +169,7 @@ def _slower_alternative(s: _Search, w: _Found) -> tuple[Combo, _Raw] | None:
     return best
 
 
-def _explain_none(s: _Search) -> Phrase:
+def _explain_none(s: SearchState) -> Phrase:
     tried = [(c, f) for _, c, f in s.infeasible] + s.frugal_failures
     tried = [(c, f) for c, f in tried if f.estimable]
     also = T_(" (8-bit AdamW, pure bf16 and QLoRA included)") if s.tried_method_change else ""
@@ -185,16 +182,16 @@ def _explain_none(s: _Search) -> Phrase:
 
 # ---- far below the hardware's rate, and what would help ------------------------------------------
 
-def compute_bound_per_gpu(raw: _Raw, num_gpus: int) -> float:
+def compute_bound_per_gpu(raw: StepTime, num_gpus: int) -> float:
     """Tokens/s per GPU if communication and offload were fully hidden behind compute."""
     return raw.tokens_per_step / raw.compute_s / num_gpus if raw.compute_s > 0 else 0.0
 
 
-def slow_words(raw: _Raw, tokens_per_s_per_gpu: float, bound: float) -> Phrase | None:
+def slow_words(raw: StepTime, tokens_per_s_per_gpu: float, bound: float) -> Phrase | None:
     """None, or why the configuration runs under SLOW_FRACTION of its compute-bound rate."""
     if bound <= 0 or tokens_per_s_per_gpu >= SLOW_FRACTION * bound:
         return None
-    waits = (T_("offload traffic (PCIe / NVMe transfers and the CPU optimizer step)") if raw.offload_s >= raw.comm_s
+    waits = (T_("offload traffic (PCIe / NVMe transfers and the CPU optimizer step)") if raw.offload_s >= raw.communication_s
              else T_("communication over {link}", link=Phrase(raw.interconnect)))
     return T_("{tps} tokens/s per GPU is {share} of the {bound} tokens/s the GPUs' compute allows: most of each "
               "{step} s step waits on {waits}", tps=f"{tokens_per_s_per_gpu:,.0f}",
@@ -202,7 +199,7 @@ def slow_words(raw: _Raw, tokens_per_s_per_gpu: float, bound: float) -> Phrase |
               waits=waits)
 
 
-def _gpus_without_offload(s: _Search, w: _Found) -> tuple[int, float | None] | None:
+def _gpus_without_offload(s: SearchState, w: Found) -> tuple[int, float | None] | None:
     """The fewest GPUs of this kind (whole nodes, doubling) on which the winner's method fits with ZeRO-3
     and no offload, micro-batch 1 and full checkpointing, and the speed there; None if over 4,096."""
     hw = s.base.resolved_hardware()
@@ -230,7 +227,7 @@ def _gpus_without_offload(s: _Search, w: _Found) -> tuple[int, float | None] | N
     return None
 
 
-def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) -> list[Phrase]:
+def _advice(s: SearchState, found: list[Found], others: list[tuple[Group, float]]) -> list[Phrase]:
     """For a winner far below its compute-bound rate: what would make it practical, with numbers."""
     w = found[0]
     tps = w.raw.tokens_per_s / s.hw.num_gpus
@@ -262,8 +259,8 @@ def _advice(s: _Search, found: list[_Found], others: list[tuple[Group, float]]) 
     return out
 
 
-def group_result(group: Group, s: _Search, found: list[_Found],
-                 searched: list[tuple[Group, _Search, list[_Found]]]) -> GroupResult:
+def group_result(group: Group, s: SearchState, found: list[Found],
+                 searched: list[tuple[Group, SearchState, list[Found]]]) -> GroupResult:
     """The group's explanation, best speed and (when it is far below the hardware's rate) advice."""
     if not found:
         return GroupResult(group=group, label=Phrase(GROUP_LABELS[group]), explanation=_explain_none(s))
@@ -293,7 +290,7 @@ def overall_explanation(groups: list[GroupResult], cands: list[Candidate]) -> Ph
     return text
 
 
-def _least_need(tried: list[tuple[Combo, _Fit]]) -> tuple[Combo, _Fit]:
+def _least_need(tried: list[tuple[Combo, Fit]]) -> tuple[Combo, Fit]:
     """The first of `tried` that needs the least memory, estimating only the fits whose states floor is not
     above the least need known: the others need more (the floor is a lower bound) and cannot be it."""
     least = 1 << 62

@@ -193,7 +193,7 @@ def test_cluster_shapes():
 def test_linear_layer_list_feeds_the_parameter_counts_lora_and_speed(preset):
     from calc.contract.scenario import Scenario
     from calc.memory.engine import estimate
-    from calc.speed import _lora_params_per_layer
+    from calc.speed import lora_params_per_layer
 
     spec = model_presets()[preset].spec  # the counts (checked against transformers above) sum this list
     assert {lin.block for lin in spec.linear_layers()} == {"attention", "mlp"}
@@ -201,7 +201,7 @@ def test_linear_layer_list_feeds_the_parameter_counts_lora_and_speed(preset):
     targets = "attention" if spec.family in ("llama4_text", *PEFT_EXPERT_ADAPTER_FAMILIES) else "all-linear"
     sc = Scenario(model=preset, training={"lora": {"rank": 16, "targets": targets},
                                           "attention": "sdpa" if spec.sdpa_supported else "eager"})
-    per_layer = _lora_params_per_layer(spec, sc.training)
+    per_layer = lora_params_per_layer(spec, sc.training)
     dense = spec.lora_params_per_layer(16, targets, dense=True) if spec.dense_layers else per_layer
     want = (spec.num_layers - spec.dense_layers) * per_layer + spec.dense_layers * dense
     assert estimate(sc).model.trainable_params == want == spec.lora_params(16, targets)
@@ -211,12 +211,12 @@ def test_lora_counts_agree_where_they_drifted():
     """Mixtral's experts are 3-D parameters (not nn.Linear: peft's all-linear skips them), phi-3 and GPT-2 fuse
     q/k/v: the engine and the speed model used two different lists (13.6 M vs 240 M for Mixtral)."""
     from calc.contract.scenario import Scenario
-    from calc.speed import _lora_params_per_layer
+    from calc.speed import lora_params_per_layer
 
     for preset, want in (("mixtral-8x7b", 13_631_488), ("phi-3-mini", 25_165_824), ("gpt2", 2_359_296)):
         targets = "attention" if preset == "mixtral-8x7b" else "all-linear"  # same count: experts are no nn.Linear
         sc = Scenario(model=preset, training={"lora": {"rank": 16, "targets": targets}})
-        assert _lora_params_per_layer(sc.spec, sc.training) * sc.spec.num_layers == want
+        assert lora_params_per_layer(sc.spec, sc.training) * sc.spec.num_layers == want
 
 
 def test_gpu_architecture_is_a_closed_set_and_hopper_gets_its_workspace():

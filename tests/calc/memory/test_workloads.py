@@ -158,9 +158,9 @@ def test_new_family_configs_are_read_strictly(config, msg):
 
 
 def test_llama4_runs_every_token_through_every_expert():
-    from calc.speed import _shape_numbers
+    from calc.speed import shape_numbers
 
     spec = model_presets()["llama-4-scout"].spec
-    touched, every, *_ = _shape_numbers(spec)
+    touched, every, *_ = shape_numbers(spec)
     assert touched == every  # no dispatch: the step's matmul FLOPs count all 16 experts
     assert spec.active_params() < spec.total_params() // 5  # the model card's 17B active of 109B

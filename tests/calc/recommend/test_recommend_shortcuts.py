@@ -1,5 +1,5 @@
 """The recommender's shortcuts change nothing but its work. It skips the memory estimate of a configuration
-whose weights and optimizer states alone exceed the usable memory (calc.recommend.search.states_floor), or do
+whose weights and optimizer states alone exceed the usable memory (calc.recommend.state.states_floor), or do
 with the activations the forward pass holds on top of them (calc.memory.engine.forward_activations_floor), does
 not rank the members of a group whose most frugal member is such a configuration, and evaluates a
 combination's micro-batch splits only when a rate bound from one split (calc.speed.split_rate_bound) says it
@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calc.recommend.search as search
+import calc.recommend.state as state
 from calc.cli.recommend import format_recommendation
 from calc.contract.scenario import Mode, Scenario
 from calc.evidence.validate import load_all
@@ -29,14 +30,14 @@ from tests.calc.memory.test_properties import FAST
 
 def _floor(sc: Scenario) -> int:
     """What the search compares with the usable memory once the states fit."""
-    states = search.states_floor(sc)
+    states = state.states_floor(sc)
     return states + forward_activations_floor(sc) if states else 0
 
 
 def test_data_set_floor_is_below_the_peak():
     records = [r for r in load_all() if r.scenario.mode == Mode.train]
     assert len(records) > 100
-    floors = [(search.states_floor(r.scenario), _floor(r.scenario), estimate(r.scenario).peak_allocated_bytes)
+    floors = [(state.states_floor(r.scenario), _floor(r.scenario), estimate(r.scenario).peak_allocated_bytes)
               for r in records]
     assert all(states <= floor <= peak for states, floor, peak in floors)
     assert sum(states > 0 for states, _, _ in floors) > 100  # the bound is taken, not 0 everywhere
@@ -51,7 +52,7 @@ def test_random_scenarios_floor_is_below_the_peak(data):
         peak = estimate(sc).peak_allocated_bytes
     except ValueError:  # a combination the scenario or the engine rejects
         return
-    assert search.states_floor(sc) <= _floor(sc) <= peak
+    assert state.states_floor(sc) <= _floor(sc) <= peak
 
 
 @settings(FAST, max_examples=40)
@@ -66,7 +67,7 @@ def test_floor_depends_on_the_states_only(data, mb, ga, ckpt, attention, seq):
                                  attention=attention, seq_len=seq)
     except ValueError:
         return
-    assert search.states_floor(other) == search.states_floor(sc)
+    assert state.states_floor(other) == state.states_floor(sc)
 
 
 @settings(FAST, max_examples=60)
@@ -100,8 +101,8 @@ def _answer(rec) -> tuple[dict, str]:
 
 def _both(req: RecommendRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
-        m.setattr(search, "states_floor", lambda sc: 0)  # every configuration estimated and ranked: as it was
-        m.setattr(search, "forward_activations_floor", lambda sc: 0)
+        m.setattr(state, "states_floor", lambda sc: 0)  # every configuration estimated and ranked: as it was
+        m.setattr(state, "forward_activations_floor", lambda sc: 0)
         m.setattr(search, "split_rate_bound", lambda *a: math.inf)  # every split's speed evaluated first
         full = recommend(req)
     floored = recommend(req)
@@ -159,10 +160,10 @@ def test_random_requests_floor_changes_nothing(model, hw, seq, batch, top, widen
     ("llama-2-13b", "1x-rtx-4090", "method-change"), ("qwen2.5-32b", "1x-rtx-4090", "nothing-fits")])
 def test_table_cell_searches_full_fine_tuning_first_and_answers_as_the_whole_search(model, hw, status):
     from calc.contract.scenario import TrainingConfig
-    from calc.recommend.table import TABLE_GLOBAL_BATCH_TOKENS, TABLE_SEQ_LEN, _hardware_config, table_cell
+    from calc.recommend.table import TABLE_GLOBAL_BATCH_TOKENS, TABLE_SEQ_LEN, hardware_config, table_cell
 
     cell = table_cell(model, hw)
-    sc = Scenario(model=model, hardware=_hardware_config(hw), training=TrainingConfig(seq_len=TABLE_SEQ_LEN))
+    sc = Scenario(model=model, hardware=hardware_config(hw), training=TrainingConfig(seq_len=TABLE_SEQ_LEN))
     whole = recommend(RecommendRequest(scenario=sc, global_batch_tokens=TABLE_GLOBAL_BATCH_TOKENS, max_candidates=1,
                                        allow_method_change=True))
     own = [c for c in whole.candidates if c.group == "full" and not c.method_change]
