@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calc.contract.record import MeasurementRecord, Sharding
 from calc.contract.scenario import Mode, Scenario
+from measure.runner import measurement_record
 from measure.workload import UnsupportedError
 
 MAX_WORLD = 4
@@ -72,16 +74,13 @@ def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
         return json.loads(out_path.read_text())
 
 
-def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | None = None) -> Any:
+def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | None = None) -> MeasurementRecord:
     """A MeasurementRecord (engine deepspeed, device cpu) of rank 0 of the exported DeepSpeed run."""
-    from calc.contract.record import Sharding
-    from measure.runner import _record
-
     started = time.perf_counter()
     raw = measure_deepspeed(scenario, steps)
     sharding = Sharding(world_size=check_deepspeed(scenario), zero_stage=scenario.training.zero_stage,
                         process_group="gloo", rank=0)
-    return _record(scenario, "cpu", steps, raw, started, name, None, engine="deepspeed", sharding=sharding)
+    return measurement_record(scenario, "cpu", steps, raw, started, name, None, engine="deepspeed", sharding=sharding)
 
 
 def _free_port() -> int:

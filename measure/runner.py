@@ -7,12 +7,13 @@ import gc
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from calc.contract.record import Categories, Env, MeasurementRecord, PhasePeaks, utc_now
+from calc.contract.record import Categories, Env, MeasurementRecord, PhasePeaks, Sharding, utc_now
 from calc.contract.scenario import Scenario
 from measure.trackers import PHASES, CudaTracker, PhaseMemTracker
 from measure.workload import (
@@ -116,7 +117,8 @@ def _peak_phase(phase_peak: dict[str, int]) -> str:
     return max(PHASES, key=lambda p: phase_peak.get(p, -1))  # ties: the earliest phase
 
 
-def _notes(w: Workload, device: str) -> list[str]:
+def workload_notes(w: Workload, device: str) -> list[str]:
+    """What a reader of the record must know about how this workload was measured."""
     notes = []
     t = w.scenario.training
     if device in ("cpu", "fake"):
@@ -152,7 +154,7 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             if not torch.cuda.is_available():
                 raise UnsupportedError("--device cuda: no CUDA device is available")
             torch.cuda.empty_cache()
-            _warm_up_cuda(dev)
+            warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
             w = build_workload(scenario, dev, num_layers=num_layers)
             out["weights_bytes"] = _weights_bytes(w)
@@ -172,13 +174,13 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
         out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
         out["num_params"] = sum(p.numel() for p in w.model.parameters())
         out["trainable_params"] = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
-        out["notes"] = _notes(w, device)
+        out["notes"] = workload_notes(w, device)
         del w
     gc.collect()
     return out
 
 
-def _warm_up_cuda(dev: torch.device) -> None:
+def warm_up_cuda(dev: torch.device) -> None:
     """Allocate the cuBLAS / cuBLASLt workspaces once (fp32 and bf16 GEMMs) so every run starts alike."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         a = torch.ones(64, 64, device=dev, dtype=dtype, requires_grad=True)
@@ -186,9 +188,10 @@ def _warm_up_cuda(dev: torch.device) -> None:
     torch.cuda.synchronize(dev)
 
 
-def _record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], started: float,
-            name: str | None, layers: list[int] | None, engine: str = "torch-single",
-            sharding: Any = None) -> MeasurementRecord:
+def measurement_record(scenario: Scenario, device: str, steps: int, raw: dict[str, Any], started: float,
+                       name: str | None, layers: list[int] | None, engine: str = "torch-single",
+                       sharding: Sharding | None = None) -> MeasurementRecord:
+    """The record of a run from its raw fields (measure_once's, or a sharded or DeepSpeed run's)."""
     phase = _peak_phase(raw["phase"])
     notes = list(raw["notes"])
     if raw.get("baseline_allocated_bytes"):
@@ -299,9 +302,12 @@ def _comparable(raw: dict[str, Any]) -> tuple[Any, ...]:
     return (raw["phase"], raw["steps_phase"], raw.get("raw"), raw["weights_bytes"], raw["optimizer_state_bytes"])
 
 
-def measure_depths(once: Any, scenario: Scenario, device: str, steps: int, name: str | None,
+Once = Callable[[Scenario, str, int, int | None], dict[str, Any]]  # one run at a depth: its raw fields
+
+
+def measure_depths(once: Once, scenario: Scenario, device: str, steps: int, name: str | None,
                    num_layers: int | None, extrapolate_layers: bool, engine: str = "torch-single",
-                   sharding: Any = None) -> MeasurementRecord:
+                   sharding: Sharding | None = None) -> MeasurementRecord:
     """Run `once` at full depth, or (extrapolate_layers) at depths a, b, c and extrapolate from a and b
     when that reproduces c exactly; otherwise fall back to full depth and say so in the notes."""
     started = time.perf_counter()
@@ -315,15 +321,15 @@ def measure_depths(once: Any, scenario: Scenario, device: str, steps: int, name:
             raw = extrapolate(ra, rb, (total_layers - a) // (b - a))
             raw["notes"] = raw["notes"] + [f"linear extrapolation from {a} and {b} layers to {total_layers}, "
                                            f"phase by phase; it reproduces the run at {c} layers exactly"]
-            return _record(scenario, device, steps, raw, started, name, [a, b, c], engine=engine,
-                           sharding=sharding)
+            return measurement_record(scenario, device, steps, raw, started, name, [a, b, c], engine=engine,
+                                      sharding=sharding)
         note = f"extrapolation from {a} and {b} layers did not reproduce {c} layers: measured at full depth"
     raw = once(scenario, device, steps, num_layers)
     if num_layers is not None and num_layers != total_layers:
         raw["notes"].append(f"measured with {num_layers} of the model's {total_layers} layers")
     if note:
         raw["notes"].append(note)
-    return _record(scenario, device, steps, raw, started, name, None, engine=engine, sharding=sharding)
+    return measurement_record(scenario, device, steps, raw, started, name, None, engine=engine, sharding=sharding)
 
 
 def _check_single(scenario: Scenario) -> None:

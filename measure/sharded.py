@@ -182,7 +182,7 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
 
     from torch.distributed.fsdp import fully_shard
 
-    from measure.runner import _notes, _warm_up_cuda
+    from measure.runner import warm_up_cuda, workload_notes
 
     world, stage = check_sharded(scenario)
     ep = check_expert_parallel(scenario, device)
@@ -205,7 +205,7 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         baseline = 0
         if device == "cuda":
             torch.cuda.empty_cache()
-            _warm_up_cuda(dev)
+            warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
         model = build_model(scenario, dev, num_layers=num_layers, fake=fake, weights=plan.weights)
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": stage == 3}
@@ -240,7 +240,7 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         out["optimizer_state_bytes"] = _local_bytes(states)
         out["num_params"] = sum(p.numel() for p in model.parameters())  # DTensor numel is the global size
         out["trainable_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        notes = [n for n in _notes(w, device) if "master" not in n]
+        notes = [n for n in workload_notes(w, device) if "master" not in n]
         notes.append(f"FSDP2 over a fake process group of {world} ranks (rank 0 measured): fully_shard per "
                      f"decoder layer and on the root, reshard_after_forward={stage == 3} (ZeRO-{stage} analogue)")
         if ep > 1:
