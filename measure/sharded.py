@@ -177,12 +177,10 @@ def _local_bytes(tensors: Any) -> int:
 
 
 def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers: int | None) -> dict[str, Any]:
-    """One sharded run; the record fields as in measure.runner._measure_once."""
+    """One sharded run; the record fields as in measure.runner's single-process run."""
     import gc
 
-    from torch.distributed.fsdp import fully_shard
-
-    from measure.runner import warm_up_cuda, workload_notes
+    from measure.runner import warm_up_cuda
 
     world, stage = check_sharded(scenario)
     ep = check_expert_parallel(scenario, device)
@@ -193,7 +191,6 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
         raise UnsupportedError("--device cuda: no CUDA device is available")
     plan, mp_policy = _sharded_plan(t.precision)
     gc.collect()
-    out: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         mesh = stack.enter_context(fake_process_group(world, dev.type))
         if fake:
@@ -208,55 +205,74 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
             warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
         model = build_model(scenario, dev, num_layers=num_layers, fake=fake, weights=plan.weights)
-        kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": stage == 3}
-        if mp_policy is not None:
-            kwargs["mp_policy"] = mp_policy
-        if ep > 1:
-            stack.enter_context(rank0_routes_for_every_rank())
-            apply_expert_parallel(model, world, ep, kwargs)
-        for layer in decoder_layers(model):
-            fully_shard(layer, **kwargs)
-        fully_shard(model, **kwargs)
+        _shard(stack, model, mesh, world, stage, ep, mp_policy)
         vocab = model.config.get_text_config().vocab_size
         input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=dev)
         w = Workload(scenario, dev, model, input_ids, plan, fake=fake)
-        if device == "cuda":
-            from measure.runner import measure_on_cuda
-
-            out.update(measure_on_cuda(w, dev, steps, baseline))
-        else:
-            prepare_optimizer(w, None)
-            mt = fsdp_tracker(w.model, w.optimizer)
-            mt.track_inputs((w.input_ids,))
-            with mt:
-                out["initial_allocated_bytes"] = mt.current_total()
-                run_steps(w, mt, steps)
-            from measure.runner import memtracker_fields
-
-            out.update(memtracker_fields(mt))
+        out = _run_tracked(w, device, dev, steps, baseline)
         out["peak_allocated_bytes"] = max(out["phase"].values())
         out["weights_bytes"] = _local_bytes(list(model.parameters()) + list(model.buffers()))
         states = [v for s in w.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
         out["optimizer_state_bytes"] = _local_bytes(states)
         out["num_params"] = sum(p.numel() for p in model.parameters())  # DTensor numel is the global size
         out["trainable_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        notes = [n for n in workload_notes(w, device) if "master" not in n]
-        notes.append(f"FSDP2 over a fake process group of {world} ranks (rank 0 measured): fully_shard per "
-                     f"decoder layer and on the root, reshard_after_forward={stage == 3} (ZeRO-{stage} analogue)")
-        if ep > 1:
-            notes.append(f"expert parallelism {ep}: transformers' ep plan (grouped_gemm + ep_dispatch_experts, "
-                         f"AllToAllEP) with experts fully_shard-ed over efsdp = {world // ep} ranks; the fake group "
-                         "delivers rank 0's own token counts (every rank routes as rank 0)")
-        if mp_policy is not None:
-            notes.append(f"MixedPrecisionPolicy(param_dtype={mp_policy.param_dtype}, reduce_dtype=float32): "
-                         "sharded fp32 params and grads are the masters")
-        if device == "cpu":
-            notes.append("real tensors: the fake collectives leave gathered parameters uninitialised (the "
-                         "bytes are right, the numbers are garbage)")
-        out["notes"] = notes
+        out["notes"] = _sharded_notes(w, device, world, stage, ep, mp_policy)
         del w, model
     gc.collect()
     return out
+
+
+def _shard(stack: contextlib.ExitStack, model: Any, mesh: Any, world: int, stage: int, ep: int,
+           mp_policy: Any) -> None:
+    """fully_shard per decoder layer and on the root (ZeRO-3: reshard after forward), experts first over their
+    own group when expert parallelism is on."""
+    from torch.distributed.fsdp import fully_shard
+
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": stage == 3}
+    if mp_policy is not None:
+        kwargs["mp_policy"] = mp_policy
+    if ep > 1:
+        stack.enter_context(rank0_routes_for_every_rank())
+        apply_expert_parallel(model, world, ep, kwargs)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+
+
+def _run_tracked(w: Workload, device: str, dev: torch.device, steps: int, baseline: int) -> dict[str, Any]:
+    """The steps, tracked by the allocator (cuda) or by MemTracker over the sharded model (cpu, fake)."""
+    from measure.runner import measure_on_cuda, memtracker_fields
+
+    if device == "cuda":
+        return measure_on_cuda(w, dev, steps, baseline)
+    out: dict[str, Any] = {}
+    prepare_optimizer(w, None)
+    mt = fsdp_tracker(w.model, w.optimizer)
+    mt.track_inputs((w.input_ids,))
+    with mt:
+        out["initial_allocated_bytes"] = mt.current_total()
+        run_steps(w, mt, steps)
+    out.update(memtracker_fields(mt))
+    return out
+
+
+def _sharded_notes(w: Workload, device: str, world: int, stage: int, ep: int, mp_policy: Any) -> list[str]:
+    from measure.runner import workload_notes
+
+    notes = [n for n in workload_notes(w, device) if "master" not in n]
+    notes.append(f"FSDP2 over a fake process group of {world} ranks (rank 0 measured): fully_shard per "
+                 f"decoder layer and on the root, reshard_after_forward={stage == 3} (ZeRO-{stage} analogue)")
+    if ep > 1:
+        notes.append(f"expert parallelism {ep}: transformers' ep plan (grouped_gemm + ep_dispatch_experts, "
+                     f"AllToAllEP) with experts fully_shard-ed over efsdp = {world // ep} ranks; the fake group "
+                     "delivers rank 0's own token counts (every rank routes as rank 0)")
+    if mp_policy is not None:
+        notes.append(f"MixedPrecisionPolicy(param_dtype={mp_policy.param_dtype}, reduce_dtype=float32): "
+                     "sharded fp32 params and grads are the masters")
+    if device == "cpu":
+        notes.append("real tensors: the fake collectives leave gathered parameters uninitialised (the "
+                     "bytes are right, the numbers are garbage)")
+    return notes
 
 
 def sharding_info(scenario: Scenario) -> Sharding:

@@ -81,7 +81,25 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
     o = options or ExportOptions()
     a = assumptions or SpeedAssumptions()
     t = sc.training
-    notes: list[Text] = []
+    check_expressible(sc)
+    # No train_batch_size: DeepSpeed derives it as micro x accumulation x data-parallel ranks, so the
+    # config runs at any world size, and zero.Init (which parses it before deepspeed.comm is up when
+    # accelerate initialised torch.distributed itself, partition_parameters.py) sees no mismatch.
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": t.micro_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "gradient_clipping": o.gradient_clipping,
+    }
+    cfg.update(_precision_block(t.precision))
+    cfg["zero_optimization"] = _zero_block(sc, o, a)
+    notes = _add_checkpointing(cfg, sc) + _add_optimizer(cfg, sc, o)
+    notes = _summary_notes(sc, o) + notes + _add_parallelism(cfg, sc) + _adapter_notes(sc)
+    return DeepSpeedExport(config=cfg, notes=[str(n) for n in notes], note_texts=notes)
+
+
+def check_expressible(sc: Scenario) -> None:
+    """ValueError naming the field when DeepSpeed cannot run `sc` as it is."""
+    t = sc.training
     if sc.mode != Mode.train:
         raise ValueError("mode: DeepSpeed config export is for training scenarios (mode=train)")
     if t.sharding == "torch":
@@ -98,50 +116,62 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
                          "DeepSpeed's ZeRO-1/2 would keep the states in CPU RAM")
     if t.pipeline_parallel > 1 and t.zero_stage > 1:
         raise ValueError("training.zero_stage: DeepSpeed's pipeline engine supports ZeRO-1 at most")
-    dp = sc.data_parallel
-    # No train_batch_size: DeepSpeed derives it as micro x accumulation x data-parallel ranks, so the
-    # config runs at any world size, and zero.Init (which parses it before deepspeed.comm is up when
-    # accelerate initialised torch.distributed itself, partition_parameters.py) sees no mismatch.
-    cfg: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": t.micro_batch_size,
-        "gradient_accumulation_steps": t.gradient_accumulation_steps,
-        "gradient_clipping": o.gradient_clipping,
-    }
-    cfg.update(_precision_block(t.precision))
-    cfg["zero_optimization"] = _zero_block(sc, o, a)
-    if t.activation_checkpointing != Checkpointing.none:
-        cfg["activation_checkpointing"] = _checkpointing_block(sc)
-        notes.append(T_("Hugging Face models: call model.gradient_checkpointing_enable("
-                        "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
-                        "activation_checkpointing=True)); the activation_checkpointing block configures "
-                        "deepspeed.checkpointing for Megatron-style models"))
-        if t.activation_checkpointing == Checkpointing.selective:
-            notes.append(T_("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
-                            "--recompute-granularity selective; the block above is what DeepSpeed can express"))
-        elif t.checkpoint_every > 1:
-            notes.append(T_("checkpointing 1 in {every} layers needs a custom wrapper (HF checkpoints every layer); "
-                            "number_checkpoints = {n}", every=t.checkpoint_every,
-                            n=cfg["activation_checkpointing"]["number_checkpoints"]))
+
+
+def _summary_notes(sc: Scenario, o: ExportOptions) -> list[Text]:
+    """The optimizer, the learning-rate schedule and the global batch: the notes every export starts with."""
+    t, dp = sc.training, sc.data_parallel
+    return [T_("optimizer: {name}", name=ds_optimizer_name(sc)),
+            T_("learning-rate schedule: {schedule}", schedule=schedule_description(o)),
+            T_("global batch: {micro} x {accum} accumulation x {dp} data-parallel ranks = {total} sequences "
+               "(train_batch_size is left to DeepSpeed)", micro=t.micro_batch_size,
+               accum=t.gradient_accumulation_steps, dp=dp,
+               total=t.micro_batch_size * t.gradient_accumulation_steps * dp)]
+
+
+def _add_checkpointing(cfg: dict[str, Any], sc: Scenario) -> list[Text]:
+    """The activation_checkpointing block into `cfg`, and what it cannot say."""
+    t = sc.training
+    if t.activation_checkpointing == Checkpointing.none:
+        return []
+    cfg["activation_checkpointing"] = _checkpointing_block(sc)
+    notes = [T_("Hugging Face models: call model.gradient_checkpointing_enable("
+                "gradient_checkpointing_kwargs={'use_reentrant': False}) (or TrainingArguments("
+                "activation_checkpointing=True)); the activation_checkpointing block configures "
+                "deepspeed.checkpointing for Megatron-style models")]
+    if t.activation_checkpointing == Checkpointing.selective:
+        notes.append(T_("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
+                        "--recompute-granularity selective; the block above is what DeepSpeed can express"))
+    elif t.checkpoint_every > 1:
+        notes.append(T_("checkpointing 1 in {every} layers needs a custom wrapper (HF checkpoints every layer); "
+                        "number_checkpoints = {n}", every=t.checkpoint_every,
+                        n=cfg["activation_checkpointing"]["number_checkpoints"]))
+    return notes
+
+
+def _add_optimizer(cfg: dict[str, Any], sc: Scenario, o: ExportOptions) -> list[Text]:
+    """The optimizer block (and the switches a torch.optim optimizer needs under ZeRO) into `cfg`."""
+    t = sc.training
     opt = _optimizer_block(sc, o)
     if opt is None:
-        notes.append(T_("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
-                        "deepspeed.initialize(optimizer=...)"))
         if t.zero_stage > 0:
             cfg["zero_allow_untested_optimizer"] = True
-    else:
-        cfg["optimizer"] = opt
-        if opt["type"] not in ("AdamW", "Adam") and t.zero_stage > 0:
-            cfg["zero_allow_untested_optimizer"] = True
-        if opt["type"] not in ("AdamW", "Adam") and t.offload_optimizer != Offload.none:
-            cfg["zero_force_ds_cpu_optimizer"] = False
-            notes.append(T_("{name} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)",
-                            name=opt["type"]))
-    notes.insert(0, T_("optimizer: {name}", name=ds_optimizer_name(sc)))
-    notes.insert(1, T_("learning-rate schedule: {schedule}", schedule=schedule_description(o)))
-    notes.insert(2, T_("global batch: {micro} x {accum} accumulation x {dp} data-parallel ranks = {total} sequences "
-                       "(train_batch_size is left to DeepSpeed)", micro=t.micro_batch_size,
-                       accum=t.gradient_accumulation_steps, dp=dp,
-                       total=t.micro_batch_size * t.gradient_accumulation_steps * dp))
+        return [T_("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
+                   "deepspeed.initialize(optimizer=...)")]
+    cfg["optimizer"] = opt
+    if opt["type"] not in ("AdamW", "Adam") and t.zero_stage > 0:
+        cfg["zero_allow_untested_optimizer"] = True
+    if opt["type"] not in ("AdamW", "Adam") and t.offload_optimizer != Offload.none:
+        cfg["zero_force_ds_cpu_optimizer"] = False
+        return [T_("{name} with optimizer offload runs torch.optim on the CPU (no DeepSpeed CPU kernel)",
+                   name=opt["type"])]
+    return []
+
+
+def _add_parallelism(cfg: dict[str, Any], sc: Scenario) -> list[Text]:
+    """Tensor and pipeline parallelism into `cfg`, and what must be done in code for them."""
+    t = sc.training
+    notes = []
     if t.tensor_parallel > 1:
         cfg["tensor_parallel"] = {"autotp_size": t.tensor_parallel}
         notes.append(T_("tensor_parallel.autotp_size = {tp}: DeepSpeed AutoTP training; "
@@ -152,14 +182,20 @@ def export_deepspeed(sc: Scenario, options: ExportOptions | None = None,
                         "num_stages={pp}); 'stages' here documents it", pp=t.pipeline_parallel))
     if t.sequence_parallel:
         notes.append(T_("Megatron-style sequence parallelism is a Megatron-LM option, not a DeepSpeed config key"))
-    if t.lora is not None:
-        base = t.lora.base_weights
-        notes.append(T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
-                        "deepspeed.initialize", rank=t.lora.rank, targets=t.lora.targets) if base == "bf16" else
-                     T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
-                        "deepspeed.initialize; base weights {base} via bitsandbytes", rank=t.lora.rank,
-                        targets=t.lora.targets, base=base))
-    return DeepSpeedExport(config=cfg, notes=[str(n) for n in notes], note_texts=notes)
+    return notes
+
+
+def _adapter_notes(sc: Scenario) -> list[Text]:
+    """LoRA / QLoRA: what wraps the model before deepspeed.initialize."""
+    lora = sc.training.lora
+    if lora is None:
+        return []
+    base = lora.base_weights
+    return [T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
+               "deepspeed.initialize", rank=lora.rank, targets=lora.targets) if base == "bf16" else
+            T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
+               "deepspeed.initialize; base weights {base} via bitsandbytes", rank=lora.rank,
+               targets=lora.targets, base=base)]
 
 
 def deepspeed_config(sc: Scenario, options: ExportOptions | None = None) -> dict[str, Any]:
