@@ -10,7 +10,6 @@ equal, so a change in the engine that flips a verdict is seen.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from calc.contract.presets import gpu_presets, load_yaml
 from calc.contract.scenario import Scenario
 from calc.contract.units import GB, GiB, MiB
 from calc.contract.variant import variant
+from calc.memo import memoized
 from calc.memory.engine import estimate
 from calc.memory.per_param import BytesPerParam, bytes_per_param
 from calc.recommend.models import usable_bytes
@@ -176,7 +176,7 @@ def _num(x: float | bool | None) -> str:
     return f"{x:,.0f}" if x == int(x) or abs(x) >= 100 else f"{x:,.3g}"
 
 
-@lru_cache(maxsize=1)
+@memoized("claims files", 4)
 def load_claims(path: str = str(CLAIMS_PATH)) -> tuple[Claim, ...]:
     """All claims, validated; ids unique."""
     raw = load_yaml(Path(path).read_text(encoding="utf-8"))

@@ -24,7 +24,7 @@ import yaml
 
 from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
 from calc.contract.presets import model_presets, resolve_hardware
-from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario, TrainingConfig
 from calc.export.deepspeed import ExportOptions, ds_optimizer_name, schedule_description
 
 DS_CONFIG_FILE = "ds_config.json"
@@ -37,7 +37,7 @@ def uses_deepspeed(sc: Scenario) -> bool:
     return t.zero_stage > 0 or t.precision.is_mixed or t.precision == Precision.bf16
 
 
-def _optim(t: Any) -> tuple[str, str | None, list[Text]]:
+def _optim(t: TrainingConfig) -> tuple[str, str | None, list[Text]]:
     """(TrainingArguments.optim, optim_args, notes)."""
     notes: list[Text] = []
     if t.optimizer == Optimizer.adamw:

@@ -1,8 +1,9 @@
 """Which configurations fit every limit, ranked by estimated tokens/s in two groups (full fine-tuning and
 adapters: LoRA / QLoRA); a model x hardware table built by the same search; and the "what to turn on
 next" waterfall. One concern per module: models (request and results), combos (what is varied),
-search (how the search stays fast is told there), words (labels, explanations, advice), table and
-workload (its axes), waterfall. Its command line is calc.cli.recommend.
+search (how the search stays fast is told there), state (what a search has tried, fitted and timed),
+words (labels, explanations, advice), table and workload (its axes), waterfall. Its command lines are
+calc.cli.recommend and calc.cli.table.
 
 May import calc.contract, calc.sim, calc.memory and calc.speed; never calc.export, calc.evidence or calc.cli.
 """

@@ -49,8 +49,8 @@ class Combo:
     lora: LoraConfig | None = field(default=None, compare=False, hash=False)
 
     def states_key(self) -> tuple:
-        """What decides the model states (calc.memory.engine.model_states: weights, gradients, optimizer states, their
-        sharding and offload) within one search: not the micro-batch split, checkpointing or attention."""
+        """What decides the model states (calc.memory.states.model_states: weights, gradients, optimizer states,
+        their sharding and offload) within one search: not the micro-batch split, checkpointing or attention."""
         return self.precision, self.zero, self.off_opt, self.off_par, self.tp, self.pp, self.optimizer, self.lora_key
 
     def with_(self, **kw: Any) -> Combo:

@@ -20,14 +20,15 @@ It stays fast by never estimating what cannot win (branch and bound):
    ZeRO stages on one data-parallel rank without offload (nothing to shard), and whole groups whose most
    frugal member (full checkpointing, everything offloaded, micro-batch 1) does not fit.
 4. Every memory estimate is cached by its exact configuration.
-5. A configuration whose weights and optimizer states alone (calc.memory.engine.model_states, a few tens of
+5. A configuration whose weights and optimizer states alone (calc.memory.states.model_states, a few tens of
    microseconds) exceed the usable memory is known not to fit without an estimate: every moment of a training
    step keeps them on the GPU, the optimizer step among them, so the estimate's peak is at least their sum.
    Its estimate, and with it the exact need an explanation quotes, is computed only if an explanation
-   reads it (calc.recommend.state's `Fit.est`, `Fit.reason`). So is one whose states fit but not with the activations its first
-   pipeline stage holds at the end of its forward (calc.memory.engine.forward_activations_floor, a row of every
-   training timeline; a fit of it asks the same block profiles the estimate would). A group whose most
-   frugal member is such a configuration is not ranked at all (`search_combos`).
+   reads it (calc.recommend.state's `Fit.est`, `Fit.reason`). So is one whose states fit but not with the
+   activations its first pipeline stage holds at the end of its forward
+   (calc.memory.activations.forward_activations_floor, a row of every training timeline; a fit of it asks the
+   same block profiles the estimate would). A group whose most frugal member is such a configuration is not
+   ranked at all (`search_combos`).
 """
 
 

@@ -11,8 +11,10 @@ from pydantic import ValidationError
 
 from calc.contract import parallel
 from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
-from calc.memory.engine import estimate, forward_activations_floor, model_states
+from calc.memory.activations import forward_activations_floor
+from calc.memory.engine import estimate
 from calc.memory.result import Estimate
+from calc.memory.states import model_states
 from calc.memory.verdict import gib_short, reason_texts
 from calc.recommend.combos import Combo, light_config, scenario_for, small_divisors
 from calc.recommend.models import MAX_MICRO_BATCH
@@ -206,9 +208,9 @@ class SearchState:
 
 def states_floor(sc: Scenario) -> int:
     """A lower bound of estimate(sc).peak_allocated_bytes in training: the first pipeline stage's weights and
-    optimizer states (with the master weights) on one GPU, which every moment of calc.memory.engine's training
+    optimizer states (with the master weights) on one GPU, which every moment of calc.memory.train_timeline's training
     timeline holds (the optimizer step's among them). 0 where no bound is taken (inference, FSDP2, whose
-    states calc.memory.engine.fsdp2_states builds). tests/calc/recommend/test_recommend_shortcuts.py checks it against
+    states calc.memory.fsdp2.fsdp2_states builds). tests/calc/recommend/test_recommend_shortcuts.py checks it against
     the engine."""
     t = sc.training
     if sc.mode != Mode.train or t.sharding == "fsdp2":
