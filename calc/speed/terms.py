@@ -61,7 +61,7 @@ def shape_numbers(spec: ModelSpec) -> ShapeNumbers:
         return ShapeNumbers(layer_all - inactive, layer_all, spec.vocab_size * spec.hidden_size, spec.q_width,
                             spec.total_params())
 
-    return per_spec(spec, "shape", numbers)
+    return per_spec(spec, "speed shape numbers", numbers)
 
 
 def lora_params_per_layer(spec: ModelSpec, t: StepConfig) -> int:
