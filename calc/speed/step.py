@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import calc.speed.formulas as words
 from calc.contract.architectures import ModelSpec
 from calc.contract.scenario import Attention, LoraConfig, Mode, Offload
-from calc.speed import formulas as words
 from calc.speed.assumptions import SpeedAssumptions
 from calc.speed.hardware import NO_BF16_DTYPE, SpeedHardware
 from calc.speed.terms import (
