@@ -371,7 +371,7 @@ def calibration_from_param(text: str) -> Calibration:
 
 
 DEFAULT_COMPARE: tuple[CompareColumn, ...] = (
-    CompareColumn(cluster="1x-rtx-4090", fastest=True),  # opens on what each machine can do (issue 8)
+    CompareColumn(cluster="1x-rtx-4090", fastest=True),  # opens on what each machine can do
     CompareColumn(cluster="8x-a100-80gb", fastest=True),
 )
 
