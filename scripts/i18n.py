@@ -3,6 +3,8 @@
     python scripts/i18n.py update   # add new ids (empty translation), drop removed ones, keep the rest
     python scripts/i18n.py check    # what is missing, empty, stale or fuzzy (exit 1 if anything)
     python scripts/i18n.py stats    # ids and translated ids per domain
+    python scripts/i18n.py todo     # the untranslated ids as JSON {id: ""}, to fill in and hand to `fill`
+    python scripts/i18n.py fill FILE.json   # set translations from {id: translation} (each id in any domain)
 
 Marked strings: the first argument of `_(...)` (ui/language.py), `N_(...)` and `T_(...)` (calc/i18n.py),
 which must be a string literal; and in YAML data files the keys YAML_KEYS names for them. Which file belongs to
@@ -13,6 +15,7 @@ so a translator can open them in Poedit or any other gettext tool.
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,8 +169,40 @@ def problems() -> list[str]:
     return out
 
 
+def untranslated() -> dict[str, str]:
+    """Every id of the code without a translation, mapped to "" (the `todo` command's JSON)."""
+    update()
+    return {str(m.id): "" for domain in DOMAINS for m in read_catalogue(domain) if m.id and not m.string}
+
+
+def fill(path: Path) -> int:
+    """Write the translations of a {id: translation} JSON file into whichever catalogues hold those ids."""
+    wanted = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if v}
+    update()
+    placed: set[str] = set()
+    for domain in DOMAINS:
+        cat = read_catalogue(domain)
+        changed = False
+        for m in cat:
+            if m.id and str(m.id) in wanted:
+                m.string, m.flags = wanted[str(m.id)], m.flags - {"fuzzy"}
+                placed.add(str(m.id))
+                changed = True
+        if changed:
+            with po_path(domain).open("wb") as fh:
+                write_po(fh, cat, width=100, omit_header=False, sort_output=False, ignore_obsolete=True)
+    for msgid in sorted(set(wanted) - placed):
+        print(f"not in any catalogue: {msgid[:60]!r}")
+    return 1 if set(wanted) - placed else 0
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "check"
+    if command == "todo":
+        print(json.dumps(untranslated(), ensure_ascii=False, indent=1))
+        return 0
+    if command == "fill" and len(argv) == 2:
+        return fill(Path(argv[1]))
     if command == "update":
         update()
         return 0

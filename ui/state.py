@@ -23,7 +23,7 @@ from calc.contract.boundary import decompress, error_message, excerpt, parse_jso
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, T_, Lang
 from calc.contract.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
-from calc.contract.scenario import HardwareConfig, Offload, Scenario
+from calc.contract.scenario import FRAMEWORK_DEFAULTS, HardwareConfig, LoraConfig, Offload, Scenario
 from calc.evidence.calibrate import Calibration
 
 # ---- shared, non-widget keys --------------------------------------------------------------
@@ -76,11 +76,24 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "ep": ("training", "expert_parallel"),
     "keep": ("training", "keep_outputs"),
     "ce": ("training", "cross_entropy"),
+    "ce_chunks": ("training", "cross_entropy_chunks"),
+    "fw": ("training", "framework"),
+    "compile": ("training", "compile"),
+    "opt_bwd": ("training", "optimizer_in_backward"),
+    "act_off": ("training", "activation_offload"),
     "lora_r": ("training", "lora", "rank"),
     "lora_a": ("training", "lora", "alpha"),
     "lora_t": ("training", "lora", "targets"),
+    "lora_d": ("training", "lora", "dropout"),
+    "lora_save": ("training", "lora", "modules_to_save"),
     "lora_w": ("training", "lora", "base_weights"),
+    "lora_dq": ("training", "lora", "double_quant"),
+    "gen": ("inference", "new_tokens"),
+    "kv": ("inference", "kv_cache"),
+    "wq": ("inference", "weights"),
 }
+# parameters whose value is a comma-separated list of module names (lora_t: unless all-linear or attention)
+LIST_PARAMS = {"lora_t", "lora_save"}
 LORA_FLAG = "lora"  # present (=1) when LoRA is on, even with all-default LoRA settings
 CONFIG_PARAM = "config"  # a Hugging Face config dict instead of a preset id
 COMPARE_PARAM = "cmp"
@@ -104,6 +117,8 @@ def _get(d: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def _to_param(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return ",".join(map(str, v))
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, float) and v.is_integer():
@@ -139,7 +154,9 @@ def scenario_to_params(sc: Scenario) -> dict[str, str]:
     full = sc.model_dump(mode="json")
     # the defaults, unvalidated: a model whose defaults are not a valid scenario (gpt-oss is eager-only)
     ref = Scenario.model_construct(model=sc.model).model_dump(mode="json")
-    ref["training"]["lora"] = {"rank": 16, "alpha": 32, "targets": "all-linear", "base_weights": "bf16"}
+    # the framework's defaults are not repeated: a link without them gets them again (TrainingConfig)
+    ref["training"].update(FRAMEWORK_DEFAULTS[sc.training.framework])
+    ref["training"]["lora"] = LoraConfig().model_dump(mode="json")
     out: dict[str, str] = {}
     if isinstance(sc.model, dict):
         out[CONFIG_PARAM] = encode_config(sc.model)
@@ -177,7 +194,7 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
         node = data
         for p in path[:-1]:
             node = node.setdefault(p, {})
-        node[path[-1]] = params[name]
+        node[path[-1]] = _from_param(name, params[name])
     if params.get(LORA_FLAG, "0") not in ("0", ""):
         data.setdefault("training", {}).setdefault("lora", {})
     if "model" not in data:
@@ -188,6 +205,13 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
         raise UrlError(lambda lang, e=exc: validation_message(e, url=True, lang=lang)) from None
     except ValueError as exc:
         raise UrlError(lambda lang, e=exc: error_message(e, lang)) from None
+
+
+def _from_param(name: str, value: str) -> Any:
+    """A list parameter's names (LIST_PARAMS); every other value as written (the scenario validates it)."""
+    if name not in LIST_PARAMS or (name == "lora_t" and value in ("all-linear", "attention")):
+        return value
+    return [part for part in value.split(",") if part]
 
 
 def validation_message(exc: ValidationError, url: bool = False, lang: Lang = DEFAULT_LANG) -> str:

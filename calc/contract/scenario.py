@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
@@ -57,6 +57,17 @@ class Optimizer(str, Enum):
     sgd_momentum = "sgd-momentum"
     adafactor = "adafactor"
     adamw_8bit = "adamw-8bit"
+    paged_adamw = "paged-adamw"  # bitsandbytes PagedAdamW: 32-bit states in CUDA managed (unified) memory
+    paged_adamw_8bit = "paged-adamw-8bit"  # bitsandbytes PagedAdamW8bit: 8-bit states, paged the same way
+
+    @property
+    def paged(self) -> bool:
+        """States in CUDA managed memory: outside torch.cuda.max_memory_allocated, inside nvidia-smi's figure."""
+        return self in (Optimizer.paged_adamw, Optimizer.paged_adamw_8bit)
+
+    @property
+    def bitsandbytes(self) -> bool:
+        return self in (Optimizer.adamw_8bit, Optimizer.paged_adamw, Optimizer.paged_adamw_8bit)
 
 
 class OptimizerImpl(str, Enum):
@@ -87,6 +98,19 @@ class Mode(str, Enum):
     inference = "inference"
 
 
+Framework = Literal["transformers", "torchtune", "litgpt", "torchtitan"]
+FRAMEWORKS: tuple[str, ...] = ("transformers", "torchtune", "litgpt", "torchtitan")
+LoraTargetSet = Literal["all-linear", "attention"]
+BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
+InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
+MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
+
+# What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
+# state it); each framework adds its recipes' defaults where its support lands.
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {"transformers": {}, "torchtune": {}, "litgpt": {}, "torchtitan": {}}
+
+
 class LoraConfig(BaseModel):
     """LoRA / QLoRA adapters on a frozen base model (peft semantics)."""
 
@@ -95,12 +119,40 @@ class LoraConfig(BaseModel):
     rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
     alpha: float = Field(32, gt=0, le=MAX_LORA_ALPHA, allow_inf_nan=False,
                          description="scaling numerator; scale = alpha / r")
-    targets: Literal["all-linear", "attention"] = Field(
-        "all-linear", description="which linear layers get adapters (lm_head never does)"
-    )
-    base_weights: Literal["bf16", "int8", "nf4"] = Field(
-        "bf16", description="storage of the frozen base weights (nf4 = QLoRA)"
-    )
+    targets: LoraTargetSet | tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+        "all-linear", description="which linear layers get adapters: every one but lm_head (peft's all-linear), "
+        "the attention projections, or a list of module names in Hugging Face naming (q_proj, v_proj, lm_head, "
+        "c_attn, query_key_value, qkv_proj, ...)")
+    dropout: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False,
+                           description="lora_dropout: with p > 0 the dropped input is saved for backward")
+    modules_to_save: tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+        (), description="modules trained in full beside the adapters (peft keeps the original and a trainable "
+        "copy), e.g. lm_head, embed_tokens")
+    base_weights: BaseWeights = Field(
+        "bf16", description="storage of the frozen base weights: 16-bit, or bitsandbytes int8 / nf4 / fp4 "
+        "(nf4 = QLoRA)")
+    double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
+                               "absmax constants quantized again (nf4 / fp4 only)")
+
+    @model_validator(mode="after")
+    def _names(self) -> LoraConfig:
+        for field in ("targets", "modules_to_save"):
+            names = getattr(self, field)
+            if isinstance(names, tuple) and len(names) > MAX_MODULE_NAMES:
+                raise UserError(T_("lora.{field} lists {n} names; at most {most}", field=field, n=len(names),
+                                   most=MAX_MODULE_NAMES))
+            if isinstance(names, tuple) and len(set(names)) != len(names):
+                raise UserError(T_("lora.{field} names a module twice", field=field))
+        if self.targets == ():
+            raise UserError(T_("lora.targets is an empty list: name at least one module"))
+        if self.double_quant and self.base_weights not in ("nf4", "fp4"):
+            raise UserError(T_("lora.double_quant applies to 4-bit base weights (nf4 / fp4)"))
+        return self
+
+    @property
+    def quantized(self) -> bool:
+        """The frozen base is stored by bitsandbytes (int8 / nf4 / fp4), not as plain 16-bit weights."""
+        return self.base_weights in ("int8", "nf4", "fp4")
 
 
 class TrainingConfig(BaseModel):
@@ -113,7 +165,8 @@ class TrainingConfig(BaseModel):
     gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
     precision: Precision = Precision.amp_bf16
     optimizer: Optimizer = Optimizer.adamw
-    optimizer_impl: OptimizerImpl = OptimizerImpl.foreach
+    optimizer_impl: OptimizerImpl = Field(
+        OptimizerImpl.foreach, description="the optimizer's kernels; default: the framework's (FRAMEWORK_DEFAULTS)")
     activation_checkpointing: Checkpointing = Checkpointing.none
     checkpoint_every: int = Field(1, ge=1, le=1024, description="with full: checkpoint 1 of every k layers")
     attention: Attention = Attention.sdpa
@@ -136,17 +189,50 @@ class TrainingConfig(BaseModel):
         "tokens reach them by all-to-all (transformers' DistributedConfig(ep_size=...), AllToAllEP); the rest of "
         "the model is FSDP2-sharded over all ranks and each expert over num_gpus / expert_parallel ranks")
     lora: LoraConfig | None = None
-    cross_entropy: Literal["standard", "liger-fused"] = Field(
+    framework: Framework = Field(
+        "transformers", description="whose model code and training loop the tensors come from: transformers "
+        "(the HF Trainer), torchtune, litgpt or torchtitan; each brings its recipes' defaults (FRAMEWORK_DEFAULTS)")
+    compile: bool = Field(False, description="torch.compile the model (inductor decides what backward keeps)")
+    optimizer_in_backward: bool = Field(
+        False, description="step each parameter in its gradient hook and free the gradient at once "
+        "(torchtune's optimizer_in_bwd)")
+    activation_offload: bool = Field(
+        False, description="move saved activations to pinned host memory in forward, back in backward "
+        "(torchtune's OffloadActivations); counted in host RAM too")
+    cross_entropy: Literal["standard", "liger-fused", "chunked"] = Field(
         "standard", description="standard = the model's loss (full B x S x V logits and their fp32 copies); "
         "liger-fused = Liger Kernel's LigerFusedLinearCrossEntropy (`use_liger_kernel=True`): lm_head and "
-        "the loss in token chunks, gradients computed in the forward (modelled from its source)")
+        "the loss in token chunks, gradients computed in the forward (modelled from its source); chunked = the "
+        "logits and the loss taken over chunks of the sequence (torchtune's CEWithChunkedOutputLoss, LitGPT's "
+        "chunked_cross_entropy)")
+    cross_entropy_chunks: int | None = Field(
+        None, ge=1, le=65536, description="with chunked: torchtune's number of output chunks, LitGPT's tokens per "
+        "chunk; null = the framework's own (torchtune 8 chunks, LitGPT 128-token chunks)")
     keep_outputs: bool = Field(
         False, description="the loop keeps the model's output object: `outputs = model(**batch); "
         "loss = outputs.loss; loss.backward()` holds the logits (and a KV cache) through backward, the "
         "optimizer step and the next forward; False = HF Trainer (`loss = model(...).loss`)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data: Any) -> Any:
+        """Fields the scenario leaves out take the framework's recipe defaults (FRAMEWORK_DEFAULTS), so a
+        dumped scenario states them and validates again to itself."""
+        if not isinstance(data, dict):
+            return data
+        framework = data.get("framework", "transformers")
+        defaults = FRAMEWORK_DEFAULTS.get(framework) if isinstance(framework, str) else None
+        missing = {k: v for k, v in (defaults or {}).items() if k not in data}
+        return {**missing, **data} if missing else data
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
+        _refuse_unmodelled(self)
+        if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
+            raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
+        if self.optimizer_in_backward and self.gradient_accumulation_steps > 1:
+            raise UserError(T_("optimizer_in_backward steps in the gradient hooks, so it cannot accumulate "
+                               "gradients: use gradient_accumulation_steps 1"))
         if self.offload_params != Offload.none and self.zero_stage != 3:
             raise UserError(T_("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)"))
         if self.offload_optimizer != Offload.none and self.zero_stage == 0:
@@ -169,10 +255,82 @@ class TrainingConfig(BaseModel):
                                "under FSDP2: use sharding fsdp2 with zero_stage 2 or 3"))
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise UserError(T_("sequence_parallel needs tensor_parallel > 1 (Megatron-style SP)"))
-        if self.optimizer == Optimizer.adamw_8bit and self.optimizer_impl == OptimizerImpl.for_loop:
-            raise UserError(T_("adamw-8bit (bitsandbytes) has no for-loop implementation; use foreach or fused"))
-        if self.lora is not None and self.lora.base_weights != "bf16" and self.precision.is_mixed:
-            raise UserError(T_("quantized LoRA base weights (int8/nf4) are used with amp or bf16, not *-mixed"))
+        if self.lora is not None and self.lora.quantized and self.precision.is_mixed:
+            raise UserError(T_("quantized LoRA base weights (int8/nf4/fp4) are used with amp or bf16, not *-mixed"))
+        if self.optimizer.bitsandbytes and self.optimizer_impl == OptimizerImpl.for_loop:
+            raise UserError(T_("{optimizer} (bitsandbytes) has no for-loop implementation; use foreach or fused",
+                               optimizer=self.optimizer.value))
+        return self
+
+
+# Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
+# a mechanism that lands removes its line).
+_UNMODELLED: tuple[tuple[str, Any], ...] = (
+    ("framework", "torchtune"), ("framework", "litgpt"), ("framework", "torchtitan"),
+    ("compile", True), ("optimizer_in_backward", True), ("activation_offload", True),
+    ("cross_entropy", "chunked"),
+    ("optimizer", Optimizer.paged_adamw), ("optimizer", Optimizer.paged_adamw_8bit),
+)
+_UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
+    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True), ("dropout", "nonzero"),
+    ("targets", "list"), ("modules_to_save", "nonempty"),
+)
+
+
+def unmodelled_values() -> dict[str, tuple[Any, ...]]:
+    """training.<field> (lora.<field>) -> the values of it that this version refuses (the tests walk the rest)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for prefix, rows in (("", _UNMODELLED), ("lora.", _UNMODELLED_LORA)):
+        for field, value in rows:
+            out[prefix + field] = (*out.get(prefix + field, ()), value)
+    return out
+
+
+def _refused(obj: Any, field: str, value: Any) -> bool:
+    got = getattr(obj, field)
+    if value == "nonzero":
+        return bool(got)
+    if value == "list":
+        return isinstance(got, tuple)
+    if value == "nonempty":
+        return bool(got)
+    return got == value
+
+
+def _refuse_unmodelled(t: TrainingConfig) -> None:
+    for prefix, rows, obj in (("", _UNMODELLED, t), ("lora.", _UNMODELLED_LORA, t.lora)):
+        for field, value in rows if obj is not None else ():
+            if _refused(obj, field, value):
+                raise UserError(T_("training.{field} = {value} is not modelled by this version of the calculator",
+                                   field=prefix + field, value=_shown(getattr(obj, field))))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return "[" + ", ".join(value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class InferenceConfig(BaseModel):
+    """What an inference run does (mode inference): one prefill forward, or generation with a KV cache."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    new_tokens: int = Field(0, ge=0, le=4_194_304, description="tokens generated after the prompt (seq_len); "
+                            "0 = one prefill forward")
+    kv_cache: Literal["dynamic", "static"] = Field(
+        "dynamic", description="dynamic = grown as tokens arrive (HF DynamicCache); static = preallocated for "
+        "prompt + new tokens (HF StaticCache, LitGPT's KV cache)")
+    weights: InferenceWeights | None = Field(
+        None, description="how the weights are stored; null = the training precision's weight dtype")
+
+    @model_validator(mode="after")
+    def _modelled(self) -> InferenceConfig:
+        if self.new_tokens or self.kv_cache != "dynamic" or self.weights is not None:
+            raise UserError(T_("generation and quantized inference weights are not modelled by this version of "
+                               "the calculator"))
         return self
 
 
@@ -231,6 +389,7 @@ class Scenario(BaseModel):
     hardware: HardwareConfig = Field(default_factory=HardwareConfig)
     mode: Mode = Mode.train
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
 
     @cached_property
     def spec(self) -> ModelSpec:
@@ -265,7 +424,7 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
-        quantized = t.lora is not None and t.lora.base_weights != "bf16"
+        quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
         return self

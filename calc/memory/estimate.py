@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from calc.contract import parallel
 from calc.contract.presets import Architecture, gpu_presets
-from calc.contract.scenario import HardwareConfig, LoraConfig, Mode, Scenario, TrainingConfig
+from calc.contract.scenario import HardwareConfig, InferenceConfig, LoraConfig, Mode, Scenario, TrainingConfig
 from calc.memo import Memo
 from calc.memory.activations import Target, block_context
 from calc.memory.breakdown import peak_components
@@ -46,6 +46,7 @@ SHAPE_FIELDS = ("micro_batch_size", "seq_len")
 _hardware_values = itemgetter(*HardwareConfig.model_fields)
 _training_values = itemgetter(*(f for f in TrainingConfig.model_fields if f not in (*SHAPE_FIELDS, "lora")))
 _lora_values = itemgetter(*LoraConfig.model_fields)
+_inference_values = itemgetter(*InferenceConfig.model_fields)
 
 
 def shape_free_values(sc: Scenario) -> tuple:
@@ -54,7 +55,7 @@ def shape_free_values(sc: Scenario) -> tuple:
     t = sc.training
     model = sc.model if isinstance(sc.model, str) else sc.model_dump_json(include={"model"})
     return (model, _hardware_values(sc.hardware.__dict__), sc.mode, _training_values(t.__dict__),
-            None if t.lora is None else _lora_values(t.lora.__dict__))
+            None if t.lora is None else _lora_values(t.lora.__dict__), _inference_values(sc.inference.__dict__))
 
 
 class GpuFacts(NamedTuple):

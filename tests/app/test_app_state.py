@@ -92,7 +92,11 @@ def test_compare_columns_round_trip():
 
 def test_every_training_field_has_a_url_parameter():
     """A link carries the whole scenario: each TrainingConfig field (LoRA's through lora_*) has a short name."""
-    from calc.contract.scenario import TrainingConfig
+    from calc.contract.scenario import InferenceConfig, LoraConfig, TrainingConfig
 
     covered = {path[1] for path in state.URL_FIELDS.values() if path[0] == "training"}
     assert set(TrainingConfig.model_fields) - covered == set()
+    lora = {path[2] for path in state.URL_FIELDS.values() if path[:2] == ("training", "lora")}
+    assert set(LoraConfig.model_fields) - lora == set()
+    inference = {path[1] for path in state.URL_FIELDS.values() if path[0] == "inference"}
+    assert set(InferenceConfig.model_fields) - inference == set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calc.contract.scenario import Scenario, TrainingConfig
+from calc.contract.scenario import Scenario, TrainingConfig, unmodelled_values
 from calc.contract.variant import variant
 from calc.recommend import combo_of, optimization_waterfall, scenario_for
 from ui.state import CompareColumn
@@ -49,8 +49,17 @@ def base(field: str) -> Scenario:
     return Scenario(model=model, hardware={"cluster": "8x-a100-80gb"}, training=NON_DEFAULT[field])
 
 
+# fields every non-default value of which this version refuses (calc.contract.scenario.unmodelled_values); a
+# mechanism that lands moves its field into NON_DEFAULT
+NOT_YET_MODELLED = {"framework", "compile", "optimizer_in_backward", "activation_offload", "cross_entropy_chunks"}
+
+
 def test_every_field_is_walked():
-    assert set(NON_DEFAULT) == set(TrainingConfig.model_fields)
+    assert set(NON_DEFAULT) | NOT_YET_MODELLED == set(TrainingConfig.model_fields)
+    refused = unmodelled_values()
+    for field in NOT_YET_MODELLED - {"cross_entropy_chunks"}:
+        assert field in refused, f"{field} is modelled now: walk it in NON_DEFAULT"
+    assert ("cross_entropy_chunks" in NOT_YET_MODELLED) == ("chunked" in refused.get("cross_entropy", ()))
 
 
 @pytest.mark.parametrize("field", sorted(NON_DEFAULT))
