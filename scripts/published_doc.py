@@ -40,7 +40,8 @@ How to read it:
 - **metric**: what the source's figure is. `peak_allocated` is `torch.cuda.max_memory_allocated()`, `peak_active`
   the caching allocator's peak active bytes (they peak together; both are compared with the predicted peak
   allocated), `peak_reserved` is `torch.cuda.max_memory_reserved()` (compared with the peak plus the allocator's
-  expected reserve), `sum_peak_allocated` the allocated peaks summed over the GPUs. A metric in *italics* is not
+  expected reserve), `sum_peak_allocated` the allocated peaks summed over the GPUs, `device_used` what nvidia-smi
+  shows (compared with the expected device total: the peak, the CUDA context, NCCL buffers and the reserve). A metric in *italics* is not
   named by the source: it is the figure the framework itself logs.
 - **stated**: *no* where the source leaves part of the configuration out (an unpacked dataset whose longest
   batch is not given, a GPU row whose settings differ from the recipe's). Such entries are kept, and left out of

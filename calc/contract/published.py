@@ -40,7 +40,8 @@ Split = Literal["development", "held-out"]
 #                   active from malloc to free, so active and allocated peak together)
 #   peak_reserved   torch.cuda.max_memory_reserved()                 -> peak allocated + the allocator's reserve
 #   sum_peak_allocated  max_memory_allocated summed over the GPUs    -> peak_allocated_bytes x num_gpus
-Metric = Literal["peak_allocated", "peak_active", "peak_reserved", "sum_peak_allocated"]
+#   device_used     nvidia-smi's used memory (or mem_get_info)         -> Estimate.device_total_bytes.expected
+Metric = Literal["peak_allocated", "peak_active", "peak_reserved", "sum_peak_allocated", "device_used"]
 Method = Literal["full", "lora", "qlora", "adapter", "adapter-v2", "inference"]
 
 

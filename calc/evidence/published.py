@@ -4,8 +4,9 @@ print for real CUDA runs (data/published_gpu.yaml, calc.contract.published), beh
 
 Each entry is predicted in the metric its source reports: torch.cuda.max_memory_allocated() (and the caching
 allocator's active bytes, which peak with it) by the estimate's peak allocated bytes; max_memory_reserved() by
-that peak plus the allocator's expected reserve (calc.memory.overhead.device_total); a sum over GPUs by the peak
-times the GPU count. An entry whose scenario this version refuses is reported as not yet estimable, with the
+that peak plus the allocator's expected reserve (calc.memory.overhead.device_total); nvidia-smi's used memory by
+the expected device total (context, NCCL buffers and reserve added); a sum over GPUs by the peak times the GPU
+count. An entry whose scenario this version refuses is reported as not yet estimable, with the
 contract's reason; an entry whose configuration the source leaves unstated is predicted when it can be but
 stays out of the accuracy figures.
 """
@@ -80,6 +81,8 @@ def predicted_bytes(entry: PublishedEntry, sc: Scenario, est: Estimate) -> int:
         return peak + est.device_total_bytes.reserve_expected_bytes
     if entry.metric == "sum_peak_allocated":
         return peak * sc.resolved_hardware().num_gpus
+    if entry.metric == "device_used":
+        return est.device_total_bytes.expected
     return peak  # peak_allocated, peak_active
 
 

@@ -174,13 +174,15 @@ def _file(*entries: dict):
     return parse_published(text_of(*entries))
 
 
-@pytest.mark.parametrize("metric", ["peak_allocated", "peak_active", "peak_reserved", "sum_peak_allocated"])
+@pytest.mark.parametrize("metric", ["peak_allocated", "peak_active", "peak_reserved", "sum_peak_allocated",
+                                    "device_used"])
 def test_prediction_is_the_estimate_in_the_sources_metric(metric):
     case = evidence.report(_file(entry(metric=metric))).cases[0]
     est = estimate(Scenario.model_validate(ESTIMABLE), target="cuda")
     peak = est.peak_allocated_bytes
     expected = {"peak_allocated": peak, "peak_active": peak, "sum_peak_allocated": peak,
-                "peak_reserved": peak + est.device_total_bytes.reserve_expected_bytes}[metric]
+                "peak_reserved": peak + est.device_total_bytes.reserve_expected_bytes,
+                "device_used": est.device_total_bytes.expected}[metric]
     assert case.predicted_bytes == expected
     assert case.error_pct == pytest.approx(100 * (expected - 20 * 2**30) / (20 * 2**30), abs=1e-3)
     assert case.not_estimable is None
