@@ -85,6 +85,7 @@ class Setup(BaseModel):
     optimizer: Text | None = None
     loss: Text | None = None
     parallelism: Text | None = None
+    trainable_params: int | None = Field(None, ge=0, le=2**50, description="as the source prints it")
 
 
 class PublishedEntry(BaseModel):

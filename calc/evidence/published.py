@@ -42,6 +42,8 @@ class PublishedCase(BaseModel):
     complete: bool
     published_bytes: int
     predicted_bytes: int | None
+    stated_trainable_params: int | None = None  # where the source prints it: a check of the adapters' count
+    predicted_trainable_params: int | None = None
     error_pct: float | None
     not_estimable: str | None
 
@@ -89,16 +91,19 @@ def predicted_bytes(entry: PublishedEntry, sc: Scenario, est: Estimate) -> int:
 def compare(entry: PublishedEntry) -> PublishedCase:
     got = scenario_or_reason(entry)
     published = entry.figure_bytes
-    predicted = error = reason = None
+    predicted = error = reason = trainable = None
     if isinstance(got, str):
         reason = got
     else:
-        predicted = predicted_bytes(entry, got, estimate(got, target="cuda"))
+        est = estimate(got, target="cuda")
+        predicted = predicted_bytes(entry, got, est)
         error = round(100.0 * (predicted - published) / published, 3)
+        trainable = est.model.trainable_params
     s = entry.setup
     return PublishedCase(id=entry.id, split=entry.split, framework=s.framework, model=s.model, gpu=s.gpu,
                          method=s.method, metric=entry.metric, complete=entry.complete, published_bytes=published,
-                         predicted_bytes=predicted, error_pct=error, not_estimable=reason)
+                         predicted_bytes=predicted, error_pct=error, not_estimable=reason,
+                         stated_trainable_params=s.trainable_params, predicted_trainable_params=trainable)
 
 
 def stats(framework: str, split: str, cases: Iterable[PublishedCase]) -> FrameworkStats:

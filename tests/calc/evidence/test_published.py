@@ -289,3 +289,20 @@ def test_check_mode_sees_a_stale_page(tmp_path, monkeypatch, capsys):
     assert doc.main(["--check"]) == 1
     assert "out of date" in capsys.readouterr().out
     assert doc.main([]) == 0 and doc.main(["--check"]) == 0
+
+
+def test_trainable_params_are_reported_beside_the_stated_count():
+    lora = {**ESTIMABLE, "training": {**ESTIMABLE["training"], "lora": {"rank": 8, "targets": "attention"}}}
+    stated = {**entry()["setup"], "method": "lora", "trainable_params": 1234}
+    case = evidence.report(_file(entry(scenario=lora, setup=stated))).cases[0]
+    assert case.stated_trainable_params == 1234
+    assert case.predicted_trainable_params == estimate(Scenario.model_validate(lora)).model.trainable_params
+
+
+def test_stated_trainable_params_agree_with_the_engine_where_estimable(committed):
+    """LitGPT prints the adapters' parameter count: once such an entry is estimable, the engine must count the
+    same adapters (the count is exact: r x (in + out) per adapted linear)."""
+    rep = evidence.report(committed)
+    for c in rep.cases:
+        if c.stated_trainable_params is not None and c.predicted_trainable_params is not None:
+            assert c.predicted_trainable_params == c.stated_trainable_params, c.id
