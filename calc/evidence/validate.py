@@ -31,6 +31,7 @@ class Case(BaseModel):
     name: str
     device: str
     engine: str
+    framework: str  # scenario.training.framework: whose model code and loop the run used
     family: str
     precision: str
     checkpointing: str
@@ -154,8 +155,8 @@ DEEPSPEED_BEHAVIOURS: tuple[tuple[str, str], ...] = (
     (N_("fp16 loss scaling, NVMe offload (ZeRO-Infinity)"), N_("modelled from source; not runnable on this CPU")),
 )
 
-GROUP_KEYS = ("family", "precision", "checkpointing", "attention", "mode", "sharding", "device", "workload",
-              "engine")
+GROUP_KEYS = ("framework", "family", "precision", "checkpointing", "attention", "mode", "sharding", "device",
+              "workload", "engine")
 
 
 def workload_tags(sc, engine: str = "") -> list[str]:
@@ -211,7 +212,8 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     t = sc.training
     sharding = "none" if rec.sharding is None else f"zero{rec.sharding.zero_stage}x{rec.sharding.world_size}"
     return Case(
-        name=rec.name or f"record {index}", device=rec.device, engine=rec.engine, family=sc.spec.family,
+        name=rec.name or f"record {index}", device=rec.device, engine=rec.engine, framework=t.framework,
+        family=sc.spec.family,
         precision=t.precision.value, checkpointing=_ckpt_label(t), attention=t.attention.value,
         optimizer=t.optimizer.value, mode=sc.mode.value, sharding=sharding,
         measured_bytes=meas, predicted_bytes=pred, error_pct=round(100.0 * (pred - meas) / meas, 4),
