@@ -192,7 +192,7 @@ def _adapter_notes(sc: Scenario) -> list[Text]:
         return []
     base = lora.base_weights
     return [T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
-               "deepspeed.initialize", rank=lora.rank, targets=lora.targets) if base == "bf16" else
+               "deepspeed.initialize", rank=lora.rank, targets=lora.targets) if not lora.quantized else
             T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
                "deepspeed.initialize; base weights {base} via bitsandbytes", rank=lora.rank,
                targets=lora.targets, base=base)]

@@ -327,14 +327,16 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
     o = options or ExportOptions()
     kw = trainer_arguments(sc, o, deepspeed_config_path)
     dtype = "bfloat16" if t.lora is not None and t.precision != Precision.fp32 else _DTYPES[t.precision]
+    if t.lora is not None and t.lora.base_weights == "fp16":
+        dtype = "float16"
     lora = None
     if t.lora is not None:
         targets = "all-linear" if t.lora.targets == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
         lora = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
     quant = None
-    if t.lora is not None and t.lora.base_weights == "nf4":
-        quant = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-                 "bnb_4bit_compute_dtype": "bfloat16"}
+    if t.lora is not None and t.lora.base_weights in ("nf4", "fp4"):
+        quant = {"load_in_4bit": True, "bnb_4bit_quant_type": t.lora.base_weights,
+                 "bnb_4bit_use_double_quant": t.lora.double_quant, "bnb_4bit_compute_dtype": "bfloat16"}
     elif t.lora is not None and t.lora.base_weights == "int8":
         quant = {"load_in_8bit": True}
     return _SCRIPT.format(

@@ -178,7 +178,7 @@ def methods_for(sc: Scenario, group: Group, widen: bool) -> list[Method]:
     if t.lora is not None:
         if not widen:
             return [(same_p, t.optimizer, t.lora)]
-        if t.lora.base_weights != "bf16":
+        if t.lora.quantized:
             return []
         return [(amp, t.optimizer, t.lora.model_copy(update={"base_weights": "nf4"}))]
     if widen:
@@ -206,7 +206,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
         tps = [1]  # FSDP2 is modelled for data parallelism only
     out: list[Combo] = []
     for precisions, opt, lora in methods:
-        quant = lora is not None and lora.base_weights != "bf16"
+        quant = lora is not None and lora.quantized
         for tp in tps:
             for pp in ([1] if fsdp else _divisors(n // tp)):
                 if pp > spec.num_layers:

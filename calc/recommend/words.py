@@ -36,8 +36,8 @@ def _off_words(c: Combo) -> Phrase:
 
 def _method_words(c: Combo) -> str:
     if c.lora is not None:
-        return ("QLoRA" if c.lora.base_weights == "nf4" else "LoRA" if c.lora.base_weights == "bf16"
-                else "int8 LoRA") + f" r{c.lora.rank}"
+        return ("QLoRA" if c.lora.base_weights in ("nf4", "fp4") else "int8 LoRA" if c.lora.quantized
+                else "LoRA") + f" r{c.lora.rank}"
     if c.optimizer == Optimizer.adamw_8bit:
         return "8-bit AdamW"
     return ""
