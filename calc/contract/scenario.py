@@ -10,7 +10,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
@@ -105,6 +105,7 @@ BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
+ModuleNames = tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...]
 
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
@@ -119,13 +120,13 @@ class LoraConfig(BaseModel):
     rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
     alpha: float = Field(32, gt=0, le=MAX_LORA_ALPHA, allow_inf_nan=False,
                          description="scaling numerator; scale = alpha / r")
-    targets: LoraTargetSet | tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+    targets: LoraTargetSet | ModuleNames = Field(
         "all-linear", description="which linear layers get adapters: every one but lm_head (peft's all-linear), "
         "the attention projections, or a list of module names in Hugging Face naming (q_proj, v_proj, lm_head, "
         "c_attn, query_key_value, qkv_proj, ...)")
     dropout: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False,
                            description="lora_dropout: with p > 0 the dropped input is saved for backward")
-    modules_to_save: tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+    modules_to_save: ModuleNames = Field(
         (), description="modules trained in full beside the adapters (peft keeps the original and a trainable "
         "copy), e.g. lm_head, embed_tokens")
     base_weights: BaseWeights = Field(
@@ -133,6 +134,13 @@ class LoraConfig(BaseModel):
         "(nf4 = QLoRA)")
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
+
+    @field_validator("targets", "modules_to_save", mode="before")
+    @classmethod
+    def _list_is_a_tuple(cls, value: Any) -> Any:
+        """A JSON array of names: TrainingConfig's before-validator (framework defaults) hands JSON input on as
+        Python values, and strict validation (records, scenario files) refuses a list for a tuple."""
+        return tuple(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _names(self) -> LoraConfig:

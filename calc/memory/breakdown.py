@@ -85,7 +85,7 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
                          bytes=states, **words("formula", N_("{optimizer} states for {params} params{zero}; created "
                                                             "lazily in step 1"), optimizer=t.optimizer.value,
                                                params=f"{st.trainable:,}", zero=zero_note(t.zero_stage, 1, sc)),
-                         source=PAGED_STATES_SOURCE if st.paged_optimizer else
+                         source=PAGED_STATES_SOURCE if t.optimizer.paged else
                          N_("torch.optim state dicts (calc.contract.precision.optimizer_state_bytes)")))
     if master:
         out.append(Component(key="master_weights", category="optimizer_states", label=N_("fp32 master weights"),
