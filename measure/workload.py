@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from calc.contract.precision import BNB_OPTIMIZER_CLASSES
 from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.contract.scenario import LoraConfig as LoraSpec
 
@@ -384,9 +385,7 @@ def _bitsandbytes_optimizer(params: list[torch.Tensor], optimizer: Optimizer, fa
         import bitsandbytes as bnb
     except ImportError:
         raise UnsupportedError(f"{optimizer.value} needs bitsandbytes, which is not installed") from None
-    cls = {Optimizer.adamw_8bit: bnb.optim.AdamW8bit, Optimizer.paged_adamw: bnb.optim.PagedAdamW,
-           Optimizer.paged_adamw_8bit: bnb.optim.PagedAdamW8bit}[optimizer]
-    return cls(params, lr=LEARNING_RATE)
+    return getattr(bnb.optim, BNB_OPTIMIZER_CLASSES[optimizer])(params, lr=LEARNING_RATE)
 
 
 class NullTracker:

@@ -92,6 +92,10 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
     return state_bytes * sum(adafactor_state_elements(s) * c for s, c in shapes)
 
 
+# The bitsandbytes.optim class of each bitsandbytes optimizer (the reference loop and the exports name it)
+BNB_OPTIMIZER_CLASSES = {Optimizer.adamw_8bit: "AdamW8bit", Optimizer.paged_adamw: "PagedAdamW",
+                         Optimizer.paged_adamw_8bit: "PagedAdamW8bit"}
+
 # bitsandbytes/optim/optimizer.py (0.50.2), Optimizer2State.init_state and get_state_buffer
 BNB_MIN_8BIT_SIZE = 4096  # min_8bit_size: smaller tensors keep 32-bit states
 BNB_STATE_BLOCKSIZE = 256  # blockwise 8-bit states: one fp32 absmax per 256 elements

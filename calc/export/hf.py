@@ -37,6 +37,11 @@ def uses_deepspeed(sc: Scenario) -> bool:
     return t.zero_stage > 0 or t.precision.is_mixed or t.precision == Precision.bf16
 
 
+# TrainingArguments.optim of each bitsandbytes optimizer (transformers' OptimizerNames)
+TRAINER_BNB_OPTIM = {Optimizer.adamw_8bit: "adamw_bnb_8bit", Optimizer.paged_adamw: "paged_adamw_32bit",
+                     Optimizer.paged_adamw_8bit: "paged_adamw_8bit"}
+
+
 def _optim(t: TrainingConfig) -> tuple[str, str | None, list[Text]]:
     """(TrainingArguments.optim, optim_args, notes)."""
     notes: list[Text] = []
@@ -46,8 +51,8 @@ def _optim(t: TrainingConfig) -> tuple[str, str | None, list[Text]]:
     if t.optimizer == Optimizer.adam:
         notes.append(T_("the Trainer has no plain Adam: adamw_torch with weight_decay=0 is the same update"))
         return "adamw_torch", None, notes
-    if t.optimizer == Optimizer.adamw_8bit:
-        return "adamw_bnb_8bit", None, notes
+    if t.optimizer.bitsandbytes:
+        return TRAINER_BNB_OPTIM[t.optimizer], None, notes
     if t.optimizer == Optimizer.sgd:
         return "sgd", None, notes
     if t.optimizer == Optimizer.sgd_momentum:

@@ -106,7 +106,7 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
     """A validated Scenario: the base's model, hardware, mode and sequence length with `c` applied."""
     t = base.training
     impl = t.optimizer_impl
-    if c.optimizer == Optimizer.adamw_8bit and impl == OptimizerImpl.for_loop:
+    if c.optimizer.bitsandbytes and impl == OptimizerImpl.for_loop:
         impl = OptimizerImpl.foreach
     return base.with_training(
         micro_batch_size=mb, gradient_accumulation_steps=ga, precision=c.precision, optimizer=c.optimizer,
@@ -228,7 +228,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
                         offs = [(Offload.none, Offload.none)] if z == 0 or fsdp else (
                             OFFLOADS_STAGE3 if z == 3 else OFFLOADS_STAGE12)
                         for oo, op in offs:
-                            if oo != Offload.none and (opt == Optimizer.adamw_8bit or lora is not None):
+                            if oo != Offload.none and (opt.bitsandbytes or lora is not None):
                                 continue  # DeepSpeed's CPU Adam replaces bnb; LoRA states are tiny
                             if dp == 1 and z > 0 and oo == Offload.none and op == Offload.none \
                                     and not (p == Precision.bf16 and z == 1):

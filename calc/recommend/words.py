@@ -40,6 +40,8 @@ def _method_words(c: Combo) -> str:
                 else "LoRA") + f" r{c.lora.rank}"
     if c.optimizer == Optimizer.adamw_8bit:
         return "8-bit AdamW"
+    if c.optimizer.paged:
+        return "paged 8-bit AdamW" if c.optimizer == Optimizer.paged_adamw_8bit else "paged AdamW"
     return ""
 
 

@@ -89,3 +89,20 @@ def test_bnb_state_bytes_is_what_bitsandbytes_allocates():
     for opt, cls in ((Optimizer.adamw_8bit, bnb.optim.AdamW8bit), (Optimizer.paged_adamw, bnb.optim.PagedAdamW),
                      (Optimizer.paged_adamw_8bit, bnb.optim.PagedAdamW8bit)):
         assert _real_state_bytes(cls, shapes) == bnb_state_bytes(opt, shapes), opt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["adamw-8bit", "paged-adamw", "paged-adamw-8bit"])
+def test_exports_name_the_bitsandbytes_optimizer(optimizer):
+    pytest.importorskip("torch")
+    import bitsandbytes  # noqa: F401  (the class the export names must exist)
+    from transformers.training_args import OptimizerNames
+
+    from calc.contract.precision import BNB_OPTIMIZER_CLASSES
+    from calc.export.deepspeed import ds_optimizer_name
+    from calc.export.hf import trainer_arguments
+
+    sc = Scenario.model_validate({"model": MODEL, "training": {"precision": "amp-bf16", "optimizer": optimizer}})
+    assert trainer_arguments(sc)["optim"] in {o.value for o in OptimizerNames}
+    assert hasattr(bitsandbytes.optim, BNB_OPTIMIZER_CLASSES[sc.training.optimizer])
+    assert BNB_OPTIMIZER_CLASSES[sc.training.optimizer] in ds_optimizer_name(sc).render("en")

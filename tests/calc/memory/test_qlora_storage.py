@@ -107,3 +107,14 @@ def test_bnb_weight_bytes_is_what_bitsandbytes_allocates(out_f, in_f):
             assert unique_storage_bytes(tensors) == bnb_weight_bytes(kind, out_f, in_f, dq), (kind, dq)
     p8 = bnb.nn.Int8Params(w.clone(), requires_grad=False, has_fp16_weights=False).to("cpu")
     assert unique_storage_bytes([p8.data, p8.SCB]) == bnb_weight_bytes("int8", out_f, in_f)
+
+
+@pytest.mark.parametrize(("kind", "double_quant"), [("nf4", False), ("fp4", True)])
+def test_trainer_script_quantizes_as_the_estimate_does(kind, double_quant):
+    from calc.export.hf import trainer_snippet
+
+    sc = Scenario.model_validate({"model": SMALL, "training": {"precision": "amp-bf16", "lora": {
+        "base_weights": kind, "double_quant": double_quant}}})
+    script = trainer_snippet(sc)
+    assert f"'bnb_4bit_quant_type': '{kind}'" in script
+    assert f"'bnb_4bit_use_double_quant': {double_quant}" in script
