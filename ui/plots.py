@@ -72,12 +72,13 @@ def _gib(n: int | float) -> float:
 
 def segments(est: Estimate) -> list[tuple[str, int]]:
     """(key, bytes) of the device total (expected): the five categories at the peak, then the
-    CUDA context, NCCL buffers and caching-allocator reserve. They sum to device_total.expected."""
+    CUDA context, NCCL buffers, caching-allocator reserve and a paged optimizer's states in CUDA managed memory.
+    They sum to device_total.expected."""
     b, dt = est.breakdown, est.device_total_bytes
     out = [(c, getattr(b, c)) for c in CATEGORIES]
     out += [("cuda_context", dt.cuda_context_bytes), ("workspaces", dt.workspace_bytes),
             ("reserve", dt.reserve_expected_bytes)]
-    return out + ([("paged_optimizer", dt.managed_bytes)] if dt.managed_bytes else [])
+    return out + [("paged_optimizer", dt.managed_bytes)]
 
 
 def _layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:
