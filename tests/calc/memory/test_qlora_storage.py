@@ -118,3 +118,24 @@ def test_trainer_script_quantizes_as_the_estimate_does(kind, double_quant):
     script = trainer_snippet(sc)
     assert f"'bnb_4bit_quant_type': '{kind}'" in script
     assert f"'bnb_4bit_use_double_quant': {double_quant}" in script
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "tied"), [("gpt2", True), ("llama", False)])
+def test_reference_loop_quantizes_what_the_engine_quantizes(family, tied):
+    """The measured model: every decoder linear (GPT-2's Conv1D too) bitsandbytes 4-bit, lm_head and the rest
+    bf16; its weights and quantization state are the engine's weights component."""
+    torch = pytest.importorskip("torch")
+    bnb = pytest.importorskip("bitsandbytes")
+    from measure.runner import unique_storage_bytes
+    from measure.workload import build_model, quantization_state_tensors
+
+    gpt2 = {"model_type": "gpt2", "vocab_size": 2000, "n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 256}
+    sc = _sc(gpt2 if family == "gpt2" else SMALL, base_weights="nf4", double_quant=True)
+    model = build_model(sc, torch.device("cpu"))
+    linears = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(linears) == sum(lin.count for lin in sc.spec.linear_layers()) * sc.spec.num_layers
+    assert not isinstance(model.get_output_embeddings(), bnb.nn.Linear4bit)
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied
+    stored = unique_storage_bytes(list(model.parameters()) + list(model.buffers()) + quantization_state_tensors(model))
+    assert stored == _weights(sc, "cpu") + unique_storage_bytes(list(model.buffers()))
