@@ -21,6 +21,7 @@ from measure.workload import (
     Workload,
     build_workload,
     prepare_optimizer,
+    quantization_state_tensors,
     run_steps,
 )
 
@@ -98,7 +99,8 @@ def memtracker_fields(mt: Any) -> dict[str, Any]:
 
 def _weights_bytes(w: Workload) -> int:
     round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
-    return unique_storage_bytes(list(w.model.parameters()) + list(w.model.buffers()), round_to)
+    tensors = list(w.model.parameters()) + list(w.model.buffers()) + quantization_state_tensors(w.model)
+    return unique_storage_bytes(tensors, round_to)
 
 
 def _optimizer_state_bytes(w: Workload) -> int | None:
@@ -127,8 +129,11 @@ def workload_notes(w: Workload, device: str) -> list[str]:
     if w.masters is not None:
         notes.append("fp32 master copies are filed under optimizer_states; master grads under gradients")
     if t.lora is not None:
-        notes.append("LoRA: base weights bf16 frozen; adapters "
+        quant = " (bitsandbytes; its quantization state counted as parameters)" if t.lora.quantized else ""
+        notes.append(f"LoRA: base weights {t.lora.base_weights} frozen{quant}; adapters "
                      + ("16-bit" if w.plan.weights != torch.float32 and t.precision.value != "fp32" else "fp32"))
+    if t.optimizer.paged and w.device.type != "cuda":
+        notes.append(f"{t.optimizer.value} off CUDA: bitsandbytes keeps the states in ordinary tensors")
     if w.fake and w.scaler is not None:
         notes.append("fake: GradScaler.step replaced by unscale_ + step (found_inf needs .item())")
     return notes
@@ -164,6 +169,7 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             w = build_workload(scenario, dev, num_layers=num_layers, fake=fake)
             mt = PhaseMemTracker()
             mt.track_external(w.model, w.input_ids)
+            mt.track_parameters(*quantization_state_tensors(w.model))
             with mt:
                 prepare_optimizer(w, mt)
                 out["weights_bytes"] = _weights_bytes(w)

@@ -16,6 +16,7 @@ import time
 
 from measure.suite_large import preset_entries, sharded_entries
 from measure.suite_models import Entry
+from measure.suite_qlora import qlora_entries
 from measure.suite_small import small_entries
 
 __all__ = ["Entry", "entries", "main"]
@@ -23,7 +24,7 @@ __all__ = ["Entry", "entries", "main"]
 
 def entries() -> list[Entry]:
     """Every entry, in the order the suite runs them."""
-    return small_entries() + preset_entries() + sharded_entries()
+    return small_entries() + qlora_entries() + preset_entries() + sharded_entries()
 
 
 def _clean_up(device: str) -> None:

@@ -142,6 +142,12 @@ class _MemTrackerPhases(_PhaseMixin):
         return super()._track_module_params_and_buffers(module, install_grad_hooks)  # type: ignore[misc]
 
     # -- our interface --
+    def track_parameters(self, *tensors: torch.Tensor) -> None:
+        """Count tensors made before tracking began as parameters: bitsandbytes keeps a quantized weight's
+        state (absmax, scales) in plain attributes, which MemTracker's walk over parameters and buffers misses."""
+        for t in tensors:
+            self._update_and_maybe_create_winfos(t, _MemRefType.PARAM)  # type: ignore[attr-defined]
+
     def _real_snaps(self, snaps: dict[Any, Any]) -> list[Any]:
         # MemTracker sizes every tensor it sees, meta-device ones too; those hold no memory (DeepSpeed
         # ZeRO-1/2 keep a meta copy of every parameter's shape, stage_1_and_2.py round_robin_bit16_meta)

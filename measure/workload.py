@@ -28,7 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from calc.contract.precision import BNB_OPTIMIZER_CLASSES
 from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.scenario import LoraConfig as LoraSpec
 
 LEARNING_RATE = 1e-4
 FP16_MIXED_LOSS_SCALE = 1024.0  # static loss scale of the fp16-mixed reference (multiply loss, divide grads)
@@ -206,27 +208,56 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
         nn.Module.to = original_to  # type: ignore[method-assign]
 
 
-def _quantize_base(model: nn.Module, kind: str) -> None:
-    """Replace every nn.Linear except lm_head by its bitsandbytes int8 / nf4 version (quantized on .cuda())."""
-    import bitsandbytes as bnb  # noqa: PLC0415  (only on the cuda path)
+def _quantize_base(model: nn.Module, lora: LoraSpec, device: torch.device) -> None:
+    """What transformers' BitsAndBytesConfig does to the model (integrations/bitsandbytes.py
+    replace_with_bnb_linear): every plain nn.Linear and Conv1D, except the modules get_keys_to_not_convert names
+    (lm_head, tied weights, the last parameter), becomes a bitsandbytes Linear8bitLt (load_in_8bit, threshold
+    6.0) or Linear4bit (load_in_4bit: bnb_4bit_quant_type nf4 / fp4, bnb_4bit_use_double_quant, bf16 compute);
+    bitsandbytes quantizes each weight when it is moved to `device` (Int8Params / Params4bit .to)."""
+    import bitsandbytes as bnb  # noqa: PLC0415  (only for quantized bases)
+    from transformers.pytorch_utils import Conv1D
+    from transformers.quantizers.base import get_keys_to_not_convert
+    from transformers.quantizers.quantizers_utils import should_convert_module
 
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            full = f"{parent_name}.{child_name}" if parent_name else child_name
-            if not isinstance(child, nn.Linear) or full.endswith("lm_head"):
-                continue
-            bias = child.bias is not None
-            if kind == "int8":
-                new = bnb.nn.Linear8bitLt(child.in_features, child.out_features, bias=bias,
-                                          has_fp16_weights=False, threshold=6.0)
-                new.weight = bnb.nn.Int8Params(child.weight.data, requires_grad=False, has_fp16_weights=False)
-            else:
-                new = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=bias,
-                                        compute_dtype=torch.bfloat16, quant_type="nf4")
-                new.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type="nf4")
-            if bias:
-                new.bias = nn.Parameter(child.bias.data, requires_grad=False)
-            setattr(parent, child_name, new)
+    skip = get_keys_to_not_convert(model) + list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    for name, module in list(model.named_modules()):
+        if not should_convert_module(name, skip) or not (isinstance(module, Conv1D) or type(module) is nn.Linear):
+            continue
+        weight = module.weight.data.T if isinstance(module, Conv1D) else module.weight.data  # Conv1D is in x out
+        out_features, in_features = weight.shape
+        bias = module.bias is not None
+        if lora.base_weights == "int8":
+            new = bnb.nn.Linear8bitLt(in_features, out_features, bias=bias, has_fp16_weights=False, threshold=6.0)
+            new.weight = bnb.nn.Int8Params(weight.contiguous(), requires_grad=False, has_fp16_weights=False)
+        else:
+            new = bnb.nn.Linear4bit(in_features, out_features, bias=bias, compute_dtype=torch.bfloat16,
+                                    compress_statistics=lora.double_quant, quant_type=lora.base_weights)
+            new.weight = bnb.nn.Params4bit(weight.contiguous(), requires_grad=False, quant_type=lora.base_weights,
+                                           compress_statistics=lora.double_quant)
+        if bias:
+            new.bias = nn.Parameter(module.bias.data, requires_grad=False)
+        new.source_cls = type(module)  # as transformers marks it (peft reads the original class)
+        model.set_submodule(name, new.to(device))
+
+
+def quantization_state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors bitsandbytes keeps beside each quantized weight, outside parameters and buffers: a
+    Params4bit's QuantState (absmax, code; with double quant the offset and the nested state's absmax and
+    code) and an Int8Params' SCB (its CB is the int8 weight itself)."""
+    out: list[torch.Tensor] = []
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out += [qs.absmax, qs.code]
+            if qs.nested:
+                out += [qs.offset, qs.state2.absmax, qs.state2.code]
+    for m in model.modules():
+        state = getattr(m, "state", None)
+        scb = getattr(state, "SCB", None) if state is not None else None
+        scb = scb if scb is not None else getattr(getattr(m, "weight", None), "SCB", None)
+        if isinstance(scb, torch.Tensor):
+            out.append(scb)
+    return out
 
 
 @contextlib.contextmanager
@@ -259,14 +290,15 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     t = scenario.training
     plan = precision_plan(t.precision)
     lora = t.lora
-    if lora is not None and lora.base_weights != "bf16" and device.type != "cuda":
+    if lora is not None and lora.quantized and fake:
         raise UnsupportedError(f"LoRA base_weights {lora.base_weights} (bitsandbytes) is unsupported on this device "
-                               f"({'fake' if fake else device.type}); it needs CUDA")
+                               "(fake): bitsandbytes quantizes real tensors")
     cfg = hf_config_dict(scenario)
     if num_layers is not None:
         cfg = with_layers(cfg, num_layers)
     if weights is None:
-        weights = torch.bfloat16 if lora is not None else plan.weights  # LoRA base weights: bf16, frozen
+        # LoRA base weights: 16-bit, frozen (bf16, or fp16 for a plain fp16 base; bitsandbytes quantizes bf16)
+        weights = plan.weights if lora is None else torch.float16 if lora.base_weights == "fp16" else torch.bfloat16
     torch.manual_seed(0)
     try:
         config = build_config(cfg, t.attention.value)
@@ -275,9 +307,9 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     except (AssertionError, ValueError, TypeError, KeyError) as exc:
         msg = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
         raise UnsupportedError(f"transformers cannot build this {cfg.get('model_type')} model: {msg}") from None
-    if lora is not None and lora.base_weights != "bf16":
+    if lora is not None and lora.quantized:
         try:
-            _quantize_base(model, lora.base_weights)
+            _quantize_base(model, lora, device)
         except ImportError:
             raise UnsupportedError(f"LoRA base_weights {lora.base_weights} needs bitsandbytes, which is not "
                                    "installed") from None
@@ -318,15 +350,8 @@ def make_optimizer(params: list[torch.Tensor], scenario: Scenario, device_type: 
                    fake: bool = False) -> torch.optim.Optimizer:
     t = scenario.training
     impl = t.optimizer_impl
-    if t.optimizer == Optimizer.adamw_8bit:
-        if device_type != "cuda":
-            raise UnsupportedError(f"adamw-8bit (bitsandbytes) is unsupported on this device ({device_type}); "
-                                   "it needs CUDA")
-        try:
-            import bitsandbytes as bnb
-        except ImportError:
-            raise UnsupportedError("adamw-8bit needs bitsandbytes, which is not installed") from None
-        return bnb.optim.AdamW8bit(params, lr=LEARNING_RATE)
+    if t.optimizer.bitsandbytes:
+        return _bitsandbytes_optimizer(params, t.optimizer, fake)
     kwargs: dict[str, Any] = {"lr": LEARNING_RATE}
     if impl == OptimizerImpl.fused:
         if t.optimizer == Optimizer.adafactor:
@@ -348,6 +373,19 @@ def make_optimizer(params: list[torch.Tensor], scenario: Scenario, device_type: 
                                    "parameter norms with .item(), which fake tensors cannot answer")
         return torch.optim.Adafactor(params, **kwargs)
     raise UnsupportedError(f"optimizer {t.optimizer.value} is not supported")
+
+
+def _bitsandbytes_optimizer(params: list[torch.Tensor], optimizer: Optimizer, fake: bool) -> torch.optim.Optimizer:
+    """bitsandbytes' AdamW8bit, PagedAdamW (32-bit states) and PagedAdamW8bit. On CPU bitsandbytes keeps the
+    paged optimizers' states in ordinary tensors (optim/optimizer.py get_state_buffer): CUDA managed memory
+    exists on CUDA only."""
+    if fake:
+        raise UnsupportedError(f"{optimizer.value} (bitsandbytes) is unsupported on this device (fake)")
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise UnsupportedError(f"{optimizer.value} needs bitsandbytes, which is not installed") from None
+    return getattr(bnb.optim, BNB_OPTIMIZER_CLASSES[optimizer])(params, lr=LEARNING_RATE)
 
 
 class NullTracker:

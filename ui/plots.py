@@ -26,6 +26,7 @@ COLORS: dict[str, str] = {
     "cuda_context": "#8C8C8C",
     "workspaces": "#B0B0B0",
     "reserve": "#D4D4D4",
+    "paged_optimizer": "#9ECF95",
 }
 SHORT_LABELS: dict[str, str] = {  # English; in the session's language through short_label
     "parameters": N_("Parameters"),
@@ -36,6 +37,7 @@ SHORT_LABELS: dict[str, str] = {  # English; in the session's language through s
     "cuda_context": N_("CUDA context"),
     "workspaces": N_("NCCL buffers"),
     "reserve": N_("Allocator reserve"),
+    "paged_optimizer": N_("Paged optimizer states"),
 }
 PHASE_COLORS = {"forward": "rgba(76,120,168,0.06)", "loss": "rgba(228,87,86,0.08)",
                 "backward": "rgba(245,133,24,0.06)", "optimizer": "rgba(84,162,75,0.08)",
@@ -70,12 +72,13 @@ def _gib(n: int | float) -> float:
 
 def segments(est: Estimate) -> list[tuple[str, int]]:
     """(key, bytes) of the device total (expected): the five categories at the peak, then the
-    CUDA context, NCCL buffers and caching-allocator reserve. They sum to device_total.expected."""
+    CUDA context, NCCL buffers, caching-allocator reserve and a paged optimizer's states in CUDA managed memory.
+    They sum to device_total.expected."""
     b, dt = est.breakdown, est.device_total_bytes
     out = [(c, getattr(b, c)) for c in CATEGORIES]
     out += [("cuda_context", dt.cuda_context_bytes), ("workspaces", dt.workspace_bytes),
             ("reserve", dt.reserve_expected_bytes)]
-    return out
+    return out + [("paged_optimizer", dt.managed_bytes)]
 
 
 def _layout(fig: go.Figure, height: int, **kw: Any) -> go.Figure:

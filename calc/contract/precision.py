@@ -77,9 +77,10 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
     SGD: none. SGD with momentum: one momentum buffer.
     Adafactor (torch.optim.Adafactor): tensors with >= 2 dims keep a row and a column variance
     (shape[:-1] and shape[:-2] + shape[-1:]), vectors keep a full variance; no first moment.
-    AdamW-8bit (bitsandbytes): two uint8 states plus one fp32 absmax per 256-element block
-    each; tensors under 4096 elements stay in 32-bit (min_8bit_size).
+    bitsandbytes (bnb_state_bytes): AdamW8bit / PagedAdamW8bit, PagedAdamW.
     """
+    if opt.bitsandbytes:
+        return bnb_state_bytes(opt, shapes)
     state_bytes = state_dtype_bytes(p)  # per state element
     elements = sum(prod(s) * c for s, c in shapes)
     if opt in (Optimizer.adam, Optimizer.adamw):
@@ -88,14 +89,51 @@ def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple
         return 0
     if opt == Optimizer.sgd_momentum:
         return state_bytes * elements
-    if opt == Optimizer.adafactor:
-        return state_bytes * sum(adafactor_state_elements(s) * c for s, c in shapes)
-    total = 0
-    for s, c in shapes:
-        tensor_elements = prod(s)
-        total += c * (2 * 4 * tensor_elements if tensor_elements < 4096
-                      else 2 * tensor_elements + 2 * 4 * -(-tensor_elements // 256))
-    return total
+    return state_bytes * sum(adafactor_state_elements(s) * c for s, c in shapes)
+
+
+# The bitsandbytes.optim class of each bitsandbytes optimizer (the reference loop and the exports name it)
+BNB_OPTIMIZER_CLASSES = {Optimizer.adamw_8bit: "AdamW8bit", Optimizer.paged_adamw: "PagedAdamW",
+                         Optimizer.paged_adamw_8bit: "PagedAdamW8bit"}
+
+# bitsandbytes/optim/optimizer.py (0.50.2), Optimizer2State.init_state and get_state_buffer
+BNB_MIN_8BIT_SIZE = 4096  # min_8bit_size: smaller tensors keep 32-bit states
+BNB_STATE_BLOCKSIZE = 256  # blockwise 8-bit states: one fp32 absmax per 256 elements
+BNB_QMAP_VALUES = 256  # the "dynamic" / "udynamic" maps, one fp32 copy each per optimizer
+BNB_PAGED_MIN_ELEMENTS = 100_000  # get_state_buffer pages only tensors of at least 1e5 elements
+
+
+def _bnb_8bit(opt: Optimizer) -> bool:
+    return opt in (Optimizer.adamw_8bit, Optimizer.paged_adamw_8bit)
+
+
+def bnb_tensor_state_bytes(opt: Optimizer, numel: int) -> tuple[int, int]:
+    """(all, paged) state bytes of one tensor: two fp32 states (PagedAdamW; 8-bit ones below min_8bit_size), or
+    two uint8 states + two fp32 absmax per 256-element block; on CUDA, get_state_buffer puts state1 / state2 of
+    a paged optimizer in managed memory (F.get_paged) from 1e5 elements on (the absmax never)."""
+    blockwise = _bnb_8bit(opt) and numel >= BNB_MIN_8BIT_SIZE
+    states = 2 * numel if blockwise else 2 * FP32 * numel
+    absmax = 2 * FP32 * -(-numel // BNB_STATE_BLOCKSIZE) if blockwise else 0
+    paged = states if opt.paged and numel >= BNB_PAGED_MIN_ELEMENTS else 0
+    return states + absmax, paged
+
+
+def bnb_state_bytes(opt: Optimizer, shapes: list[tuple[tuple[int, ...], int]]) -> int:
+    """A bitsandbytes optimizer's states for `shapes` (bnb_tensor_state_bytes) + the two shared fp32 quantile
+    maps an 8-bit optimizer keeps once (name2qmap, state["qmap1"] / ["qmap2"]). bitsandbytes' states are fp32
+    or uint8 whatever the parameters' dtype."""
+    total = sum(c * bnb_tensor_state_bytes(opt, prod(s))[0] for s, c in shapes)
+    quantized = _bnb_8bit(opt) and any(prod(s) >= BNB_MIN_8BIT_SIZE for s, _ in shapes)
+    return total + (2 * BNB_QMAP_VALUES * FP32 if quantized else 0)
+
+
+def paged_state_bytes(opt: Optimizer, shapes: list[tuple[tuple[int, ...], int]]) -> int:
+    """The part of bnb_state_bytes a paged optimizer keeps in CUDA managed memory (cudaMallocManaged): outside
+    torch.cuda.max_memory_allocated, inside the device's used memory until the driver pages it to host RAM.
+    Modelled from bitsandbytes' source; CUDA only (on CPU bitsandbytes keeps ordinary tensors)."""
+    if not opt.paged:
+        return 0
+    return sum(c * bnb_tensor_state_bytes(opt, prod(s))[1] for s, c in shapes)
 
 
 def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
@@ -110,7 +148,7 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
     Adafactor foreach: the row_var x col_var outer products (`var_estimates`, then rsqrt'd and
     multiplied in place into the update) form one param-sized list; row/col norms are small
     (torch/optim/_adafactor.py, _multi_tensor_adafactor). For-loop: the same per tensor.
-    AdamW-8bit: blockwise kernels update in place.
+    bitsandbytes (AdamW8bit, PagedAdamW, PagedAdamW8bit): one kernel per tensor updates in place.
     """
     state_bytes = state_dtype_bytes(p)  # per state element
     elements = sum(prod(s) * c for s, c in shapes)

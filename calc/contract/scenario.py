@@ -279,10 +279,9 @@ _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("framework", "torchtune"), ("framework", "litgpt"), ("framework", "torchtitan"),
     ("compile", True), ("optimizer_in_backward", True), ("activation_offload", True),
     ("cross_entropy", "chunked"),
-    ("optimizer", Optimizer.paged_adamw), ("optimizer", Optimizer.paged_adamw_8bit),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
-    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True), ("dropout", "nonzero"),
+    ("dropout", "nonzero"),
     ("targets", "list"), ("modules_to_save", "nonempty"),
 )
 

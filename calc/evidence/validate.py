@@ -84,6 +84,13 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
     (N_("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload"),
      N_("DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
      "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)")),
+    (N_("bitsandbytes paged optimizers on CUDA (paged-adamw, paged-adamw-8bit)"),
+     N_("bitsandbytes optim/optimizer.py get_state_buffer: the states of tensors of 100,000 elements or more in CUDA "
+     "managed memory, outside peak allocated and inside the device total; their bytes are measured on CPU, where "
+     "bitsandbytes keeps them in ordinary tensors")),
+    (N_("bitsandbytes quantized bases on CUDA"),
+     N_("the storage, the dequantized weights and int8's saved inputs are measured with bitsandbytes on CPU; its CUDA "
+     "kernels' own workspaces are not")),
 )
 
 # Per model family: what the committed records measure (CPU: small configs, real tensors; fake: full-size
@@ -174,6 +181,8 @@ def workload_tags(sc, engine: str = "") -> list[str]:
         tags.append("expert parallel")
     elif engine == "fsdp2" and sc.spec.num_experts > 1:
         tags.append("MoE under FSDP2, no expert parallel")
+    if t.lora is not None and t.lora.quantized:
+        tags.append(f"bitsandbytes {t.lora.base_weights} base")
     if sc.mode == Mode.train:
         tags.append(f"keep_outputs {str(getattr(t, 'keep_outputs', False)).lower()}")
     return tags

@@ -28,6 +28,7 @@ from calc.contract.parallel import (
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_ELEMENTS,
 )
+from calc.contract.precision import BNB_OPTIMIZER_CLASSES
 from calc.contract.scenario import Checkpointing, Mode, Offload, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.speed import SpeedAssumptions
 
@@ -156,8 +157,9 @@ def _add_optimizer(cfg: dict[str, Any], sc: Scenario, o: ExportOptions) -> list[
     if opt is None:
         if t.zero_stage > 0:
             cfg["zero_allow_untested_optimizer"] = True
-        return [T_("adamw-8bit: no DeepSpeed optimizer block; pass bitsandbytes.optim.AdamW8bit(...) to "
-                   "deepspeed.initialize(optimizer=...)")]
+        return [T_("{optimizer}: no DeepSpeed optimizer block; pass bitsandbytes.optim.{cls}(...) to "
+                   "deepspeed.initialize(optimizer=...)", optimizer=t.optimizer.value,
+                   cls=BNB_OPTIMIZER_CLASSES[t.optimizer])]
     cfg["optimizer"] = opt
     if opt["type"] not in ("AdamW", "Adam") and t.zero_stage > 0:
         cfg["zero_allow_untested_optimizer"] = True
@@ -192,7 +194,7 @@ def _adapter_notes(sc: Scenario) -> list[Text]:
         return []
     base = lora.base_weights
     return [T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
-               "deepspeed.initialize", rank=lora.rank, targets=lora.targets) if base == "bf16" else
+               "deepspeed.initialize", rank=lora.rank, targets=lora.targets) if not lora.quantized else
             T_("LoRA r={rank} on {targets}: wrap the model with peft.get_peft_model before "
                "deepspeed.initialize; base weights {base} via bitsandbytes", rank=lora.rank,
                targets=lora.targets, base=base)]
@@ -269,7 +271,7 @@ def _optimizer_block(sc: Scenario, o: ExportOptions) -> dict[str, Any] | None:
     (runtime/engine.py, get_optimizer_configuration). Offloaded, DeepSpeed always runs DeepSpeedCPUAdam."""
     t = sc.training
     opt = t.optimizer
-    if opt == Optimizer.adamw_8bit:
+    if opt.bitsandbytes:
         return None
     params: dict[str, Any] = {"lr": o.learning_rate, "weight_decay": o.weight_decay}
     if opt in (Optimizer.adamw, Optimizer.adam):
@@ -312,8 +314,9 @@ def ds_optimizer_name(sc: Scenario) -> Text:
     optimizer is offloaded and FusedAdam otherwise (multi-tensor kernels, no torch foreach temporaries);
     SGD and Adafactor are torch.optim's; adamw-8bit is the user's bitsandbytes optimizer."""
     t = sc.training
-    if t.optimizer == Optimizer.adamw_8bit:
-        return T_("bitsandbytes AdamW8bit, passed to deepspeed.initialize(optimizer=...)")
+    if t.optimizer.bitsandbytes:
+        return T_("bitsandbytes {cls}, passed to deepspeed.initialize(optimizer=...)",
+                  cls=BNB_OPTIMIZER_CLASSES[t.optimizer])
     if t.optimizer in (Optimizer.adamw, Optimizer.adam):
         mode = "AdamW" if t.optimizer == Optimizer.adamw else "Adam (adam_w_mode false)"
         if t.offload_optimizer != Offload.none:

@@ -37,6 +37,11 @@ def uses_deepspeed(sc: Scenario) -> bool:
     return t.zero_stage > 0 or t.precision.is_mixed or t.precision == Precision.bf16
 
 
+# TrainingArguments.optim of each bitsandbytes optimizer (transformers' OptimizerNames)
+TRAINER_BNB_OPTIM = {Optimizer.adamw_8bit: "adamw_bnb_8bit", Optimizer.paged_adamw: "paged_adamw_32bit",
+                     Optimizer.paged_adamw_8bit: "paged_adamw_8bit"}
+
+
 def _optim(t: TrainingConfig) -> tuple[str, str | None, list[Text]]:
     """(TrainingArguments.optim, optim_args, notes)."""
     notes: list[Text] = []
@@ -46,8 +51,8 @@ def _optim(t: TrainingConfig) -> tuple[str, str | None, list[Text]]:
     if t.optimizer == Optimizer.adam:
         notes.append(T_("the Trainer has no plain Adam: adamw_torch with weight_decay=0 is the same update"))
         return "adamw_torch", None, notes
-    if t.optimizer == Optimizer.adamw_8bit:
-        return "adamw_bnb_8bit", None, notes
+    if t.optimizer.bitsandbytes:
+        return TRAINER_BNB_OPTIM[t.optimizer], None, notes
     if t.optimizer == Optimizer.sgd:
         return "sgd", None, notes
     if t.optimizer == Optimizer.sgd_momentum:
@@ -327,14 +332,16 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
     o = options or ExportOptions()
     kw = trainer_arguments(sc, o, deepspeed_config_path)
     dtype = "bfloat16" if t.lora is not None and t.precision != Precision.fp32 else _DTYPES[t.precision]
+    if t.lora is not None and t.lora.base_weights == "fp16":
+        dtype = "float16"
     lora = None
     if t.lora is not None:
         targets = "all-linear" if t.lora.targets == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
         lora = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
     quant = None
-    if t.lora is not None and t.lora.base_weights == "nf4":
-        quant = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-                 "bnb_4bit_compute_dtype": "bfloat16"}
+    if t.lora is not None and t.lora.base_weights in ("nf4", "fp4"):
+        quant = {"load_in_4bit": True, "bnb_4bit_quant_type": t.lora.base_weights,
+                 "bnb_4bit_use_double_quant": t.lora.double_quant, "bnb_4bit_compute_dtype": "bfloat16"}
     elif t.lora is not None and t.lora.base_weights == "int8":
         quant = {"load_in_8bit": True}
     return _SCRIPT.format(

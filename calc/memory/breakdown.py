@@ -67,6 +67,13 @@ FLATTEN_EVENTS = {
 }
 
 
+# A paged optimizer's large states are in CUDA managed memory: shown in the device total, not in the peak.
+PAGED_STATES_SOURCE = N_(
+    "bitsandbytes' state buffers (calc.contract.precision.bnb_state_bytes); a paged optimizer keeps the states of "
+    "tensors of 100,000 elements or more in CUDA managed memory, outside peak allocated and inside the device total "
+    "(Paged optimizer states) until the driver pages them to host RAM: modelled from bitsandbytes' source, CUDA only")
+
+
 def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes: int) -> list[Component]:
     """The peak's optimizer states, master weights, activations and other terms (peak_components)."""
     event, phase, opt, other = row.event, row.phase, row.optimizer_states, row.other
@@ -78,7 +85,8 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
                          bytes=states, **words("formula", N_("{optimizer} states for {params} params{zero}; created "
                                                             "lazily in step 1"), optimizer=t.optimizer.value,
                                                params=f"{st.trainable:,}", zero=zero_note(t.zero_stage, 1, sc)),
-                         source=N_("torch.optim state dicts (calc.contract.precision.optimizer_state_bytes)")))
+                         source=PAGED_STATES_SOURCE if t.optimizer.paged else
+                         N_("torch.optim state dicts (calc.contract.precision.optimizer_state_bytes)")))
     if master:
         out.append(Component(key="master_weights", category="optimizer_states", label=N_("fp32 master weights"),
                              bytes=master, **words("formula", N_("{params} params x {bytes} B{zero}"),

@@ -196,7 +196,7 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
                      layers: int, training: bool) -> dict[str, Any]:
     """The Estimate's fields (calc.memory.result.make_estimate) from the peak's row and the stage's states."""
     spec, peak = sc.spec, row.total
-    device = device_total(peak, hw.num_gpus)
+    device = device_total(peak, hw.num_gpus, st.paged_optimizer if training else 0)
     mem = hw.memory_bytes or (gpu.memory_bytes if gpu else None)
     step = 1 if (row.phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()

@@ -46,14 +46,18 @@ def cublas_workspace_bytes(architecture: Architecture | None, training: bool) ->
 _NO_NCCL = dict.fromkeys(NCCL_BYTES, 0)
 
 
-def device_total(peak_allocated_bytes: int, num_gpus: int) -> dict[str, int]:
-    """calc.memory.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only) and the
-    allocator reserve, as low / expected / high, and each term's expected (and the reserve's every) value."""
+def device_total(peak_allocated_bytes: int, num_gpus: int, managed_bytes: int = 0) -> dict[str, int]:
+    """calc.memory.result.DeviceTotal's fields: the peak plus the context, the NCCL buffers (multi-GPU only), the
+    allocator reserve and CUDA managed memory (bitsandbytes' paged optimizer states: on the device while they are
+    resident, outside the caching allocator and so outside its reserve), as low / expected / high, and each term's
+    expected (and the reserve's every) value."""
     context = CUDA_CONTEXT_BYTES
     nccl = NCCL_BYTES if num_gpus > 1 else _NO_NCCL
     reserve = {level: round(peak_allocated_bytes * RESERVE_FRACTION[level]) + RESERVE_FLOOR_BYTES[level]
                for level in ("low", "expected", "high")}
-    total = {level: peak_allocated_bytes + context[level] + nccl[level] + reserve[level] for level in reserve}
+    total = {level: peak_allocated_bytes + context[level] + nccl[level] + reserve[level] + managed_bytes
+             for level in reserve}
     return {**total, "cuda_context_bytes": context["expected"], "workspace_bytes": nccl["expected"],
+            "managed_bytes": managed_bytes,
             "reserve_low_bytes": reserve["low"], "reserve_expected_bytes": reserve["expected"],
             "reserve_high_bytes": reserve["high"]}

@@ -158,6 +158,8 @@ class DeviceTotal(BaseModel):
     reserve_low_bytes: int
     reserve_expected_bytes: int
     reserve_high_bytes: int
+    managed_bytes: int = Field(0, description="CUDA managed memory: bitsandbytes' paged optimizer states, outside "
+                               "peak allocated, on the device until the driver pages them to host RAM")
 
 
 class ModelSummary(BaseModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Literal, NamedTuple
 
-from calc.contract import parallel, precision
+from calc.contract import parallel, precision, quantized
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
@@ -21,9 +21,13 @@ from calc.memory.result import Component, words
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
 
-# bytes per frozen base weight under LoRA: bf16, or bitsandbytes' int8 (one fp32 scale per 4096-element row
-# block) and nf4 (one absmax per 64 elements, itself 8-bit with an fp32 scale per 256 of them)
-BASE_WEIGHT_BYTES_PER_PARAM = {"bf16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
+WEIGHTS_SOURCE = N_("parameter count x bytes per weight (calc.contract.precision)")
+# A quantized base: what bitsandbytes stores (calc.contract.quantized), and what stays 16-bit without peft's
+# prepare_model_for_kbit_training, which the HF Trainer does not call (it upcasts those weights to fp32)
+QUANTIZED_BASE_SOURCE = N_(
+    "bitsandbytes' storage of each nn.Linear / Conv1D that transformers' BitsAndBytesConfig quantizes (packed data "
+    "+ its quantization state, calc.contract.quantized); lm_head, embeddings, norms and biases stay 16-bit, as "
+    "without peft's prepare_model_for_kbit_training (which upcasts them to fp32); measured with bitsandbytes on CPU")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class States:
     grad_bytes: int = 0  # bytes per gradient element
     keeps_16bit_step_grads: bool = False  # DeepSpeed ZeRO-0 *-mixed: FP16_(Unfused)Optimizer keeps them in step
     flattens_step_grads: bool = False  # DeepSpeed FP16_Optimizer (ZeRO-0 fused): fp32 copies flattened first
+    # bitsandbytes' paged optimizers on CUDA: states in managed memory, outside `optimizer` and the peak allocated
+    # bytes, inside the device total (precision.paged_state_bytes; calc.memory.overhead.device_total)
+    paged_optimizer: int = 0
 
 
 # ---- parameter counts and shapes, once per model ---------------------------------------------------------------------
@@ -138,9 +145,13 @@ def largest_tensor(spec: ModelSpec, shapes_key: tuple, shapes: Shapes) -> int:
     return per_spec(spec, (shapes_key, "largest"), lambda: max((prod(s) for s, _ in shapes), default=0))
 
 
-def adapter_bytes(p: Precision) -> int:
+def adapter_bytes(p: Precision, base_weights: str = "bf16") -> int:
     """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
-    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32)."""
+    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32). On an int8 base they stay
+    in torch's default fp32: peft casts new adapters only to a floating base dtype (a 4-bit base's compute_dtype;
+    peft/tuners/tuners_utils.py _move_adapter_to_device_of_base_layer)."""
+    if base_weights == "int8":
+        return 4
     return 2 if p == Precision.bf16 or p.is_mixed else 4
 
 
@@ -156,6 +167,7 @@ class TrainableWeights(NamedTuple):
     shapes: Shapes  # the trainable tensors
     shapes_key: tuple  # names `shapes` in the per-spec memo
     formula: dict[str, Any]  # the weights component's formula (words)
+    source: str = WEIGHTS_SOURCE  # what the weights component rests on
 
 
 def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool, last: bool,
@@ -176,14 +188,15 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
     shapes_key = ("lora", lora.rank, lora.targets, layers, tp, first)
     shapes = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first)
     trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
-    base_bytes = BASE_WEIGHT_BYTES_PER_PARAM[lora.base_weights]
-    per_adapter = adapter_bytes(p)
-    formula = words("formula", N_("{base} frozen base params x {base_bytes} B ({quant}) + {lora} LoRA params "
-                                  "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:g}",
+    base_bytes = quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first).total_bytes(
+        params_local)
+    per_adapter = adapter_bytes(p, lora.base_weights)
+    formula = words("formula", N_("{base} frozen base params = {base_bytes} B ({quant}) + {lora} LoRA params "
+                                  "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:,}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)
-    weight_bytes = round(params_local * base_bytes * shard.weights) + per_adapter * trainable
+    weight_bytes = round(base_bytes * shard.weights) + per_adapter * trainable
     return TrainableWeights(weight_bytes, trainable, per_adapter, p if per_adapter == 2 else Precision.fp32, shapes,
-                            shapes_key, formula)
+                            shapes_key, formula, QUANTIZED_BASE_SOURCE if lora.quantized else WEIGHTS_SOURCE)
 
 
 class OptimizerBytes(NamedTuple):
@@ -218,6 +231,16 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
                     lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
+
+
+def paged_optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding) -> int:
+    """What a bitsandbytes paged optimizer keeps in CUDA managed memory (precision.paged_state_bytes), sharded
+    as ZeRO shards the optimizer."""
+    opt = sc.training.optimizer
+    if not opt.paged:
+        return 0
+    paged = per_spec(sc.spec, (w.shapes_key, opt, "paged"), lambda: precision.paged_state_bytes(opt, w.shapes))
+    return round(paged * shard.optimizer)
 
 
 class ZeroBuffers(NamedTuple):
@@ -299,12 +322,14 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     # ZeRO-2 does and keeps only this rank's partition (stage_1_and_2.py, process_gradients)
     zero12 = deepspeed and (t.zero_stage == 2 or (t.zero_stage == 1 and parallel.OVERLAP_COMM))
     opt = optimizer_bytes(sc, w, shard, zero12)
+    paged = paged_optimizer_bytes(sc, w, shard) if target == "cuda" else 0
+    opt = opt._replace(state_bytes=opt.state_bytes - paged)
     buffers = zero_buffers(sc, w, params_local)
     weights, persistent, host, nvme = w.weight_bytes, buffers.persistent_bytes, 0, 0
     if t.offload_optimizer != Offload.none:
         off = optimizer_offload(sc, w, opt, shard, target)
         host, nvme, persistent = off.host_bytes, off.nvme_bytes, persistent + off.device_buffer_bytes
-        opt, zero12 = NO_OPTIMIZER_BYTES, False  # the gradients are reduced to the host, not into a partition
+        opt, zero12, paged = NO_OPTIMIZER_BYTES, False, 0  # the gradients are reduced to the host, not into a partition
     if t.offload_params == Offload.cpu:
         host, weights = host + weights, 0
     elif t.offload_params != Offload.none:
@@ -315,7 +340,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         persistent += host
     weights_component = Component(
         key="weights", category="parameters", label=N_("Model weights"), bytes=weights, **w.formula,
-        source=N_("parameter count x bytes per weight (calc.contract.precision)"))
+        source=w.source)
     all_shapes_key = ("local", tp, layers, first, last)
     largest = largest_tensor(spec, all_shapes_key, local_shapes(spec, tp, layers, first, last))
     load = parallel.model_load_host_bytes(params_local, largest, precision.weight_bytes_per_param(p), t.zero_stage)
@@ -335,7 +360,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         reduce_buckets=buffers.reduce_bucket_bytes, first_reduction_elements=t.reduce_bucket_size if zero12 else None,
         rank0_partition=zero12_rank0_partition(spec, sc.data_parallel, t.reduce_bucket_size) if exact_order else None,
         grad_bytes=w.grad_bytes_per_param, keeps_16bit_step_grads=fp16_wrapper,
-        flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused)
+        flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused, paged_optimizer=paged)
 
 
 def inference_states(st: States) -> States:

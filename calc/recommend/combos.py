@@ -106,7 +106,7 @@ def scenario_for(base: Scenario, c: Combo, mb: int, ga: int) -> Scenario:
     """A validated Scenario: the base's model, hardware, mode and sequence length with `c` applied."""
     t = base.training
     impl = t.optimizer_impl
-    if c.optimizer == Optimizer.adamw_8bit and impl == OptimizerImpl.for_loop:
+    if c.optimizer.bitsandbytes and impl == OptimizerImpl.for_loop:
         impl = OptimizerImpl.foreach
     return base.with_training(
         micro_batch_size=mb, gradient_accumulation_steps=ga, precision=c.precision, optimizer=c.optimizer,
@@ -178,7 +178,7 @@ def methods_for(sc: Scenario, group: Group, widen: bool) -> list[Method]:
     if t.lora is not None:
         if not widen:
             return [(same_p, t.optimizer, t.lora)]
-        if t.lora.base_weights != "bf16":
+        if t.lora.quantized:
             return []
         return [(amp, t.optimizer, t.lora.model_copy(update={"base_weights": "nf4"}))]
     if widen:
@@ -206,7 +206,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
         tps = [1]  # FSDP2 is modelled for data parallelism only
     out: list[Combo] = []
     for precisions, opt, lora in methods:
-        quant = lora is not None and lora.base_weights != "bf16"
+        quant = lora is not None and lora.quantized
         for tp in tps:
             for pp in ([1] if fsdp else _divisors(n // tp)):
                 if pp > spec.num_layers:
@@ -228,7 +228,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
                         offs = [(Offload.none, Offload.none)] if z == 0 or fsdp else (
                             OFFLOADS_STAGE3 if z == 3 else OFFLOADS_STAGE12)
                         for oo, op in offs:
-                            if oo != Offload.none and (opt == Optimizer.adamw_8bit or lora is not None):
+                            if oo != Offload.none and (opt.bitsandbytes or lora is not None):
                                 continue  # DeepSpeed's CPU Adam replaces bnb; LoRA states are tiny
                             if dp == 1 and z > 0 and oo == Offload.none and op == Offload.none \
                                     and not (p == Precision.bf16 and z == 1):

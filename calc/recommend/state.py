@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from calc.contract import parallel
-from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Optimizer, Scenario
+from calc.contract.scenario import Attention, Checkpointing, Mode, Offload, Scenario
 from calc.memory.activations import forward_activations_floor
 from calc.memory.engine import estimate
 from calc.memory.result import Estimate
@@ -224,7 +224,7 @@ def frugal_member(c: Combo, offload_ok: bool, sdpa: bool = True) -> Combo:
     """The member of c's group (same precision, stage, TP/PP, method) that needs the least GPU memory
     (offload_ok=False under FSDP2, whose offload is not modelled; sdpa=False for eager-only models)."""
     can = offload_ok and c.zero >= 1
-    oo = Offload.cpu if can and c.optimizer != Optimizer.adamw_8bit and c.lora is None else c.off_opt
+    oo = Offload.cpu if can and not c.optimizer.bitsandbytes and c.lora is None else c.off_opt
     op = Offload.cpu if can and c.zero == 3 else c.off_par
     if c.off_opt == Offload.nvme:
         oo = Offload.nvme

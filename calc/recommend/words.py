@@ -36,10 +36,12 @@ def _off_words(c: Combo) -> Phrase:
 
 def _method_words(c: Combo) -> str:
     if c.lora is not None:
-        return ("QLoRA" if c.lora.base_weights == "nf4" else "LoRA" if c.lora.base_weights == "bf16"
-                else "int8 LoRA") + f" r{c.lora.rank}"
+        return ("QLoRA" if c.lora.base_weights in ("nf4", "fp4") else "int8 LoRA" if c.lora.quantized
+                else "LoRA") + f" r{c.lora.rank}"
     if c.optimizer == Optimizer.adamw_8bit:
         return "8-bit AdamW"
+    if c.optimizer.paged:
+        return "paged 8-bit AdamW" if c.optimizer == Optimizer.paged_adamw_8bit else "paged AdamW"
     return ""
 
 

@@ -24,6 +24,9 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
     return g.op(nbytes, ins=(x, noise), saves=(noise,), grad_ins=(x,), name="dropout")
 
 
+UNQUANTIZED_LINEARS = frozenset({"lm_head", "router"})  # left out by transformers' replace_with_bnb_linear
+
+
 def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
            tokens: int | None = None, x_bytes: int = 4) -> int:
     """nn.Linear: its node saves the input only when the weight needs a gradient (a frozen weight
@@ -34,7 +37,7 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
     if c.frozen_base:
-        y = g.op(c.act_elem_bytes * t * out_f, ins=(x,), name=name)
+        y = _frozen_linear(g, x, in_f, out_f, t, c, name)
     elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
         y = _autocast_matmul(g, xin, 2 * t * out_f, n_w, name)
@@ -43,6 +46,18 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     if c.lora_rank and name in c.lora_targets:
         y = lora_adapter(g, x, y, in_f, out_f, t, c, name)
     return y
+
+
+def _frozen_linear(g: Graph, x: int, in_f: int, out_f: int, t: int, c: Ctx, name: str) -> int:
+    """A frozen base linear. A bitsandbytes one (every decoder linear; lm_head and routers stay nn.Linear /
+    nn.Parameter, calc.contract.quantized) dequantizes its weight to the input dtype for each matmul that needs
+    it: 4-bit in forward and backward (bitsandbytes/autograd/_functions.py MatMul4Bit: dequantize_4bit), int8 in
+    backward (MatMul8bitLt.backward: CB.to(dtype_A, copy=True)); MatMul8bitLt also keeps its input for
+    backward (ctx.tensors = (CAt, subA, A)), which a frozen nn.Linear does not."""
+    quant = c.quantized_base if name not in UNQUANTIZED_LINEARS else ""
+    dequantized = c.act_elem_bytes * in_f * out_f if quant else 0
+    return g.op(c.act_elem_bytes * t * out_f, ins=(x,), saves=(x,) if quant == "int8" else (),
+                ws_fwd=dequantized if quant in ("nf4", "fp4") else 0, ws_bwd=dequantized, name=name)
 
 
 def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx, name: str) -> int:

@@ -100,7 +100,7 @@ def compute_terms(x: StepShape, f: Flops, hw: SpeedHardware, a: SpeedAssumptions
         out.append(StepTerm("eager_attention", "compute", words.EAGER_LABEL, e.seconds, e.seconds,
                             words.eager_formula(x, e, hw) if explain else "", words.EAGER_SOURCE))
     lora: LoraConfig | None = x.config.lora
-    if lora is not None and lora.base_weights != "bf16":
+    if lora is not None and lora.quantized:
         d = dequantization(x, hw, lora)
         out.append(StepTerm("dequantize", "compute", words.dequantization_label(lora.base_weights), d.seconds,
                             d.seconds, words.dequantization_formula(x, d, hw) if explain else "",

@@ -9,6 +9,7 @@ from typing import NamedTuple, Protocol
 from calc.contract import precision as prec
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS, layers_on_stage
+from calc.contract.quantized import data_bytes_per_weight
 from calc.contract.scenario import Attention, Checkpointing, LoraConfig, Mode, Offload, Optimizer, Precision
 from calc.speed.assumptions import (
     EAGER_SCORE_PASSES,
@@ -205,7 +206,7 @@ class Dequantization(NamedTuple):
 
 
 def dequantization(x: StepShape, hw: SpeedHardware, lora: LoraConfig) -> Dequantization:
-    q_bytes = 0.5 if lora.base_weights == "nf4" else 1.0
+    q_bytes = data_bytes_per_weight(lora.base_weights)
     weights = x.stage_layers * x.shape.layer_matmul_params // x.tp
     passes = (2 if x.training else 1) + (1 if x.checkpointing == Checkpointing.full else 0)
     seconds = weights * (q_bytes + 2) * passes * x.accumulation_steps / hw.gpu.memory_bandwidth_bytes_per_s
@@ -242,7 +243,7 @@ def data_parallel_comm(x: StepShape, f: Flops, compute_s: float, hw: SpeedHardwa
     params_local = x.shape.total_params // (x.tp * x.pp)
     trainable_local = x.lora_params_total // (x.tp * x.pp) if t.lora is not None else params_local
     gb = prec.grad_bytes_per_param(t.precision) if t.lora is None else 4
-    wb = prec.weight_bytes_per_param(t.precision) if t.lora is None else (2 if t.lora.base_weights == "bf16" else 1)
+    wb = prec.weight_bytes_per_param(t.precision) if t.lora is None else data_bytes_per_weight(t.lora.base_weights)
     m_grad, m_w = trainable_local * gb, params_local * wb
     lk = link(hw, dp, x.tp, a)
     bw, frac, z = lk.bytes_per_s, (dp - 1) / dp, t.zero_stage

@@ -1,0 +1,103 @@
+"""Bytes of a bitsandbytes-quantized weight, and of a frozen base that transformers' BitsAndBytesConfig quantizes.
+
+Sources (bitsandbytes 0.50.2, transformers 5.23):
+- 4-bit (nf4 / fp4): bitsandbytes/functional.py quantize_4bit packs two values per uint8 (quant_storage
+  uint8) and keeps a QuantState with one fp32 absmax per block of 64 (Params4bit's default blocksize,
+  nn/modules.py) and the 16-value fp32 code (get_4bit_type, made anew for every weight). Double quant
+  (bnb_4bit_use_double_quant = compress_statistics) quantizes the absmax again with quantize_blockwise
+  (blocksize 256): uint8 absmax + an fp32 0-d offset + a nested state with one fp32 absmax per 256 blocks and
+  a copy of the 256-value fp32 dynamic map (`code.to(A.device, copy=True)`). nf4 and fp4 take the same bytes.
+- 8-bit (LLM.int8): Int8Params._quantize keeps int8 data (out x in) and SCB, one fp32 scale per output row
+  (functional.int8_vectorwise_quant); Linear8bitLt's state points at the same two tensors.
+- What is quantized: transformers' replace_with_bnb_linear (integrations/bitsandbytes.py) replaces every
+  plain nn.Linear and Conv1D except the modules get_keys_to_not_convert (quantizers/base.py) names: the output
+  embeddings (lm_head), tied weights and the last parameter. Embeddings, norms, biases and MoE expert stacks
+  (3-D nn.Parameters, not nn.Linear) stay in the model's torch dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from calc.contract.model_spec import Linear, ModelSpec, per_spec
+from calc.contract.precision import BF16, FP32
+
+BnbKind = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
+SIXTEEN_BIT = BF16  # bf16 / fp16: the torch dtype the unquantized weights keep
+BNB_4BIT_BLOCKSIZE = 64  # Params4bit.__new__: blocksize None -> 64
+BNB_NESTED_BLOCKSIZE = 256  # quantize_4bit(compress_statistics=True): quantize_blockwise(absmax, blocksize=256)
+BNB_4BIT_CODE_VALUES = 16  # get_4bit_type: the nf4 / fp4 code, fp32, one per quantized weight
+BNB_DYNAMIC_MAP_VALUES = 256  # create_dynamic_map: the 8-bit map the nested absmax state copies
+QUANTIZED_KINDS = ("int8", "nf4", "fp4")
+DATA_BITS: dict[str, int] = {"bf16": 16, "fp16": 16, "int8": 8, "nf4": 4, "fp4": 4}  # per weight, without state
+
+
+def data_bytes_per_weight(kind: BnbKind) -> float:
+    """The weight data alone (no quantization state): what a kernel reads per weight."""
+    return DATA_BITS[kind] / 8
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def bnb_4bit_bytes(numel: int, double_quant: bool) -> int:
+    """One Params4bit weight and its QuantState (packed data, absmax, code; double quant's nested state)."""
+    blocks = _ceil_div(numel, BNB_4BIT_BLOCKSIZE)
+    packed, code = _ceil_div(numel, 2), BNB_4BIT_CODE_VALUES * FP32
+    if not double_quant:
+        return packed + blocks * FP32 + code
+    nested = _ceil_div(blocks, BNB_NESTED_BLOCKSIZE) * FP32 + BNB_DYNAMIC_MAP_VALUES * FP32
+    return packed + blocks + FP32 + nested + code  # uint8 absmax + fp32 offset + nested state + code
+
+
+def bnb_weight_bytes(kind: BnbKind, out_features: int, in_features: int, double_quant: bool = False) -> int:
+    """Bytes one out x in weight takes as bitsandbytes stores it (kind int8 / nf4 / fp4), or as a 16-bit tensor
+    (bf16 / fp16)."""
+    numel = out_features * in_features
+    if kind in ("bf16", "fp16"):
+        return SIXTEEN_BIT * numel
+    if kind == "int8":
+        return numel + FP32 * out_features  # int8 data + SCB
+    if kind in ("nf4", "fp4"):
+        return bnb_4bit_bytes(numel, double_quant)
+    raise ValueError(f"unknown weight kind {kind!r}")
+
+
+def is_quantized_linear(lin: Linear) -> bool:
+    """replace_with_bnb_linear converts nn.Linear / Conv1D modules; expert stacks and raw parameters stay."""
+    return lin.module and not lin.expert
+
+
+class FrozenBase(NamedTuple):
+    """The frozen base on one GPU: its quantized linears and the rest, which keeps the 16-bit dtype."""
+
+    quantized_bytes: int  # the bitsandbytes weights and their quantization state
+    quantized_elements: int  # how many weight elements they stand for
+
+    def total_bytes(self, params_local: int) -> int:
+        """Every base parameter on this GPU: the quantized linears + the rest at 2 B (embeddings, norms, biases,
+        lm_head)."""
+        return self.quantized_bytes + SIXTEEN_BIT * (params_local - self.quantized_elements)
+
+
+def frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int, first: bool) -> FrozenBase:
+    """The decoder layers' linears on this GPU (this tensor-parallel slice; a MoE model's dense layers on the
+    first stage) as `kind` stores them, memoized per spec."""
+    key = ("frozen base", kind, double_quant, layers, tp, first)
+    return per_spec(spec, key, lambda: _count_frozen_base(spec, kind, double_quant, layers, tp, first))
+
+
+def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int,
+                       first: bool) -> FrozenBase:
+    if kind not in QUANTIZED_KINDS:
+        return FrozenBase(0, 0)
+    dense = min(layers, spec.dense_layers) if first else 0
+    stored = elements = 0
+    for is_dense, n in ((False, layers - dense), (True, dense)):
+        for lin in spec.linear_layers(is_dense) if n else []:
+            if is_quantized_linear(lin):
+                fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
+                stored += lin.count * n * bnb_weight_bytes(kind, fout, fin, double_quant)
+                elements += lin.count * n * fin * fout
+    return FrozenBase(stored, elements)
