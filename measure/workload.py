@@ -350,6 +350,33 @@ def make_optimizer(params: list[torch.Tensor], scenario: Scenario, device_type: 
     raise UnsupportedError(f"optimizer {t.optimizer.value} is not supported")
 
 
+class OptimizersInBackward:
+    """torchtune's optimizer_in_bwd (training/memory.py register_optim_in_bwd_hooks): one optimizer per trainable
+    parameter, stepped, and its gradient freed (zero_grad: set_to_none), by a post-accumulate-grad hook as soon as
+    autograd has accumulated that parameter's gradient; `state` is every optimizer's, as the runner reads it."""
+
+    def __init__(self, by_param: dict[nn.Parameter, torch.optim.Optimizer]) -> None:
+        self.by_param = by_param
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: s for opt in self.by_param.values() for p, s in opt.state.items()}
+
+
+def optimizers_in_backward(params: list[nn.Parameter], scenario: Scenario, device_type: str,
+                           fake: bool) -> OptimizersInBackward:
+    by_param = {p: make_optimizer([p], scenario, device_type, fake=fake) for p in params}
+
+    def step(param: torch.Tensor) -> None:
+        opt = by_param[param]
+        opt.step()
+        opt.zero_grad()
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    return OptimizersInBackward(by_param)
+
+
 class NullTracker:
     """The tracker interface the step calls; does nothing (used for warm-up runs and tests)."""
 
@@ -375,7 +402,7 @@ class Workload:
     fake: bool = False
     params: list[nn.Parameter] = field(default_factory=list)  # trainable model parameters
     masters: list[torch.Tensor] | None = None  # fp32 copies (bf16-mixed / fp16-mixed)
-    optimizer: torch.optim.Optimizer | None = None
+    optimizer: torch.optim.Optimizer | OptimizersInBackward | None = None
     scaler: Any = None
     outputs: Any = None  # keep_outputs: the last model output, as `outputs = model(**batch)` keeps it
 
@@ -405,7 +432,10 @@ def prepare_optimizer(w: Workload, tracker: Any) -> None:
         with tracker.category("optimizer_states"), torch.no_grad():
             w.masters = [p.detach().float() if p.dtype != torch.float32 else p for p in w.params]
         targets = w.masters
-    w.optimizer = make_optimizer(targets, w.scenario, w.device.type, fake=w.fake)
+    if w.scenario.training.optimizer_in_backward:
+        w.optimizer = optimizers_in_backward(w.params, w.scenario, w.device.type, w.fake)
+    else:
+        w.optimizer = make_optimizer(targets, w.scenario, w.device.type, fake=w.fake)
     if w.plan.grad_scaler:
         w.scaler = torch.amp.GradScaler(w.device.type)
 
@@ -416,19 +446,25 @@ def _autocast(w: Workload) -> contextlib.AbstractContextManager[Any]:
     return torch.autocast(w.device.type, dtype=w.plan.autocast)
 
 
+def _forward_loss(w: Workload) -> torch.Tensor:
+    if w.scenario.training.keep_outputs:  # rebound only when the next forward returns
+        w.outputs = w.model(input_ids=w.input_ids, labels=w.input_ids)
+        return w.outputs.loss
+    return w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+
+
 def train_step(w: Workload, tracker: Any) -> None:
     """One optimizer step: gradient_accumulation_steps forward/backward micro-steps, then the update."""
     accum = w.scenario.training.gradient_accumulation_steps
     opt = w.optimizer
     assert opt is not None
+    if isinstance(opt, OptimizersInBackward):
+        _step_in_backward(w, tracker)
+        return
     loss = None
     for micro in range(accum):
         with tracker.phase("forward"), _autocast(w):
-            if w.scenario.training.keep_outputs:  # rebound only when the next forward returns
-                w.outputs = w.model(input_ids=w.input_ids, labels=w.input_ids)
-                loss = w.outputs.loss
-            else:
-                loss = w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+            loss = _forward_loss(w)
         with tracker.phase("backward"):
             if w.scaler is not None:
                 w.scaler.scale(loss).backward()
@@ -464,6 +500,17 @@ def train_step(w: Workload, tracker: Any) -> None:
                     if m is not p:
                         p.data.copy_(m)
         opt.zero_grad(set_to_none=True)
+        del loss
+
+
+def _step_in_backward(w: Workload, tracker: Any) -> None:
+    """optimizer_in_backward: the parameters are stepped inside backward (OptimizersInBackward), one at a time;
+    the optimizer phase only marks the end of the step (nothing is left to step or free)."""
+    with tracker.phase("forward"), _autocast(w):
+        loss = _forward_loss(w)
+    with tracker.phase("backward"):
+        loss.backward()
+    with tracker.phase("optimizer"):
         del loss
 
 
