@@ -294,6 +294,5 @@ def _loop_mechanism_entries() -> list[Entry]:
             ("fp32-full", {"precision": "fp32", "activation_checkpointing": "full"}))]
     out += [Entry(f"llama-{name}-optim-in-bwd-seq32", LLAMA_GQA, training(**short, **kw)) for name, kw in (
         ("fp32-adafactor", {"precision": "fp32", "optimizer": "adafactor"}),
-        ("fp32-sgd-momentum", {"precision": "fp32", "optimizer": "sgd-momentum"}),
-        ("bf16-lora", {"precision": "bf16", "lora": {"rank": 8}}))]
+        ("fp32-sgd-momentum", {"precision": "fp32", "optimizer": "sgd-momentum"}))]
     return out

@@ -47,10 +47,20 @@ HOOK_STEP_LAYER = N_("optimizer step in layer {layer}'s gradient hook")  # optim
 
 
 @cache
+def _layer_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.escape(template).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$")
+
+
+@cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
-    return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
+    return tuple((_layer_pattern(t), t)
                  for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
                            ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER, HOOK_STEP_LAYER))
+
+
+def is_hook_step_layer(event: str) -> bool:
+    """Whether `event` is a decoder layer's optimizer step in its gradient hook (HOOK_STEP_LAYER)."""
+    return _layer_pattern(HOOK_STEP_LAYER).match(event) is not None
 
 
 def event_text(event: str) -> Text:

@@ -16,7 +16,7 @@ from calc.contract import parallel, precision
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
-from calc.memory.result import Component, words
+from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
 
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
@@ -75,10 +75,13 @@ class InBackwardStep(NamedTuple):
 
     temp_per_element: int  # one hook's optimizer.step() temporaries per element of its parameter
     largest_layer_param: int  # elements of a decoder layer's largest trainable tensor
+    vocab_param: int  # elements of the token embedding (and an untied lm_head), 0 where frozen (LoRA)
 
-    def temp_bytes(self, grad_bytes: int, grad_bytes_per_param: int) -> int:
-        """The step temporaries of the hook of a parameter whose gradient is `grad_bytes`."""
-        return self.temp_per_element * grad_bytes // max(1, grad_bytes_per_param)
+    def hook_temp_bytes(self, event: str) -> int:
+        """The step temporaries of the hook a timeline event names (0 for other events)."""
+        if event in (HOOK_STEP_HEAD, HOOK_STEP_EMBEDDING):
+            return self.temp_per_element * self.vocab_param
+        return self.temp_per_element * self.largest_layer_param if is_hook_step_layer(event) else 0
 
 
 # ---- parameter counts and shapes, once per model ---------------------------------------------------------------------
@@ -315,7 +318,8 @@ def in_backward_step(sc: Scenario, w: TrainableWeights) -> InBackwardStep | None
         kinds = (False, True) if spec.dense_layers else (False,)
         largest = per_spec(spec, "largest layer tensor", lambda: max(
             max(spec.layer_param_numels(dense), default=0) for dense in kinds)) // t.tensor_parallel
-    return InBackwardStep(per_element, largest)
+    vocab = 0 if t.lora is not None else spec.vocab_size // t.tensor_parallel * spec.hidden_size
+    return InBackwardStep(per_element, largest, vocab)
 
 
 # ---- model_states ----------------------------------------------------------------------------------------------------

@@ -150,9 +150,7 @@ class TrainStage:
         # optimizer_in_backward: the largest gradient one of a decoder layer's hooks holds, and the token
         # embedding's or lm_head's (V x H, vocab-parallel), trained in full fine-tuning
         self.layer_hook_grad = self.in_bwd.largest_layer_param * st.grad_bytes if self.in_bwd else 0
-        spec = self.sc.spec
-        self.vocab_grad = spec.vocab_size // t.tensor_parallel * spec.hidden_size * st.grad_bytes \
-            if self.in_bwd and t.lora is None else 0
+        self.vocab_grad = self.in_bwd.vocab_param * st.grad_bytes if self.in_bwd else 0
         self.part = partition_bytes(st)
         # DeepSpeed ZeRO-1/2: between micro-steps the accumulated gradients are views of the last partition
         self.ga_grads = self.part if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
@@ -185,9 +183,9 @@ class TrainStage:
         """Layer i's gradients alive once its backward is done (none where its hooks stepped and freed them)."""
         return round(self.sharded_share(i) * self.scale_g) if self.st.grads and self.in_bwd is None else 0
 
-    def hook_temp(self, grad_bytes: int) -> int:
-        """optimizer_in_backward: the step temporaries of the hook of a parameter with `grad_bytes` of gradient."""
-        return self.in_bwd.temp_bytes(grad_bytes, self.st.grad_bytes) if self.in_bwd else 0
+    def hook_temp(self, event: str) -> int:
+        """optimizer_in_backward: the step temporaries of the hook that `event` names."""
+        return self.in_bwd.hook_temp_bytes(event) if self.in_bwd else 0
 
     # ---- forward -----------------------------------------------------------------------------------------------------
 
@@ -303,7 +301,7 @@ class TrainStage:
         norm = 0 if self.fused_ce else block_profile(final_norm_block, self.ctx, replay=self.replay).saved
         grad = self.vocab_grad
         tl.add(HOOK_STEP_HEAD, "backward", self.w, grad, self.opt, cur + norm,
-               self.other_backward + self.held.backward(self.layers) + self.kept + self.h_bytes + self.hook_temp(grad))
+               self.other_backward + self.held.backward(self.layers) + self.kept + self.h_bytes + self.hook_temp(HOOK_STEP_HEAD))
 
     # ---- backward ----------------------------------------------------------------------------------------------------
 
@@ -348,9 +346,10 @@ class TrainStage:
         if not hook_grad:
             return peak, peak
         saved = p.saved + (0 if p.input_saved else self.h_bytes) if ckpt_i else self.saved(i)
-        hook = TimelineRow(HOOK_STEP_LAYER.format(layer=i), "backward", self.w, grads + hook_grad, self.opt,
-                           self.cur_before[i] + saved, self.other_backward + self.kept + self.held.backward(i + 1)
-                           + self.h_bytes + self.hook_temp(hook_grad))
+        event = HOOK_STEP_LAYER.format(layer=i)
+        hook = TimelineRow(event, "backward", self.w, grads + hook_grad, self.opt, self.cur_before[i] + saved,
+                           self.other_backward + self.kept + self.held.backward(i + 1) + self.h_bytes
+                           + self.hook_temp(event))
         return hook, peak
 
     def grads_of_layer(self, i: int) -> int:
@@ -465,7 +464,7 @@ class TrainStage:
             # its hook: the token embedding's gradient (a tied weight's summed with the lm_head's) and its step
             # temporaries
             tl.add(HOOK_STEP_EMBEDDING, "backward", self.w, self.vocab_grad, self.opt, cur,
-                   self.other_backward + self.held.previous + self.hook_temp(self.vocab_grad))
+                   self.other_backward + self.held.previous + self.hook_temp(HOOK_STEP_EMBEDDING))
 
     def add_gradient_epilogue(self, tl: StepTimeline) -> None:
         """DeepSpeed ZeRO-1/2: the backward epilogue reduces what is left in the bucket into the partition, then
