@@ -299,9 +299,9 @@ class TrainStage:
         among the ready nodes): the logits' gradient is freed, the hidden state's gradient and what the final norm
         saved are alive, beside the lm_head's gradient and its step temporaries."""
         norm = 0 if self.fused_ce else block_profile(final_norm_block, self.ctx, replay=self.replay).saved
-        grad = self.vocab_grad
-        tl.add(HOOK_STEP_HEAD, "backward", self.w, grad, self.opt, cur + norm,
-               self.other_backward + self.held.backward(self.layers) + self.kept + self.h_bytes + self.hook_temp(HOOK_STEP_HEAD))
+        tl.add(HOOK_STEP_HEAD, "backward", self.w, self.vocab_grad, self.opt, cur + norm,
+               self.other_backward + self.held.backward(self.layers) + self.kept + self.h_bytes
+               + self.hook_temp(HOOK_STEP_HEAD))
 
     # ---- backward ----------------------------------------------------------------------------------------------------
 
@@ -332,9 +332,11 @@ class TrainStage:
 
     def in_backward_rows(self, i: int) -> tuple[TimelineRow, TimelineRow]:
         """optimizer_in_backward: layer i's first hook, then its backward peak, where the gradients its backward
-        has created were freed by their hooks (each runs as soon as its op's backward returns). The first hook is the output projection's (of the MLP, the layer's largest tensor): the layer's
-        saved tensors but that projection's input are alive, its input's gradient in their place (the same
-        shape), with the residual stream's gradient, that weight's gradient and its step temporaries."""
+        has created were freed by their hooks (each runs as soon as its op's backward returns). The first hook is
+        the output projection's (of the MLP, the layer's largest tensor): the layer's saved tensors but that
+        projection's input are alive, its input's gradient in their place (the same shape), with the residual
+        stream's gradient, that weight's gradient and its step temporaries. Modelled from torch's autograd engine
+        (AccumulateGrad runs first among the ready nodes) and measured on the CPU and under fake tensors."""
         p, ckpt_i = self.lay[i], self.checkpointed(i)
         plain, again = self.moments[p]
         _, alive, o = again if ckpt_i else plain
