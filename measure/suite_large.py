@@ -327,9 +327,25 @@ def _expert_parallel_heldout_entries() -> list[Entry]:
     ]
 
 
+def _optimizer_in_backward_entries() -> list[Entry]:
+    """optimizer_in_backward on presets (fake), where a gradient hook's step is the peak: the lm_head's (Pythia),
+    the top layer's fused experts (Qwen3-MoE, Mixtral: one 3-D tensor larger than the embedding)."""
+    full = {"micro_batch_size": 1, "activation_checkpointing": "full", "optimizer_in_backward": True}
+    return [
+        Entry("pythia-160m-fp32-full-b1-s128-optim-in-bwd", "pythia-160m",
+              {**full, "seq_len": 128, "precision": "fp32"}, devices=FAKE),
+        Entry("pythia-160m-bf16-full-b1-s128-optim-in-bwd", "pythia-160m",
+              {**full, "seq_len": 128, "precision": "bf16"}, devices=FAKE),
+        Entry("qwen3-30b-a3b-bf16-full-b1-s32-optim-in-bwd-extrapolated", "qwen3-30b-a3b",
+              {**full, "seq_len": 32, "precision": "bf16"}, devices=FAKE, extrapolate=True),
+        Entry("mixtral-8x7b-bf16-full-b1-s32-optim-in-bwd-extrapolated", "mixtral-8x7b",
+              {**full, "seq_len": 32, "precision": "bf16"}, devices=FAKE, extrapolate=True),
+    ]
+
+
 def preset_entries() -> list[Entry]:
     """The presets: fake mode, and a GPU where they fit or only there."""
-    return _fake_entries() + _fake_2026_entries() + _gpu_entries()
+    return _fake_entries() + _fake_2026_entries() + _gpu_entries() + _optimizer_in_backward_entries()
 
 
 def sharded_entries() -> list[Entry]:

@@ -33,7 +33,7 @@ from measure.suite_models import (
 def small_entries() -> list[Entry]:
     return (_family_entries() + _precision_entries() + _attention_checkpoint_entries() + _inference_lora_shape_entries()
             + _other_family_entries() + _adapter_and_heldout_entries() + _mask_entries() + _keep_outputs_entries()
-            + _gemma3_entries())
+            + _gemma3_entries() + _loop_mechanism_entries())
 
 
 def _family_entries() -> list[Entry]:
@@ -270,3 +270,29 @@ def _mask_entries() -> list[Entry]:
         Entry("mistral-window-sdpa-bf16-selective-seq256", W, training(precision="bf16",
                                                                 activation_checkpointing="selective", seq_len=256)),
     ]
+
+
+def _loop_mechanism_entries() -> list[Entry]:
+    """The loop's memory mechanisms (torchtune's recipes ship both): optimizer_in_backward, with and without full
+    checkpointing, on three families at three precisions; then on 32 tokens, where the weights outweigh the
+    activations and the peak is a gradient hook's step (each optimizer implementation's temporaries)."""
+    out: list[Entry] = []
+    families = (("llama", LLAMA_GQA), ("gpt2", GPT2), ("qwen2", QWEN2))
+    for fam, cfg in families:
+        for precision in ("fp32", "bf16", "amp-bf16"):
+            loop = {"precision": precision, "optimizer_in_backward": True}
+            out += [
+                Entry(f"{fam}-{precision}-optim-in-bwd", cfg, training(**loop)),
+                Entry(f"{fam}-{precision}-full-optim-in-bwd", cfg,
+                      training(**loop, activation_checkpointing="full", seq_len=256)),
+            ]
+    short = {"micro_batch_size": 1, "seq_len": 32, "optimizer_in_backward": True}
+    for fam, cfg in families:
+        out += [Entry(f"{fam}-{name}-optim-in-bwd-seq32", cfg, training(**short, **kw)) for name, kw in (
+            ("fp32", {"precision": "fp32"}), ("bf16", {"precision": "bf16"}), ("amp-bf16", {"precision": "amp-bf16"}),
+            ("fp32-for-loop", {"precision": "fp32", "optimizer_impl": "for-loop"}),
+            ("fp32-full", {"precision": "fp32", "activation_checkpointing": "full"}))]
+    out += [Entry(f"llama-{name}-optim-in-bwd-seq32", LLAMA_GQA, training(**short, **kw)) for name, kw in (
+        ("fp32-adafactor", {"precision": "fp32", "optimizer": "adafactor"}),
+        ("fp32-sgd-momentum", {"precision": "fp32", "optimizer": "sgd-momentum"}))]
+    return out

@@ -388,6 +388,122 @@ def _bitsandbytes_optimizer(params: list[torch.Tensor], optimizer: Optimizer, fa
     return getattr(bnb.optim, BNB_OPTIMIZER_CLASSES[optimizer])(params, lr=LEARNING_RATE)
 
 
+class OptimizersInBackward:
+    """torchtune's optimizer_in_bwd (training/memory.py register_optim_in_bwd_hooks): one optimizer per trainable
+    parameter, stepped, and its gradient freed (zero_grad: set_to_none), by a post-accumulate-grad hook as soon as
+    autograd has accumulated that parameter's gradient; `state` is every optimizer's, as the runner reads it."""
+
+    def __init__(self, by_param: dict[nn.Parameter, torch.optim.Optimizer]) -> None:
+        self.by_param = by_param
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: s for opt in self.by_param.values() for p, s in opt.state.items()}
+
+
+def optimizers_in_backward(params: list[nn.Parameter], scenario: Scenario, device_type: str,
+                           fake: bool) -> OptimizersInBackward:
+    by_param = {p: make_optimizer([p], scenario, device_type, fake=fake) for p in params}
+
+    def step(param: torch.Tensor) -> None:
+        opt = by_param[param]
+        opt.step()
+        opt.zero_grad()
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    return OptimizersInBackward(by_param)
+
+
+class ActivationOffload(torch.autograd.graph.saved_tensors_hooks):
+    """torchtune's OffloadActivations (training/_activation_offloading.py) with its defaults (use_streams,
+    min_offload_size 1024 bytes, max_fwd_stash_size 5), as its memory behaves, on any device:
+
+    pack: a saved tensor of at least 1024 bytes that is not a Parameter or Buffer is copied to the host; its device
+    tensor stays referenced in a forward stash until a tensor 5 packs later is offloaded (the copy stream's
+    overlap), and the first backward node that unpacks an offloaded tensor drops the whole stash (its hook).
+    unpack: a tensor still in the stash is used as it is; any other is copied back to the device and kept in a
+    backward stash until the hook of the next node that unpacks one, unless something else holds it by then.
+
+    The host copies are made where the tracker cannot see them (on the CPU the "device" is the host too) and
+    counted in `host_bytes` / `peak_host_bytes`; fake tensors cannot be copied outside the fake mode."""
+
+    MIN_BYTES, STASH = 1024, 5
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.backward_started = False
+        self.host: dict[int, tuple[torch.Tensor, bool]] = {}  # pack id -> (host copy, True) or (tensor, False)
+        self.fwd_stash: dict[int, torch.Tensor] = {}
+        self.bwd_stash: dict[int, torch.Tensor] = {}
+        self.last_id = 0
+        self.node: Any = None
+        self.host_bytes = self.peak_host_bytes = 0
+        super().__init__(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> int:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        self.last_id += 1
+        self.backward_started = False
+        i, nbytes = self.last_id, t.element_size() * t.nelement()
+        if nbytes < self.MIN_BYTES or isinstance(t, (nn.Parameter, nn.Buffer)):
+            self.host[i] = (t, False)
+            return i
+        for old in [k for k in self.fwd_stash if k <= i - self.STASH]:
+            del self.fwd_stash[old]
+        with _disable_current_modes(), torch.no_grad():
+            self.host[i] = (t.detach().to("cpu", copy=True), True)
+        self.fwd_stash[i] = t
+        self.host_bytes += nbytes
+        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
+        return i
+
+    def _unpack(self, i: int) -> torch.Tensor:
+        if not self.backward_started:  # torchtune queues the end-of-backward callback at the first unpack
+            self.backward_started = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        t, offloaded = self.host.pop(i)
+        if not offloaded:
+            return t
+        self.host_bytes -= t.element_size() * t.nelement()
+        node = torch._C._current_autograd_node()
+        earlier = list(self.bwd_stash) if node is not self.node else []
+        self.node = node
+        back = i not in self.fwd_stash
+        dev = self.fwd_stash[i] if not back else t.to(self.device, copy=True)
+        if back:
+            self.bwd_stash[i] = dev
+        uses = torch._C._storage_Use_Count(dev.untyped_storage()._cdata) if back else 0
+
+        def after_node(*_: Any) -> None:
+            # the hook looks the tensor up (it must not hold it: the node may outlive the step)
+            kept = self.bwd_stash.get(i) if back else None
+            if kept is not None and torch._C._storage_Use_Count(kept.untyped_storage()._cdata) > uses:
+                del self.bwd_stash[i]  # something else holds it now (torchtune: record_stream and drop)
+            self.fwd_stash.clear()
+            for k in earlier:
+                self.bwd_stash.pop(k, None)
+
+        node.register_hook(after_node)
+        return dev
+
+    def _backward_done(self) -> None:
+        """torchtune's end-of-backward callback: what is left in the backward stash is dropped."""
+        self.bwd_stash.clear()
+        self.node = None
+
+
+def offload_decoder_activations(model: nn.Module, device: torch.device) -> ActivationOffload:
+    """Offload what the decoder stack (embedding, layers, final norm) saves, as torchtune's recipes do around the
+    model's forward with its output head opted out; the lm_head and the loss (outside torchtune's model) keep theirs."""
+    offload = ActivationOffload(device)
+    decoder = model.get_decoder()
+    decoder.register_forward_pre_hook(lambda *_: offload.__enter__())
+    decoder.register_forward_hook(lambda *_: offload.__exit__(), always_call=True)
+    return offload
+
+
 class NullTracker:
     """The tracker interface the step calls; does nothing (used for warm-up runs and tests)."""
 
@@ -413,9 +529,10 @@ class Workload:
     fake: bool = False
     params: list[nn.Parameter] = field(default_factory=list)  # trainable model parameters
     masters: list[torch.Tensor] | None = None  # fp32 copies (bf16-mixed / fp16-mixed)
-    optimizer: torch.optim.Optimizer | None = None
+    optimizer: torch.optim.Optimizer | OptimizersInBackward | None = None
     scaler: Any = None
     outputs: Any = None  # keep_outputs: the last model output, as `outputs = model(**batch)` keeps it
+    offload: ActivationOffload | None = None  # activation_offload: the decoder's saved tensors on the host
 
     @property
     def training(self) -> bool:
@@ -429,7 +546,13 @@ def build_workload(scenario: Scenario, device: torch.device, num_layers: int | N
     model = build_model(scenario, device, num_layers=num_layers, fake=fake)
     vocab = model.config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=device)
-    return Workload(scenario, device, model, input_ids, precision_plan(t.precision), fake=fake)
+    offload = None
+    if t.activation_offload and scenario.mode == Mode.train:
+        if fake:
+            raise UnsupportedError("activation_offload is unsupported on this device (fake): its host copies "
+                                   "cannot be made outside the fake mode")
+        offload = offload_decoder_activations(model, device)
+    return Workload(scenario, device, model, input_ids, precision_plan(t.precision), fake=fake, offload=offload)
 
 
 def prepare_optimizer(w: Workload, tracker: Any) -> None:
@@ -443,7 +566,10 @@ def prepare_optimizer(w: Workload, tracker: Any) -> None:
         with tracker.category("optimizer_states"), torch.no_grad():
             w.masters = [p.detach().float() if p.dtype != torch.float32 else p for p in w.params]
         targets = w.masters
-    w.optimizer = make_optimizer(targets, w.scenario, w.device.type, fake=w.fake)
+    if w.scenario.training.optimizer_in_backward:
+        w.optimizer = optimizers_in_backward(w.params, w.scenario, w.device.type, w.fake)
+    else:
+        w.optimizer = make_optimizer(targets, w.scenario, w.device.type, fake=w.fake)
     if w.plan.grad_scaler:
         w.scaler = torch.amp.GradScaler(w.device.type)
 
@@ -454,19 +580,25 @@ def _autocast(w: Workload) -> contextlib.AbstractContextManager[Any]:
     return torch.autocast(w.device.type, dtype=w.plan.autocast)
 
 
+def _forward_loss(w: Workload) -> torch.Tensor:
+    if w.scenario.training.keep_outputs:  # rebound only when the next forward returns
+        w.outputs = w.model(input_ids=w.input_ids, labels=w.input_ids)
+        return w.outputs.loss
+    return w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+
+
 def train_step(w: Workload, tracker: Any) -> None:
     """One optimizer step: gradient_accumulation_steps forward/backward micro-steps, then the update."""
     accum = w.scenario.training.gradient_accumulation_steps
     opt = w.optimizer
     assert opt is not None
+    if isinstance(opt, OptimizersInBackward):
+        _step_in_backward(w, tracker)
+        return
     loss = None
     for micro in range(accum):
         with tracker.phase("forward"), _autocast(w):
-            if w.scenario.training.keep_outputs:  # rebound only when the next forward returns
-                w.outputs = w.model(input_ids=w.input_ids, labels=w.input_ids)
-                loss = w.outputs.loss
-            else:
-                loss = w.model(input_ids=w.input_ids, labels=w.input_ids).loss
+            loss = _forward_loss(w)
         with tracker.phase("backward"):
             if w.scaler is not None:
                 w.scaler.scale(loss).backward()
@@ -502,6 +634,17 @@ def train_step(w: Workload, tracker: Any) -> None:
                     if m is not p:
                         p.data.copy_(m)
         opt.zero_grad(set_to_none=True)
+        del loss
+
+
+def _step_in_backward(w: Workload, tracker: Any) -> None:
+    """optimizer_in_backward: the parameters are stepped inside backward (OptimizersInBackward), one at a time;
+    the optimizer phase only marks the end of the step (nothing is left to step or free)."""
+    with tracker.phase("forward"), _autocast(w):
+        loss = _forward_loss(w)
+    with tracker.phase("backward"):
+        loss.backward()
+    with tracker.phase("optimizer"):
         del loss
 
 

@@ -240,9 +240,8 @@ class TrainingConfig(BaseModel):
         _refuse_unmodelled(self)
         if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
             raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
-        if self.optimizer_in_backward and self.gradient_accumulation_steps > 1:
-            raise UserError(T_("optimizer_in_backward steps in the gradient hooks, so it cannot accumulate "
-                               "gradients: use gradient_accumulation_steps 1"))
+        if self.optimizer_in_backward:
+            _refuse_optimizer_in_backward(self)
         if self.offload_params != Offload.none and self.zero_stage != 3:
             raise UserError(T_("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)"))
         if self.offload_optimizer != Offload.none and self.zero_stage == 0:
@@ -273,11 +272,25 @@ class TrainingConfig(BaseModel):
         return self
 
 
+def _refuse_optimizer_in_backward(t: TrainingConfig) -> None:
+    """What torchtune's optimizer_in_bwd (one optimizer per parameter, stepped in its gradient hook) cannot do."""
+    if t.gradient_accumulation_steps > 1:
+        raise UserError(T_("optimizer_in_backward steps in the gradient hooks, so it cannot accumulate "
+                           "gradients: use gradient_accumulation_steps 1"))
+    if t.zero_stage or t.sharding == "fsdp2":
+        raise UserError(T_("optimizer_in_backward is modelled for plain PyTorch on one GPU: DeepSpeed ZeRO and "
+                           "FSDP2 step sharded gradients; use zero_stage 0"))
+    if t.precision.is_mixed or t.precision == Precision.amp_fp16:
+        raise UserError(T_("optimizer_in_backward steps each weight in its own dtype: fp32 master weights "
+                           "(*-mixed) and GradScaler (amp-fp16) step all gradients at once; use fp32, bf16 or "
+                           "amp-bf16"))
+
+
 # Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
 # a mechanism that lands removes its line).
 _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("framework", "torchtune"), ("framework", "litgpt"), ("framework", "torchtitan"),
-    ("compile", True), ("optimizer_in_backward", True), ("activation_offload", True),
+    ("compile", True), ("activation_offload", True),
     ("cross_entropy", "chunked"),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
@@ -423,6 +436,9 @@ class Scenario(BaseModel):
             raise UserError(T_("num_gpus={gpus} is not a multiple of tensor_parallel x pipeline_parallel = "
                                "{model_parallel}", gpus=gpus, model_parallel=model_parallel))
         self._expert_parallel_fits(gpus)
+        if t.optimizer_in_backward and gpus > 1 and self.mode == Mode.train:
+            raise UserError(T_("optimizer_in_backward is modelled on one GPU (torchtune's single-device recipes): "
+                               "data-parallel gradients are reduced after their hooks run; use num_gpus 1"))
         if spec.attention_sinks and t.attention != Attention.eager:
             raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
                                "have no SDPA path); choose eager"))

@@ -169,7 +169,7 @@ GROUP_KEYS = ("framework", "family", "precision", "checkpointing", "attention", 
 def workload_tags(sc, engine: str = "") -> list[str]:
     """Regimes a record exercises, each reported as its own group: attention masks kept by
     checkpointing, sliding windows at or past the window, expert parallelism, a MoE model sharded by FSDP2
-    without it, how the loop holds the outputs."""
+    without it, how the loop holds the outputs, the optimizer stepped in the gradient hooks."""
     t = sc.training
     tags = []
     if t.attention.value == "eager" and t.activation_checkpointing.value != "none":
@@ -185,6 +185,8 @@ def workload_tags(sc, engine: str = "") -> list[str]:
         tags.append(f"bitsandbytes {t.lora.base_weights} base")
     if sc.mode == Mode.train:
         tags.append(f"keep_outputs {str(getattr(t, 'keep_outputs', False)).lower()}")
+        if t.optimizer_in_backward:
+            tags.append("optimizer in backward")
     return tags
 
 

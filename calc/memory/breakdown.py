@@ -109,8 +109,10 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
               N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
                  "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
               N_("DeepSpeed defaults in calc.contract.parallel; partition_parameters._no_gather_coalesced for one rank"))]
-    if event == "optimizer step":
-        named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), st.opt_temp,
+    step_temp = st.opt_temp if event == "optimizer step" else \
+        st.in_backward.hook_temp_bytes(event) if st.in_backward else 0
+    if step_temp:
+        named += [("optimizer_temporaries", N_("optimizer.step() temporaries"), step_temp,
                    f"{t.optimizer_impl.value} {t.optimizer.value}", "calc.contract.precision.optimizer_temp_bytes"),
                   ]
     for key, label, n, formula, source in named:

@@ -32,7 +32,10 @@ EVENTS: tuple[str, ...] = (
     N_("optimizer step"), N_("final norm + lm_head"),
     # DeepSpeed ZeRO-0/1/2 (calc.memory.engine)
     N_("first gradient hook (buckets allocated)"), N_("gradient reduction (epilogue)"),
-    N_("gradient norm (fp64 copy)"), N_("gradient partition flattened"), N_("gradients cast to fp32 and flattened"))
+    N_("gradient norm (fp64 copy)"), N_("gradient partition flattened"), N_("gradients cast to fp32 and flattened"),
+    # optimizer_in_backward (calc.memory.train_timeline)
+    N_("lm_head's optimizer step (gradient hook)"), N_("embedding's optimizer step (gradient hook)"))
+HOOK_STEP_HEAD, HOOK_STEP_EMBEDDING = EVENTS[-2:]
 FORWARD_LAYER = N_("forward layer {layer}")
 BACKWARD_LAYER = N_("backward layer {layer}")
 RECOMPUTED_LAYER = N_("backward layer {layer} (recomputed)")
@@ -40,13 +43,24 @@ INFERENCE_LAYER = N_("layer {layer}")
 REDUCE_SCATTER_LAYER = N_("reduce-scatter layer {layer}")  # FSDP2
 ALL_GATHER_LAYER = N_("all-gather layer {layer}")  # FSDP2
 EXPERTS_REDUCE_LAYER = N_("reduce-scatter layer {layer} experts")  # FSDP2 + expert parallelism
+HOOK_STEP_LAYER = N_("optimizer step in layer {layer}'s gradient hook")  # optimizer_in_backward
+
+
+@cache
+def _layer_pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.escape(template).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$")
 
 
 @cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
-    return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
+    return tuple((_layer_pattern(t), t)
                  for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
-                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER))
+                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER, HOOK_STEP_LAYER))
+
+
+def is_hook_step_layer(event: str) -> bool:
+    """Whether `event` is a decoder layer's optimizer step in its gradient hook (HOOK_STEP_LAYER)."""
+    return _layer_pattern(HOOK_STEP_LAYER).match(event) is not None
 
 
 def event_text(event: str) -> Text:

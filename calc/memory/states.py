@@ -16,7 +16,7 @@ from calc.contract import parallel, precision, quantized
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
-from calc.memory.result import Component, words
+from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
 
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
@@ -72,6 +72,23 @@ class States:
     # bitsandbytes' paged optimizers on CUDA: states in managed memory, outside `optimizer` and the peak allocated
     # bytes, inside the device total (precision.paged_state_bytes; calc.memory.overhead.device_total)
     paged_optimizer: int = 0
+    # optimizer_in_backward: every parameter is stepped in its own gradient hook (opt_temp: the largest one's)
+    in_backward: InBackwardStep | None = None
+
+
+class InBackwardStep(NamedTuple):
+    """optimizer_in_backward (torchtune training/memory.py register_optim_in_bwd_hooks): one optimizer per
+    parameter, stepped by the parameter's post-accumulate-grad hook, which then frees its gradient."""
+
+    temp_per_element: int  # one hook's optimizer.step() temporaries per element of its parameter
+    largest_layer_param: int  # elements of a decoder layer's largest trainable tensor
+    vocab_param: int  # elements of the token embedding (and an untied lm_head), 0 where frozen (LoRA)
+
+    def hook_temp_bytes(self, event: str) -> int:
+        """The step temporaries of the hook a timeline event names (0 for other events)."""
+        if event in (HOOK_STEP_HEAD, HOOK_STEP_EMBEDDING):
+            return self.temp_per_element * self.vocab_param
+        return self.temp_per_element * self.largest_layer_param if is_hook_step_layer(event) else 0
 
 
 # ---- parameter counts and shapes, once per model ---------------------------------------------------------------------
@@ -227,8 +244,11 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
         # dtype (fp32; bf16 under bf16_master_weights_and_grads), even when the model is fp32
         # (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)
         master = round(w.trainable_params * (2 if p == Precision.bf16 else 4) * shard.optimizer)
-    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision),
-                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes))
+    # optimizer_in_backward: each hook steps one parameter, so the step's temporaries are the largest one's
+    temp_shapes = [((largest_tensor(spec, w.shapes_key, w.shapes),), 1)] if t.optimizer_in_backward else w.shapes
+    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision, t.optimizer_in_backward),
+                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision,
+                                                           temp_shapes))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
 
@@ -306,6 +326,25 @@ def zero12_rank0_partition(spec: ModelSpec, dp: int, bucket_elements: int) -> pa
         per_spec(spec, "param order", lambda: parallel.ParamOrder(*spec.param_numel_blocks())), dp, bucket_elements))
 
 
+def in_backward_step(sc: Scenario, w: TrainableWeights) -> InBackwardStep | None:
+    """optimizer_in_backward's per-hook terms: the step temporaries per element of one parameter
+    (calc.contract.precision.optimizer_temp_bytes of a single tensor) and a decoder layer's largest trainable
+    tensor (LoRA: its largest adapter matrix; else the largest of ModelSpec.layer_param_numels, dense layers'
+    too, split by tensor parallelism)."""
+    t, spec = sc.training, sc.spec
+    if not t.optimizer_in_backward:
+        return None
+    per_element = precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, [((1,), 1)])
+    if t.lora is not None:
+        largest = largest_tensor(spec, w.shapes_key, w.shapes)
+    else:
+        kinds = (False, True) if spec.dense_layers else (False,)
+        largest = per_spec(spec, "largest layer tensor", lambda: max(
+            max(spec.layer_param_numels(dense), default=0) for dense in kinds)) // t.tensor_parallel
+    vocab = 0 if t.lora is not None else spec.vocab_size // t.tensor_parallel * spec.hidden_size
+    return InBackwardStep(per_element, largest, vocab)
+
+
 # ---- model_states ----------------------------------------------------------------------------------------------------
 
 def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Target = "cuda",
@@ -360,7 +399,8 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         reduce_buckets=buffers.reduce_bucket_bytes, first_reduction_elements=t.reduce_bucket_size if zero12 else None,
         rank0_partition=zero12_rank0_partition(spec, sc.data_parallel, t.reduce_bucket_size) if exact_order else None,
         grad_bytes=w.grad_bytes_per_param, keeps_16bit_step_grads=fp16_wrapper,
-        flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused, paged_optimizer=paged)
+        flattens_step_grads=fp16_wrapper and t.optimizer_impl == OptimizerImpl.fused, paged_optimizer=paged,
+        in_backward=in_backward_step(sc, w))
 
 
 def inference_states(st: States) -> States:

@@ -5,6 +5,10 @@
   backward layer i: base + sum_{j<i} saved_j + grads of layers > i + layer backward peak
   optimizer step  : weights + grads + states (+ master) + optimizer temporaries
 
+optimizer_in_backward (torchtune's optimizer_in_bwd) steps each parameter in its post-accumulate-grad hook and
+frees its gradient there: no gradients pile up in backward, each block adds the moment of its largest parameter's
+hook (that gradient + one parameter's step temporaries), and there is no step after backward.
+
 where base = weights (+ states and master weights from step 2 on, since torch.optim creates them lazily in step 1)
 + input ids. `TrainStage` holds what every row reads (the layers, their running sums, the model-state terms); one
 method per section of the step adds its rows: the forward, the loss, the backward (with DeepSpeed ZeRO-1/2's
@@ -48,7 +52,14 @@ from calc.memory.repeats import (
     split_at_switch,
     split_pieces,
 )
-from calc.memory.result import ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER, REDUCE_SCATTER_LAYER
+from calc.memory.result import (
+    ALL_GATHER_LAYER,
+    EXPERTS_REDUCE_LAYER,
+    HOOK_STEP_EMBEDDING,
+    HOOK_STEP_HEAD,
+    HOOK_STEP_LAYER,
+    REDUCE_SCATTER_LAYER,
+)
 from calc.memory.states import States, param_count, partition_bytes, step_gradient_bytes
 from calc.memory.timeline import StepTimeline, TimelineRow, layer_names
 from calc.sim.graph import BlockProfile
@@ -71,7 +82,8 @@ def train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool,
     stage.add_backward(tl)
     stage.add_embedding_backward(tl)
     stage.add_gradient_epilogue(tl)
-    optimizer_rows(tl, sc, st, stage.input_bytes + stage.held.previous + st.zero_buffers)
+    if st.in_backward is None:  # optimizer_in_backward: every parameter was stepped in backward
+        optimizer_rows(tl, sc, st, stage.input_bytes + stage.held.previous + st.zero_buffers)
     return tl
 
 
@@ -134,6 +146,11 @@ class TrainStage:
         self.fsdp = fsdp2_layer_terms(st, self.ctxs) if self.gl else None  # a MoE model's dense layers: smaller groups
         self.root_ag = st.gathered_root if self.gl else 0  # the root group's all-gather output (padded like its params)
         self.opt = st.optimizer
+        self.in_bwd = st.in_backward
+        # optimizer_in_backward: the largest gradient one of a decoder layer's hooks holds, and the token
+        # embedding's or lm_head's (V x H, vocab-parallel), trained in full fine-tuning
+        self.layer_hook_grad = self.in_bwd.largest_layer_param * st.grad_bytes if self.in_bwd else 0
+        self.vocab_grad = self.in_bwd.vocab_param * st.grad_bytes if self.in_bwd else 0
         self.part = partition_bytes(st)
         # DeepSpeed ZeRO-1/2: between micro-steps the accumulated gradients are views of the last partition
         self.ga_grads = self.part if t.gradient_accumulation_steps > 1 or st.persistent_grads else 0
@@ -163,7 +180,12 @@ class TrainStage:
         return self.lay[i].param_grad_bytes + (self.ep_extra[i] if self.ep_extra else 0)
 
     def grads_of(self, i: int) -> int:
-        return round(self.sharded_share(i) * self.scale_g) if self.st.grads else 0
+        """Layer i's gradients alive once its backward is done (none where its hooks stepped and freed them)."""
+        return round(self.sharded_share(i) * self.scale_g) if self.st.grads and self.in_bwd is None else 0
+
+    def hook_temp(self, event: str) -> int:
+        """optimizer_in_backward: the step temporaries of the hook that `event` names."""
+        return self.in_bwd.hook_temp_bytes(event) if self.in_bwd else 0
 
     # ---- forward -----------------------------------------------------------------------------------------------------
 
@@ -247,12 +269,19 @@ class TrainStage:
         # FSDP2: the root group's gradients (lm_head, final norm) stay unsharded until the root's post-backward,
         # at the end of backward (the root's parameters are one FSDPParamGroup, reduced last)
         self.grads_top = head.param_grad_bytes if self.gl else round(head.param_grad_bytes * self.scale_g)
+        tied = self.sc.spec.tie_word_embeddings and self.first
+        if self.in_bwd:
+            # a tied lm_head's gradient waits in the shared weight's AccumulateGrad input buffer until the
+            # embedding's arrives (one node, two edges): its hook runs only after the embedding's backward
+            self.grads_top = self.vocab_grad if tied else 0
         # FSDP2 (reshard): the root's pre-backward already prefetches the last layer's weights
         tl.add("loss backward", "backward",
                w_all if self.keep_gathered else self.w + (fsdp.gathered_bytes[-1] if fsdp else 0),
                self.ga_grads + round(head.bwd_peak_pgrad * self.scale_g), self.opt, cur + head.bwd_peak_saved,
                other + self.held.backward(layers) + self.kept + head.bwd_peak - head.bwd_peak_saved
                - head.bwd_peak_pgrad)
+        if self.in_bwd and not tied and self.vocab_grad:
+            self.add_head_hook(tl, cur)
         if st.reduce_buckets:
             # DeepSpeed ZeRO-1/2 allocates its buckets in the first gradient hook, after the lm_head's backward:
             # its gradient and the hidden state's gradient are alive, and what the final norm saved (its backward
@@ -264,6 +293,15 @@ class TrainStage:
             tl.add("first gradient hook (buckets allocated)", "backward", self.w,
                    self.ga_grads + head.param_grad_bytes, self.opt, cur + norm,
                    self.other_backward + self.held.backward(layers) + self.kept + self.h_bytes)
+
+    def add_head_hook(self, tl: StepTimeline, cur: int) -> None:
+        """optimizer_in_backward: the lm_head's hook, right after its matmul's backward (AccumulateGrad runs first
+        among the ready nodes): the logits' gradient is freed, the hidden state's gradient and what the final norm
+        saved are alive, beside the lm_head's gradient and its step temporaries."""
+        norm = 0 if self.fused_ce else block_profile(final_norm_block, self.ctx, replay=self.replay).saved
+        tl.add(HOOK_STEP_HEAD, "backward", self.w, self.vocab_grad, self.opt, cur + norm,
+               self.other_backward + self.held.backward(self.layers) + self.kept + self.h_bytes
+               + self.hook_temp(HOOK_STEP_HEAD))
 
     # ---- backward ----------------------------------------------------------------------------------------------------
 
@@ -287,7 +325,37 @@ class TrainStage:
         if self.gl:  # the top layer's backward runs before any layer's reduce-scatter
             bwd_pieces = split_at_switch(bwd_pieces, lambda i: i == layers - 1)
         width = ((2 if self.keep_gathered else 3) + (1 if st.gathered_experts else 0)) if self.gl else 1
+        if self.in_bwd:
+            tl.run(range(layers - 1, -1, -1), self.in_backward_rows, 2, bwd_pieces)
+            return
         tl.run(range(layers - 1, -1, -1), self.backward_rows, width, bwd_pieces)
+
+    def in_backward_rows(self, i: int) -> tuple[TimelineRow, TimelineRow]:
+        """optimizer_in_backward: layer i's first hook, then its backward peak, where the gradients its backward
+        has created were freed by their hooks (each runs as soon as its op's backward returns). The first hook is
+        the output projection's (of the MLP, the layer's largest tensor): the layer's saved tensors but that
+        projection's input are alive, its input's gradient in their place (the same shape), with the residual
+        stream's gradient, that weight's gradient and its step temporaries. Modelled from torch's autograd engine
+        (AccumulateGrad runs first among the ready nodes) and measured on the CPU and under fake tensors."""
+        p, ckpt_i = self.lay[i], self.checkpointed(i)
+        plain, again = self.moments[p]
+        _, alive, o = again if ckpt_i else plain
+        grads = self.grads_top
+        o += self.kept + self.held.backward(i + 1)
+        event = self.names.recomputed[i] if ckpt_i else self.names.backward[i]
+        peak = TimelineRow(event, "backward", self.w, grads, self.opt, self.cur_before[i] + alive, o if o > 0 else 0)
+        hook_grad = min(self.layer_hook_grad, self.grads_of_layer(i))
+        if not hook_grad:
+            return peak, peak
+        saved = p.saved + (0 if p.input_saved else self.h_bytes) if ckpt_i else self.saved(i)
+        event = HOOK_STEP_LAYER.format(layer=i)
+        hook = TimelineRow(event, "backward", self.w, grads + hook_grad, self.opt, self.cur_before[i] + saved,
+                           self.other_backward + self.kept + self.held.backward(i + 1) + self.h_bytes
+                           + self.hook_temp(event))
+        return hook, peak
+
+    def grads_of_layer(self, i: int) -> int:
+        return round(self.sharded_share(i) * self.scale_g)
 
     def backward_moments(self, p: BlockProfile) -> tuple[Moment, Moment]:
         """(plain, recomputed) backward peak of one layer: (param grads, saved alive, other)."""
@@ -384,11 +452,21 @@ class TrainStage:
         emb = self.emb
         cur, grads = self.cur_before[0] - emb.saved, self.grads_top + self.grads_of_all
         g_emb = max(self.ga_grads, grads + round(emb.param_grad_bytes * self.scale_g))
+        tied = self.sc.spec.tie_word_embeddings and self.last
+        if self.in_bwd:
+            # its peak is the token embedding's backward: GPT-2's position embedding ran first and its hook freed
+            # that gradient; the token embedding's own is alive (a tied one's is the InputBuffer's, in the profile)
+            g_emb = self.grads_top + min(emb.bwd_peak_pgrad, 0 if tied else self.vocab_grad)
         if self.reduced is not None:
             g_emb = (self.ga_grads + (self.part if self.reduced(-1) else 0) + emb.param_grad_bytes
                      + self.tied_partial)
         tl.add("embedding backward", "backward", self.w, g_emb, self.opt, cur,
                self.other_backward + self.held.previous + emb.bwd_peak - emb.bwd_peak_pgrad)
+        if self.vocab_grad:
+            # its hook: the token embedding's gradient (a tied weight's summed with the lm_head's) and its step
+            # temporaries
+            tl.add(HOOK_STEP_EMBEDDING, "backward", self.w, self.vocab_grad, self.opt, cur,
+                   self.other_backward + self.held.previous + self.hook_temp(HOOK_STEP_EMBEDDING))
 
     def add_gradient_epilogue(self, tl: StepTimeline) -> None:
         """DeepSpeed ZeRO-1/2: the backward epilogue reduces what is left in the bucket into the partition, then

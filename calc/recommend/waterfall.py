@@ -58,7 +58,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     the best non-offload ZeRO stage (DeepSpeed's CPU Adam replaces bitsandbytes, LoRA's states are tiny):
     9 8-bit AdamW; 10 LoRA r16 on all linear layers (bf16 base); 11 QLoRA (NF4 base, ZeRO <= 2).
     Micro-batch, accumulation, sequence length and TP/PP stay as in `sc`. Under FSDP2 the ZeRO-1 and
-    offload steps are left out (FSDP2 shards gradients with the weights, and its offload is not modelled)."""
+    offload steps are left out (FSDP2 shards gradients with the weights, and its offload is not modelled). The loop
+    steps after backward (optimizer_in_backward off): master weights, ZeRO and offload need every gradient there."""
     a = assumptions or SpeedAssumptions()
     t = sc.training
     hwc = sc.resolved_hardware()
@@ -73,7 +74,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     cur: dict[str, Any] = {}
     cur.update(precision=Precision.fp32, attention=Attention.eager, activation_checkpointing=Checkpointing.none,
                checkpoint_every=1, zero_stage=0, offload_optimizer=Offload.none, offload_params=Offload.none,
-               optimizer=opt, lora=None)
+               optimizer=opt, lora=None, optimizer_in_backward=False)
     no_offload_zero = (3 if pp1 else 1) if dp > 1 else 0
     plan: list[tuple[Phrase, Phrase, dict[str, Any], bool]] = [
         (T_("baseline"), T_("fp32 weights, eager attention, no checkpointing, plain data parallel"), {}, False),
