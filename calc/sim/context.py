@@ -37,6 +37,7 @@ class Ctx:
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
+    framework: str = "transformers"  # whose model code the blocks mirror (training.framework)
 
     @property
     def tokens(self) -> int:
