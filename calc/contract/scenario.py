@@ -293,13 +293,16 @@ _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
 
 def _litgpt_training_fits(t: TrainingConfig) -> None:
     """What the LitGPT path models: finetune/full.py's step on one device (chunked loss, no checkpointing, LoRA
-    or accumulation), its precisions bf16-true (bf16) and bf16-mixed (amp-bf16)."""
+    or accumulation), its precisions bf16-true (bf16) and bf16-mixed (amp-bf16), and CausalSelfAttention's
+    F.scaled_dot_product_attention (litgpt/model.py; no eager path without softcapping)."""
     if t.cross_entropy != "chunked":
         raise UserError(T_("framework litgpt computes its loss with chunked_cross_entropy: use cross_entropy "
                            "chunked"))
     if t.precision not in (Precision.bf16, Precision.amp_bf16):
         raise UserError(T_("framework litgpt is modelled for precision bf16 (bf16-true) and amp-bf16 "
                            "(bf16-mixed)"))
+    if t.attention != Attention.sdpa:
+        raise UserError(T_("framework litgpt calls torch SDPA for attention: use attention sdpa"))
     if t.lora is not None or t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
         raise UserError(T_("framework litgpt is modelled for full fine-tuning without activation checkpointing"))
     if (t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1

@@ -51,7 +51,8 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                   tp=t.tensor_parallel, sp=t.sequence_parallel, ep=t.expert_parallel,
                   cast_expert_inputs=fsdp and t.precision.is_mixed and t.expert_parallel > 1,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
-                  train=sc.mode == Mode.train, framework=t.framework)
+                  train=sc.mode == Mode.train, framework=t.framework,
+                  loss_chunks=t.cross_entropy_chunks)
     if lora is None:
         return Ctx(weight_elem_bytes=precision.weight_bytes_per_param(p), act_elem_bytes=precision.activation_bytes(p),
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)

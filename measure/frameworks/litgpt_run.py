@@ -2,7 +2,8 @@
 
 The step is litgpt/finetune/full.py's `fit` (litgpt 0.5.13, Lightning 2.6):
     logits = model(input_ids)    # a _FabricModule: autocast (bf16-mixed) or bf16 weights; logits cast to fp32
-    loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])   # 128-row chunks (litgpt/utils.py)
+    loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])   # 128-row chunks (litgpt/utils.py;
+                                                                          # cross_entropy_chunks: chunk_size)
     fabric.backward(loss); optimizer.step(); optimizer.zero_grad()
 with input_ids and targets two int64 (B, S) tensors, as LitGPT's data loaders give them, and the optimizer
 `torch.optim.AdamW(model.parameters())` with its defaults (instantiate_torch_optimizer passes no `fused`).
@@ -64,8 +65,8 @@ def _check(scenario: Scenario) -> None:
         raise UnsupportedError(f"framework litgpt measures precisions {', '.join(p.value for p in FABRIC_PRECISION)}")
     if t.lora is not None or t.activation_checkpointing.value != "none" or t.gradient_accumulation_steps != 1:
         raise UnsupportedError("framework litgpt: full fine-tuning without checkpointing or accumulation is measured")
-    if t.cross_entropy != "chunked" or t.cross_entropy_chunks not in (None, 128) or t.keep_outputs:
-        raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy (128-token chunks)")
+    if t.cross_entropy != "chunked" or t.keep_outputs:
+        raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy")
     if scenario.resolved_hardware().num_gpus != 1 or scenario.mode.value != "train":
         raise UnsupportedError("framework litgpt: one-device training is measured")
 
@@ -96,7 +97,9 @@ def _step(fabric: Any, w: Workload, targets: torch.Tensor, tracker: Any) -> None
         # fit's local `logits` (fp32: Fabric's convert_output) stays bound through backward and the step until
         # the next forward returns
         w.outputs = w.model(w.input_ids)
-        loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:])
+        chunk = w.scenario.training.cross_entropy_chunks  # None: the function's default, 128 rows
+        kwargs = {} if chunk is None else {"chunk_size": chunk}
+        loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:], **kwargs)
     with tracker.phase("backward"):
         fabric.backward(loss)
     with tracker.phase("optimizer"):

@@ -3,7 +3,7 @@
 Mirrors litgpt 0.5.13 op by op for its llama-style configs (litgpt/model.py: GPT, Block, CausalSelfAttention,
 LLaMAMLP, RMSNorm, apply_rope) and the loss of litgpt/finetune/full.py's `fit`: the model's fp32 logits (Lightning
 Fabric's convert_output) sliced, flattened and passed to litgpt/utils.py's chunked_cross_entropy, which runs
-cross_entropy(reduction="none") over chunks of 128 rows. Measured on the CPU (data/measured_litgpt.jsonl); the
+cross_entropy(reduction="none") over chunks of 128 rows (chunk_size; training.cross_entropy_chunks sets another). Measured on the CPU (data/measured_litgpt.jsonl); the
 CUDA kernels' differences (SDPA's output layout, 512-byte rounding) are the shared ops' own.
 """
 
@@ -144,12 +144,21 @@ def litgpt_logits_bytes(c: Ctx) -> int:
     return 4 * c.tokens * c.spec.vocab_size
 
 
+def litgpt_batch_bytes(batch: int, seq: int) -> int:
+    """The batch finetune/full.py feeds the step: input_ids and labels, two int64 B x S tensors."""
+    return 2 * 8 * batch * seq
+
+
+def litgpt_rope_cache_bytes(c: Ctx) -> int:
+    """GPT's RoPE cache buffers cos and sin (max_seq_length x rope_n_elem each, set to the data's longest
+    sequence by finetune/full.py), in the weights' dtype: Fabric converts buffers with the module under
+    bf16-true, bf16-mixed keeps them fp32."""
+    return 2 * c.seq * c.spec.rotary_dim * c.weight_elem_bytes
+
+
 def litgpt_resident_bytes(c: Ctx) -> int:
-    """What finetune/full.py keeps beside the model states throughout the step: the batch's input_ids and
-    labels (two int64 B x S tensors) and GPT's RoPE cache buffers cos and sin (max_seq_length x rope_n_elem, in
-    the weights' dtype: Fabric converts buffers with the module under bf16-true)."""
-    s = c.spec
-    return 16 * c.tokens + 2 * c.seq * s.rotary_dim * c.weight_elem_bytes
+    """What the step keeps beside the model states throughout: the batch and the RoPE cache."""
+    return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c)
 
 
 def litgpt_head_block(c: Ctx) -> Graph:
@@ -173,7 +182,7 @@ def litgpt_head_block(c: Ctx) -> Graph:
     flat = g.op(grad_bytes if copied else 0, ins=(sliced,), ws_bwd=0 if copied else grad_bytes,
                 name="reshape(-1, V)")
     targets = g.op(8 * rows if copied else 0, grad=False, name="targets[..., 1:].reshape(-1)")
-    chunks = fixed(litgpt_chunk_rows, rows, LITGPT_CHUNK_TOKENS)
+    chunks = fixed(litgpt_chunk_rows, rows, c.loss_chunks or LITGPT_CHUNK_TOKENS)
     loss = litgpt_chunked_cross_entropy(g, flat, targets, chunks, v, 4, 0 if copied else grad_bytes)
     g.keep(f32)  # fit's `logits`: counted from here on as held (calc.memory.activations.HeldOutputs)
     g.output = loss
