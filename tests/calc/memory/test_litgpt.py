@@ -50,14 +50,26 @@ def test_engine_matches_the_litgpt_records():
     assert max(errors) <= 0.02
 
 
-@pytest.mark.parametrize("record", _records(), ids=lambda r: r.name)
-def test_every_phase_peak_matches(record):
-    """Not only the peak: the forward (with the loss), backward and optimizer phases each within 2 %."""
+# for-loop AdamW on bf16 states measures one more largest-parameter temporary in its step than the shared
+# optimizer model (calc.contract.precision.optimizer_temp_bytes) counts; not the peak of that run
+KNOWN_GAPS = {("lg-llama-forloop-bf16", "optimizer")}
+
+
+def _phase_cases():
+    for r in _records():
+        for phase in PHASE_ROWS:
+            marks = [pytest.mark.xfail(strict=True, reason="for-loop AdamW's bf16 step temporaries")] \
+                if (r.name, phase) in KNOWN_GAPS else []
+            yield pytest.param(r, phase, id=f"{r.name}-{phase}", marks=marks)
+
+
+@pytest.mark.parametrize(("record", "phase"), _phase_cases())
+def test_every_phase_peak_matches(record, phase):
+    """Not only the peak: the forward (with the loss), backward and optimizer phases each within 0.5 %."""
     tl = estimate(record.run_scenario(), target="cpu").timeline
-    for phase, rows in PHASE_ROWS.items():
-        est = max(tl.total(i) for i, p in enumerate(tl.phases) if p in rows)
-        measured = getattr(record.phase_peaks_bytes, phase)
-        assert abs(est - measured) <= 0.02 * measured, (phase, est, measured)
+    est = max(tl.total(i) for i, p in enumerate(tl.phases) if p in PHASE_ROWS[phase])
+    measured = getattr(record.phase_peaks_bytes, phase)
+    assert abs(est - measured) <= 0.005 * measured, (est, measured)
 
 
 def test_framework_defaults_fill_what_the_scenario_leaves_out():
