@@ -10,7 +10,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
@@ -143,6 +143,14 @@ class LoraConfig(BaseModel):
         "(nf4 = QLoRA)")
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
+
+    @field_validator("targets", "modules_to_save", mode="before")
+    @classmethod
+    def _array_is_tuple(cls, value: Any) -> Any:
+        """A JSON array of names is the tuple: TrainingConfig's mode="before" validator hands its fields on as
+        Python values, where strict validation refuses a list for a tuple (a record's scenario read back by
+        calc.contract.boundary.validate)."""
+        return tuple(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _names(self) -> LoraConfig:
@@ -292,8 +300,9 @@ _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
 
 
 def _litgpt_training_fits(t: TrainingConfig) -> None:
-    """What the LitGPT path models: finetune/full.py's step on one device (chunked loss, no checkpointing, LoRA
-    or accumulation), its precisions bf16-true (bf16) and bf16-mixed (amp-bf16), and CausalSelfAttention's
+    """What the LitGPT path models: finetune/full.py's and finetune/lora.py's steps on one device (chunked loss,
+    no checkpointing or accumulation), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
+    bf16-true only, where the frozen base is bf16 as lora.base_weights says), and CausalSelfAttention's
     F.scaled_dot_product_attention (litgpt/model.py; no eager path without softcapping)."""
     if t.cross_entropy != "chunked":
         raise UserError(T_("framework litgpt computes its loss with chunked_cross_entropy: use cross_entropy "
@@ -303,8 +312,11 @@ def _litgpt_training_fits(t: TrainingConfig) -> None:
                            "(bf16-mixed)"))
     if t.attention != Attention.sdpa:
         raise UserError(T_("framework litgpt calls torch SDPA for attention: use attention sdpa"))
-    if t.lora is not None or t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
-        raise UserError(T_("framework litgpt is modelled for full fine-tuning without activation checkpointing"))
+    if t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
+        raise UserError(T_("framework litgpt is modelled without activation checkpointing"))
+    if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
+        raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
+                           "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
     if (t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1
             or t.gradient_accumulation_steps > 1):
         raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "

@@ -126,9 +126,9 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
 def activations_source(framework: str) -> str:
     """Whose ops the simulator replayed for the activations."""
     if framework == "litgpt":
-        return N_("replay of LitGPT's model code and finetune/full.py's chunked loss in the autograd simulator "
-                  "(calc.sim.frameworks.litgpt), measured with LitGPT on the CPU; its CUDA kernels are the shared "
-                  "ops' (modelled from source)")
+        return N_("replay of LitGPT's model code and its fine-tuning scripts' chunked loss in the autograd "
+                  "simulator (calc.sim.frameworks.litgpt), measured with LitGPT on the CPU; its CUDA kernels are the "
+                  "shared ops' (modelled from source)")
     return N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")
 
 
@@ -138,13 +138,13 @@ def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
     ctx = block_context(sc, "cuda")
     b, s = t.micro_batch_size, t.seq_len
     return [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
-             N_("the batch litgpt/finetune/full.py feeds the step")),
+             N_("the batch LitGPT's fine-tuning scripts feed the step")),
             ("rope_cache", N_("RoPE cos / sin buffers"), litgpt_rope_cache_bytes(ctx),
              f"2 x {s} x {sc.spec.rotary_dim} x {ctx.weight_elem_bytes} B",
              N_("litgpt.model.GPT.rope_cache, sized to the longest sequence")),
             ("kept_logits", N_("fp32 logits the loop keeps"), litgpt_logits_bytes(ctx),
              f"{b} x {s} x {sc.spec.vocab_size} x 4 B",
-             N_("litgpt/finetune/full.py: `logits` stays bound until the next forward returns (Lightning's "
+             N_("LitGPT's fine-tuning scripts: `logits` stays bound until the next forward returns (Lightning's "
                 "convert_output casts it to fp32)"))]
 
 

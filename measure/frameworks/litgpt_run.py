@@ -5,6 +5,8 @@ The step is litgpt/finetune/full.py's `fit` (litgpt 0.5.13, Lightning 2.6):
     loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])   # 128-row chunks (litgpt/utils.py;
                                                                           # cross_entropy_chunks: chunk_size)
     fabric.backward(loss); optimizer.step(); optimizer.zero_grad()
+or with LoRA finetune/lora.py's (litgpt.lora.GPT, mark_only_lora_as_trainable, `model(input_ids,
+lm_head_chunk_size=128)`, the last chunk shortened by a token, chunked_cross_entropy of the list),
 with input_ids and targets two int64 (B, S) tensors, as LitGPT's data loaders give them, and the optimizer
 `torch.optim.AdamW(model.parameters())` with its defaults (instantiate_torch_optimizer passes no `fused`).
 The scenario's model (a Hugging Face config dict or a preset) is mapped onto a litgpt Config once
@@ -37,10 +39,23 @@ LITGPT_FAMILIES = ("llama", "mistral", "qwen2")  # RMSNorm, LLaMAMLP, one fused 
 FABRIC_PRECISION = {Precision.bf16: "bf16-true", Precision.amp_bf16: "bf16-mixed", Precision.fp32: "32-true"}
 
 
-def litgpt_config(hf: dict[str, Any], num_layers: int | None = None) -> Any:
+def lora_flags(lora: Any) -> dict[str, Any]:
+    """finetune/lora.py's LoRA arguments for the scenario's lora block: attention = lora_query / key / value (the
+    fused qkv's LoRAQKVLinear) and lora_projection; all-linear adds lora_mlp (lm_head stays without, as peft's
+    all-linear leaves it)."""
+    mlp = lora.targets == "all-linear"
+    return dict(lora_r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_query=True, lora_key=True,
+                lora_value=True, lora_projection=True, lora_mlp=mlp, lora_head=False)
+
+
+def litgpt_config(hf: dict[str, Any], num_layers: int | None = None, lora: Any = None) -> Any:
     """The litgpt Config of a llama-style Hugging Face config (litgpt/config.py names): one fused qkv Linear,
-    RMSNorm, LLaMAMLP, rotary on the whole head, the HF vocabulary as the padded one (no further padding)."""
+    RMSNorm, LLaMAMLP, rotary on the whole head, the HF vocabulary as the padded one (no further padding); with
+    `lora`, litgpt.lora's Config with finetune/lora.py's flags."""
     from litgpt import Config
+
+    if lora is not None:
+        from litgpt.lora import Config
 
     family = hf.get("model_type")
     if family not in LITGPT_FAMILIES:
@@ -56,15 +71,17 @@ def litgpt_config(hf: dict[str, Any], num_layers: int | None = None) -> Any:
         intermediate_size=hf["intermediate_size"], rotary_percentage=1.0, parallel_residual=False,
         bias=False, attn_bias=bool(hf.get("attention_bias", family == "qwen2")),
         norm_class_name="RMSNorm", norm_eps=hf.get("rms_norm_eps", 1e-5), mlp_class_name="LLaMAMLP",
-        rope_base=int(hf.get("rope_theta", 10000)))
+        rope_base=int(hf.get("rope_theta", 10000)), **(lora_flags(lora) if lora is not None else {}))
 
 
 def _check(scenario: Scenario) -> None:
     t = scenario.training
     if t.precision not in FABRIC_PRECISION:
         raise UnsupportedError(f"framework litgpt measures precisions {', '.join(p.value for p in FABRIC_PRECISION)}")
-    if t.lora is not None or t.activation_checkpointing.value != "none" or t.gradient_accumulation_steps != 1:
-        raise UnsupportedError("framework litgpt: full fine-tuning without checkpointing or accumulation is measured")
+    if t.activation_checkpointing.value != "none" or t.gradient_accumulation_steps != 1:
+        raise UnsupportedError("framework litgpt: training without checkpointing or accumulation is measured")
+    if t.lora is not None and (t.precision != Precision.bf16 or isinstance(t.lora.targets, tuple)):
+        raise UnsupportedError("framework litgpt: LoRA is measured in bf16-true on the attention or all linear layers")
     if t.cross_entropy != "chunked" or t.keep_outputs:
         raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy")
     if scenario.resolved_hardware().num_gpus != 1 or scenario.mode.value != "train":
@@ -75,31 +92,40 @@ def _build(scenario: Scenario, num_layers: int | None) -> tuple[Any, Workload, t
     """Fabric, the workload (model set up by Fabric, input_ids) and the targets."""
     import lightning as L
     from litgpt import GPT
+    from litgpt.lora import GPT as LoraGPT
+    from litgpt.lora import mark_only_lora_as_trainable
 
     t = scenario.training
     fabric = L.Fabric(accelerator="cpu", devices=1, precision=FABRIC_PRECISION[t.precision])
     torch.manual_seed(0)
-    config = litgpt_config(hf_config_dict(scenario), num_layers)
+    config = litgpt_config(hf_config_dict(scenario), num_layers, t.lora)
     with fabric.init_module(empty_init=False):
-        model = GPT(config)
-    model.max_seq_length = t.seq_len  # finetune/full.py: the longest sequence of the data set
-    model = fabric.setup(model)
+        model = GPT(config) if t.lora is None else LoraGPT(config)
+    if t.lora is not None:
+        mark_only_lora_as_trainable(model)
+    model.max_seq_length = t.seq_len  # finetune/*.py: the longest sequence of the data set
+    model = fabric.setup_module(model) if t.lora is not None else fabric.setup(model)
     input_ids = torch.randint(0, config.padded_vocab_size, (t.micro_batch_size, t.seq_len))
     targets = torch.randint(0, config.padded_vocab_size, (t.micro_batch_size, t.seq_len))
     return fabric, Workload(scenario, torch.device("cpu"), model, input_ids, precision_plan(t.precision)), targets
 
 
 def _step(fabric: Any, w: Workload, targets: torch.Tensor, tracker: Any) -> None:
-    """finetune/full.py's step (fit), one optimizer step."""
+    """finetune/full.py's step (fit), or finetune/lora.py's with LoRA, one optimizer step."""
     from litgpt.utils import chunked_cross_entropy
 
+    chunk = w.scenario.training.cross_entropy_chunks  # None: the function's default, 128 rows
+    kwargs = {} if chunk is None else {"chunk_size": chunk}
     with tracker.phase("forward"):
         # fit's local `logits` (fp32: Fabric's convert_output) stays bound through backward and the step until
         # the next forward returns
-        w.outputs = w.model(w.input_ids)
-        chunk = w.scenario.training.cross_entropy_chunks  # None: the function's default, 128 rows
-        kwargs = {} if chunk is None else {"chunk_size": chunk}
-        loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:], **kwargs)
+        if w.scenario.training.lora is None:
+            w.outputs = w.model(w.input_ids)
+            loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:], **kwargs)
+        else:  # finetune/lora.py: the lm_head in 128-token chunks, the last one shortened by a token
+            w.outputs = w.model(w.input_ids, lm_head_chunk_size=chunk or 128)
+            w.outputs[-1] = w.outputs[-1][..., :-1, :]
+            loss = chunked_cross_entropy(w.outputs, targets[..., 1:], **kwargs)
     with tracker.phase("backward"):
         fabric.backward(loss)
     with tracker.phase("optimizer"):

@@ -33,7 +33,10 @@ def litgpt_rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None =
     rs = g.op(4 * t, ins=(eps,), saves=(OUT,), name="norm rsqrt")
     normed = g.op(4 * n, ins=(xf, rs), saves=(xf, rs), name="norm x * rsqrt")
     wb = c.weight_elem_bytes
-    if wb == 4:  # weight.float() is the weight itself
+    if c.frozen_base:  # LoRA: a frozen weight's copy is kept for the normalised tensor's gradient
+        wf = g.op(4 * w if wb != 4 else 0, grad=False, name="norm weight.float()")
+        y32 = g.op(4 * n, ins=(normed, wf), saves=(wf,), grad_ins=(normed,), name="norm * weight")
+    elif wb == 4:  # weight.float() is the weight itself
         y32 = g.op(4 * n, ins=(normed,), saves=(normed,), pgrad=4 * w, ws_bwd=4 * n, name="norm * weight")
     else:
         wf = g.op(4 * w, pgrad=wb * w, name="norm weight.float()")
@@ -54,6 +57,30 @@ def _litgpt_rope(g: Graph, x: int, width: int, c: Ctx) -> tuple[int, int]:
     return roped, g.op(a * t * width, ins=(roped,), name="cat(roped, pass-through)")
 
 
+def litgpt_qkv(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
+    """The fused qkv Linear; with LoRA on q, k and v, litgpt.lora.LoRAQKVLinear: pretrained = linear(x);
+    after_A = F.linear(x, lora_A) (3r wide, keeps x); conv1d of its transposed view with lora_B (groups=3 when
+    every head has its own K/V, else one conv1d per chunk of r channels and a cat; each keeps its input); the
+    transposed result * scaling; pretrained + lora (zero_pad adds nothing when q, k and v all have adapters)."""
+    s = c.spec
+    t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
+    widths = (s.q_width, s.kv_width, s.kv_width)
+    out = sum(widths)
+    base = linear(g, y, h, out, c, bias=s.qkv_bias, name="qkv", x_bytes=y_bytes)
+    if not (c.lora_rank and {"q", "k", "v"} <= c.lora_targets):
+        return base
+    r, ad = c.lora_rank, c.adapter_bytes
+    after_a = g.op(a * t * 3 * r, ins=(y,), saves=(y,), pgrad=ad * 3 * r * h, name="qkv lora_A")
+    if s.num_heads == s.num_kv_heads:
+        lora = g.op(a * t * out, ins=(after_a,), saves=(after_a,), pgrad=ad * out * r, name="qkv lora_B conv1d")
+    else:
+        parts = tuple(g.op(a * t * w, ins=(after_a,), saves=(after_a,), pgrad=ad * w * r, name="qkv lora_B conv1d")
+                      for w in widths)
+        lora = g.op(a * t * out, ins=parts, name="cat(conv1d outputs)")
+    scaled = g.op(a * t * out, ins=(lora,), name="qkv lora * scaling")
+    return g.op(a * t * out, ins=(base, scaled), name="qkv + lora")
+
+
 def litgpt_attention(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
     """CausalSelfAttention.forward: one fused qkv Linear split into views; RoPE on q and k; with grouped-query
     attention k and v repeat_interleave'd to every query head (new tensors, which SDPA saves); SDPA with
@@ -62,7 +89,7 @@ def litgpt_attention(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
     s = c.spec
     t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
     qw, kvw = s.q_width, s.kv_width
-    qkv = linear(g, y, h, qw + 2 * kvw, c, bias=s.qkv_bias, name="qkv", x_bytes=y_bytes)
+    qkv = litgpt_qkv(g, y, y_bytes, c)
     q_roped, q = _litgpt_rope(g, qkv, qw, c)
     k_roped, k = _litgpt_rope(g, qkv, kvw, c)
     v = qkv
@@ -161,12 +188,65 @@ def litgpt_resident_bytes(c: Ctx) -> int:
     return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c)
 
 
+def litgpt_lora_head_block(c: Ctx) -> Graph:
+    """finetune/lora.py's head: ln_f; model(input_ids, lm_head_chunk_size=128) runs the frozen lm_head on
+    x.split(128, dim=1) views; Fabric's convert_output casts every chunk to fp32 (the 16-bit list and the
+    previous step's logits alive until it returns); `logits[-1] = logits[-1][..., :-1, :]`; chunked_cross_entropy
+    of the list: per chunk reshape(-1, V) (a view, but a copy of the shortened last chunk when B > 1), the
+    targets split the same way (reshape copies when B > 1), cross_entropy(reduction="none"). Backward runs
+    every chunk's loss first (their fp32 input gradients wait for the casts' backward), then each cast back to
+    16 bits, then the lm_head chunks, whose input gradients wait in the split's buffer. With B = 1 the last
+    chunk's gradient is counted at its whole width (one vocabulary row more)."""
+    s = c.spec
+    b, seq, h, v, a = c.batch, c.seq, s.hidden_size, s.vocab_size, c.act_elem_bytes
+    g = Graph(input_bytes=c.residual_elem_bytes * c.tokens * h, round_to=512 if c.cuda else 1)
+    previous = g.op(litgpt_logits_bytes(c), grad=False, name="previous step's logits")
+    y, _ = litgpt_rms_norm(g, 0, c.residual_elem_bytes, c)
+    widths = fixed(litgpt_chunk_rows, seq, c.loss_chunks or LITGPT_CHUNK_TOKENS)
+    waiting = a * b * seq * h  # the lm_head chunks' input gradients, filled from the last chunk
+    split = g.op(0, ins=(y,), ws_bwd=waiting, name="x.split(128, dim=1) (views)")
+    heads = []
+    for w in widths:
+        heads.append(g.op(a * b * w * v, ins=(split,), grad_ins=(), ws_bwd=waiting, name="lm_head chunk"))
+        waiting -= a * b * w * h
+    f32 = [g.op(4 * b * w * v, ins=(x,), name="chunk.float()") for x, w in zip(heads, widths, strict=True)]
+    g.keep(previous, *heads)  # convert_output's list is built whole before `logits` is rebound
+    rows = [b * w for w in widths[:-1]] + [b * (widths[-1] - 1)]
+    inputs = list(f32)
+    last = rows[-1] * v * 4
+    if b > 1 and rows[-1]:
+        sliced = g.op(0, ins=(f32[-1],), ws_bwd=last, name="logits[-1][..., :-1, :] (view)")
+        inputs[-1] = g.op(last, ins=(sliced,), name="last chunk reshape(-1, V)")
+    targets = [g.op(8 * r if b > 1 else 0, grad=False, name="target chunk reshape(-1)") for r in rows]
+    losses = []
+    for x, tg, r in zip(inputs, targets, rows, strict=True):
+        if not r:
+            continue
+        lsm = g.op(4 * r * v, ins=(x,), saves=(OUT,), name="log_softmax")
+        losses.append(g.op(4 * r, ins=(lsm, tg), saves=(tg,), grad_ins=(lsm,), name="nll_loss"))
+    loss = _loss_mean(g, losses, sum(rows), targets[0])
+    g.keep(inputs[-1], *f32)  # the chunks' list (the last one's copy) until the function returns; `logits` kept
+    g.output = loss
+    return g
+
+
+def _loss_mean(g: Graph, losses: list[int], rows: int, targets: int) -> int:
+    """torch.cat(loss_chunks).sum() / non_masked_elems.maximum(ones_like(non_masked_elems))."""
+    cat = g.op(4 * rows, ins=tuple(losses), name="cat(loss_chunks)")
+    total = g.op(4, ins=(cat,), name="sum")
+    mask = g.op(rows, ins=(targets,), grad=False, name="targets != ignore_index")
+    count = g.op(8, ins=(mask,), grad=False, name="non_masked_elems")
+    return g.op(4, ins=(total, count), grad_ins=(total,), name="loss / non_masked_elems")
+
+
 def litgpt_head_block(c: Ctx) -> Graph:
     """ln_f, lm_head over the whole sequence (full.py calls model(input_ids)), the logits cast to fp32 while the
     previous step's fp32 logits are still bound (freed when the forward returns), then
     chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:]): the slice is a view, reshape(-1, V) copies it
     when B > 1 (and the targets' likewise), the chunks are views of it. Backward: the split's concatenated
     gradient, slice_backward's zero-filled B x S x V gradient, the cast back to the lm_head's dtype."""
+    if c.lora_rank:
+        return litgpt_lora_head_block(c)
     s = c.spec
     t, h, v, a = c.tokens, s.hidden_size, s.vocab_size, c.act_elem_bytes
     b, seq = c.batch, c.seq

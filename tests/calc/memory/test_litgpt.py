@@ -3,6 +3,7 @@ on the CPU (data/measured_litgpt.jsonl), and the contract around it."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calc.contract.boundary import validate
 from calc.contract.record import load_records
 from calc.contract.scenario import FRAMEWORK_DEFAULTS, Scenario
 from calc.memory.estimate import estimate
@@ -42,6 +44,7 @@ def test_the_records_are_litgpt_runs_of_several_shapes_and_precisions():
     assert {r.scenario.training.precision.value for r in records} == {"bf16", "amp-bf16"}
     assert {r.scenario.training.micro_batch_size == 1 for r in records} == {True, False}  # view and copy paths
     assert len({r.scenario.spec.family for r in records}) >= 3
+    assert {r.scenario.training.lora is None for r in records} == {True, False}  # full.py and lora.py
 
 
 def test_engine_matches_the_litgpt_records():
@@ -86,7 +89,8 @@ def test_framework_defaults_fill_what_the_scenario_leaves_out():
     {"precision": "bf16-mixed"},
     {"attention": "eager"},
     {"activation_checkpointing": "full"},
-    {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},
+    {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},  # amp-bf16: LitGPT keeps the frozen base fp32
+    {"precision": "bf16", "lora": {"rank": 8, "alpha": 16, "targets": "attention", "base_weights": "nf4"}},
     {"gradient_accumulation_steps": 2},
     {"sharding": "deepspeed"},
 ])
@@ -100,6 +104,12 @@ def test_what_the_litgpt_path_does_not_model_is_refused(training):
 def test_models_outside_the_litgpt_path_are_refused(model):
     with pytest.raises(ValueError, match="framework litgpt is modelled for Llama"):
         _litgpt(model)
+
+
+def test_a_lora_scenario_reads_back_from_its_json():
+    """A record's scenario is read back by boundary.validate (strict JSON): the lora block's name lists too."""
+    sc = _litgpt(precision="bf16", lora={"rank": 8, "alpha": 16, "targets": "attention"})
+    assert validate(Scenario, json.loads(sc.model_dump_json()), "scenario") == sc
 
 
 def test_chunked_loss_belongs_to_a_framework_that_has_one():
