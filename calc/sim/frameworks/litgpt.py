@@ -1,10 +1,12 @@
-"""LitGPT's model code and fine-tuning step, written for the autograd simulator (calc.sim.graph).
+"""LitGPT's model code and fine-tuning steps, written for the autograd simulator (calc.sim.graph).
 
 Mirrors litgpt 0.5.13 op by op for its llama-style configs (litgpt/model.py: GPT, Block, CausalSelfAttention,
-LLaMAMLP, RMSNorm, apply_rope) and the loss of litgpt/finetune/full.py's `fit`: the model's fp32 logits (Lightning
-Fabric's convert_output) sliced, flattened and passed to litgpt/utils.py's chunked_cross_entropy, which runs
-cross_entropy(reduction="none") over chunks of 128 rows (chunk_size; training.cross_entropy_chunks sets another). Measured on the CPU (data/measured_litgpt.jsonl); the
-CUDA kernels' differences (SDPA's output layout, 512-byte rounding) are the shared ops' own.
+LLaMAMLP, RMSNorm, apply_rope; litgpt/lora.py: LoRALinear, LoRAQKVLinear) and the loss of its fine-tuning
+scripts' `fit`: the model's fp32 logits (Lightning Fabric's convert_output), whole (finetune/full.py) or in
+128-token lm_head chunks (finetune/lora.py), passed to litgpt/utils.py's chunked_cross_entropy, which runs
+cross_entropy(reduction="none") over chunks of 128 rows (its chunk_size: training.cross_entropy_chunks). Measured
+on the CPU (data/measured_litgpt.jsonl); the CUDA kernels' differences (SDPA's output layout, 512-byte rounding)
+are the shared ops' own, modelled from source.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
-from calc.sim.ops import linear
+from calc.sim.ops import activation, linear
 from calc.sim.symbolic import fixed
 
 LITGPT_CHUNK_TOKENS = 128  # chunked_cross_entropy's chunk_size default (litgpt/utils.py)
@@ -110,7 +112,7 @@ def litgpt_mlp(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
     t, h, i, a = c.tokens, s.hidden_size, s.intermediate_size, c.act_elem_bytes
     fc1 = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", x_bytes=y_bytes)
     fc2 = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", x_bytes=y_bytes)
-    act = g.op(a * t * i, ins=(fc1,), saves=(fc1,), name="silu")
+    act = activation(g, fc1, t * i, a * t * i, "silu", c)
     prod = g.op(a * t * i, ins=(act, fc2), saves=(act, fc2), name="silu * fc_2")
     return linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", x_bytes=a)
 
@@ -156,11 +158,7 @@ def litgpt_chunked_cross_entropy(g: Graph, flat: int, targets: int, chunk_rows: 
         lsm = g.op(e * r * vocab, ins=(split,), saves=(OUT,), ws_bwd=waiting + r * vocab * e, name="log_softmax")
         losses.append(g.op(e * r, ins=(lsm, targets), saves=(targets,), grad_ins=(lsm,), ws_bwd=waiting,
                            name="nll_loss"))
-    cat = g.op(e * rows, ins=tuple(losses), name="cat(loss_chunks)")
-    total = g.op(e, ins=(cat,), name="sum")
-    mask = g.op(rows, ins=(targets,), grad=False, name="targets != ignore_index")
-    count = g.op(8, ins=(mask,), grad=False, name="non_masked_elems")
-    loss = g.op(e, ins=(total, count), grad_ins=(total,), name="loss / non_masked_elems")
+    loss = _loss_mean(g, losses, rows, targets, e)
     g.keep(flat)  # the chunks (views of it) are the function's locals until it returns
     return loss
 
@@ -230,13 +228,14 @@ def litgpt_lora_head_block(c: Ctx) -> Graph:
     return g
 
 
-def _loss_mean(g: Graph, losses: list[int], rows: int, targets: int) -> int:
-    """torch.cat(loss_chunks).sum() / non_masked_elems.maximum(ones_like(non_masked_elems))."""
-    cat = g.op(4 * rows, ins=tuple(losses), name="cat(loss_chunks)")
-    total = g.op(4, ins=(cat,), name="sum")
+def _loss_mean(g: Graph, losses: list[int], rows: int, targets: int, e: int = 4) -> int:
+    """torch.cat(loss_chunks).sum() / non_masked_elems.maximum(ones_like(non_masked_elems)), the losses in `e`
+    bytes per element."""
+    cat = g.op(e * rows, ins=tuple(losses), name="cat(loss_chunks)")
+    total = g.op(e, ins=(cat,), name="sum")
     mask = g.op(rows, ins=(targets,), grad=False, name="targets != ignore_index")
     count = g.op(8, ins=(mask,), grad=False, name="non_masked_elems")
-    return g.op(4, ins=(total, count), grad_ins=(total,), name="loss / non_masked_elems")
+    return g.op(e, ins=(total, count), grad_ins=(total,), name="loss / non_masked_elems")
 
 
 def litgpt_head_block(c: Ctx) -> Graph:
