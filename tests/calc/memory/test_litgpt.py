@@ -152,3 +152,18 @@ def test_a_fresh_litgpt_run_matches_the_engine():
                  seq_len=150, precision="bf16")
     record = measure_litgpt(sc, "cpu", steps=2)
     assert abs(_error(record)) <= 0.005
+
+
+@pytest.mark.slow
+def test_a_committed_record_is_reproduced_exactly():
+    """LitGPT run again on the smallest committed LoRA and full fine-tuning configs: the same peak, to the byte
+    (the data set cannot drift from the runner). Two steps reach the steady state the three recorded did."""
+    pytest.importorskip("litgpt")
+    pytest.importorskip("lightning")
+    from measure.frameworks.litgpt_run import measure_litgpt
+
+    for lora in (False, True):
+        record = min((r for r in _records() if (r.scenario.training.lora is not None) == lora),
+                     key=lambda r: r.peak_allocated_bytes)
+        again = measure_litgpt(record.scenario, "cpu", steps=2)
+        assert again.peak_allocated_bytes == record.peak_allocated_bytes, record.name
