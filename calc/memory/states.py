@@ -17,6 +17,7 @@ from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory.result import Component, words
+from calc.sim.frameworks.litgpt import litgpt_param_numels
 
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
@@ -214,8 +215,11 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
         # dtype (fp32; bf16 under bf16_master_weights_and_grads), even when the model is fp32
         # (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)
         master = round(w.trainable_params * (2 if p == Precision.bf16 else 4) * shard.optimizer)
-    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision),
-                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes))
+    # LitGPT's full fine-tuning: the parameters in GPT's order (its for-loop Adam keeps one more temporary)
+    order = litgpt_param_numels(spec) if t.framework == "litgpt" and t.lora is None else ()
+    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision, bool(order)),
+                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes,
+                                                           order))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
 

@@ -11,6 +11,7 @@ are the shared ops' own, modelled from source.
 
 from __future__ import annotations
 
+from calc.contract.model_spec import ModelSpec
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
@@ -132,6 +133,15 @@ def litgpt_layer(c: Ctx) -> Graph:
     g.op(r * t * h, ins=(m, mid), name="residual add")
     g.keep(0, att, y2)
     return g
+
+
+def litgpt_param_numels(spec: ModelSpec) -> tuple[int, ...]:
+    """Elements of GPT's parameters in `named_parameters()` order: lm_head, wte, then each Block (norm_1, qkv
+    weight and bias, proj, norm_2, fc_1, fc_2, proj), ln_f (litgpt/model.py registers lm_head first)."""
+    h, v, i = spec.hidden_size, spec.vocab_size, spec.intermediate_size
+    qkv = spec.q_width + 2 * spec.kv_width
+    layer = (h, h * qkv, *((qkv,) if spec.qkv_bias else ()), spec.q_width * h, h, h * i, h * i, i * h)
+    return (v * h, v * h, *layer * spec.num_layers, h)
 
 
 def litgpt_chunk_rows(rows: int, chunk: int) -> tuple[int, ...]:
