@@ -177,3 +177,16 @@ def test_a_committed_record_is_reproduced_exactly():
                      key=lambda r: r.peak_allocated_bytes)
         again = measure_litgpt(record.scenario, "cpu", steps=2)
         assert again.peak_allocated_bytes == record.peak_allocated_bytes, record.name
+
+
+@pytest.mark.parametrize("training", [{}, {"precision": "bf16", "cross_entropy_chunks": 64},
+                                      {"precision": "bf16", "lora": {"rank": 8, "alpha": 16, "targets": "all-linear"}}])
+def test_a_litgpt_link_names_only_what_differs_from_its_defaults(training):
+    from ui.state import params_to_scenario, scenario_to_params
+
+    sc = Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+                                  "training": {"framework": "litgpt", **training}})
+    params = scenario_to_params(sc)
+    assert params_to_scenario(params) == sc
+    if not training:  # the recipe's defaults (precision, loss, sharding) are not repeated in the link
+        assert set(params) == {"model", "gpu", "fw"}
