@@ -153,14 +153,15 @@ def test_more_tokens_never_need_less_memory(batch, seq, precision):
 
 @pytest.mark.slow
 def test_a_fresh_litgpt_run_matches_the_engine():
-    """LitGPT itself, measured now (one shape no record has), against the engine."""
+    """LitGPT itself, measured now through measure's entry point (one shape no record has), against the engine."""
     pytest.importorskip("litgpt")
     pytest.importorskip("lightning")
-    from measure.frameworks.litgpt_run import measure_litgpt
+    from measure.entry import measure
 
     sc = _litgpt({**SMALL, "hidden_size": 64, "intermediate_size": 160, "vocab_size": 700}, micro_batch_size=3,
                  seq_len=150, precision="bf16")
-    record = measure_litgpt(sc, "cpu", steps=2)
+    record = measure(sc, "cpu", steps=2)
+    assert any("LitGPT" in note for note in record.notes)
     assert abs(_error(record)) <= 0.005
 
 
