@@ -59,6 +59,11 @@ SET_METHODS: dict[str, str] = {
         "Mixture-of-experts models (Qwen3-MoE, Mixtral, DeepSeek-V3, GLM-4.5 shapes) under FSDP2 on 2-8 ranks "
         "of a fake process group, with and without transformers' expert parallelism, rank 0 measured; each "
         "batch measured as a check on the engine as it then stood."),
+    "measured_litgpt.jsonl": (
+        "LitGPT itself: `litgpt.GPT` built from the scenario's config and `finetune/full.py`'s step (the model's "
+        "fp32 logits kept by the loop, `chunked_cross_entropy`) under Lightning Fabric's bf16-true / bf16-mixed on "
+        "the CPU with real tensors, counted by MemTracker (`python -m measure SCENARIO.json --device cpu` with "
+        "`training.framework` litgpt); the `heldout-` runs were predicted before they were measured."),
     "measured_deepspeed.jsonl": (
         "DeepSpeed itself: the scenario's exported `ds_config.json` and model builder run by "
         "`deepspeed.initialize` on DeepSpeed's CPU accelerator, 1-4 ranks started by torchrun over gloo, rank 0 "

@@ -8,6 +8,7 @@ bitsandbytes' blockwise 8-bit optimizers (Dettmers et al. 2022, arXiv 2110.02861
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 
 from calc.contract.i18n import N_
@@ -136,13 +137,16 @@ def paged_state_bytes(opt: Optimizer, shapes: list[tuple[tuple[int, ...], int]])
     return sum(c * bnb_tensor_state_bytes(opt, prod(s))[1] for s, c in shapes)
 
 
-def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
+def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shapes: list[tuple[tuple[int, ...], int]],
+                         order: Sequence[int] = ()) -> int:
     """Scratch memory inside optimizer.step(), on top of params, grads and states.
 
     foreach Adam/AdamW (_multi_tensor_adam): `exp_avg_sq_sqrt = torch._foreach_sqrt(...)` is a
     list as large as all params (in state dtype); everything else is in place.
     for-loop Adam/AdamW (_single_tensor_adam): `(exp_avg_sq.sqrt() / bc2_sqrt)` makes two
-    temporaries the size of the largest single param.
+    temporaries the size of the largest single param; with the parameters' `order` (elements of each tensor as
+    the optimizer walks them) the previous parameter's `denom`, still bound while the next one's two are made,
+    is counted too (for_loop_adam_elements).
     fused: one kernel per group, no temporaries. SGD: in-place (foreach clones grads into the
     momentum buffers on step 1, which are the states themselves).
     Adafactor foreach: the row_var x col_var outer products (`var_estimates`, then rsqrt'd and
@@ -157,11 +161,19 @@ def optimizer_temp_bytes(opt: Optimizer, impl: OptimizerImpl, p: Precision, shap
         if impl == OptimizerImpl.foreach:
             return state_bytes * elements
         if impl == OptimizerImpl.for_loop:
-            return 2 * state_bytes * largest
+            return state_bytes * (for_loop_adam_elements(order) if order else 2 * largest)
         return 0
     if opt == Optimizer.adafactor:
         return state_bytes * (elements if impl == OptimizerImpl.foreach else largest)
     return 0
+
+
+def for_loop_adam_elements(order: Sequence[int]) -> int:
+    """_single_tensor_adam's scratch elements: `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`
+    makes the square root and the quotient of one parameter while the loop's local `denom` still holds the
+    previous parameter's (rebound only when the new one is assigned): the largest previous + 2 x current over
+    the parameters in the optimizer's order (torch/optim/adam.py; measured, LitGPT's lm_head then wte)."""
+    return max((prev + 2 * cur for prev, cur in zip((0, *order), order, strict=False)), default=0)
 
 
 def adafactor_state_elements(shape: tuple[int, ...]) -> int:

@@ -118,7 +118,17 @@ ModuleNames = Annotated[tuple[Annotated[str, StringConstraints(pattern=MODULE_NA
 
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
-FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {"transformers": {}, "torchtune": {}, "litgpt": {}, "torchtitan": {}}
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformers": {}, "torchtune": {}, "torchtitan": {},
+    # litgpt/finetune/full.py and lora.py (litgpt 0.5.13): `precision or get_default_supported_precision(
+    # training=True)` is "bf16-mixed" (Lightning's torch.autocast over fp32 weights = amp-bf16; "bf16-true" is
+    # our bf16); optimizer "AdamW" = torch.optim.AdamW with torch's defaults (instantiate_torch_optimizer passes
+    # no `fused`: foreach on CUDA); the loss is litgpt.utils.chunked_cross_entropy over 128-token chunks; no
+    # activation checkpointing on one device (FSDPStrategy's activation_checkpointing_policy only with several)
+    "litgpt": {"precision": "amp-bf16", "optimizer": "adamw", "optimizer_impl": "foreach",
+               "cross_entropy": "chunked", "activation_checkpointing": "none", "sharding": "torch"},
+}
+LITGPT_FAMILIES = ("llama", "mistral", "qwen2")  # one fused qkv, RMSNorm, LLaMAMLP, RoPE on the whole head
 
 
 class LoraConfig(BaseModel):
@@ -238,6 +248,11 @@ class TrainingConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
         _refuse_unmodelled(self)
+        if self.framework == "litgpt":
+            _litgpt_training_fits(self)
+        elif self.cross_entropy == "chunked":
+            raise UserError(T_("cross_entropy chunked is the loss of LitGPT's and torchtune's recipes: choose "
+                               "framework litgpt, or another cross_entropy"))
         if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
             raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
         if self.optimizer_in_backward:
@@ -289,14 +304,37 @@ def _refuse_optimizer_in_backward(t: TrainingConfig) -> None:
 # Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
 # a mechanism that lands removes its line).
 _UNMODELLED: tuple[tuple[str, Any], ...] = (
-    ("framework", "torchtune"), ("framework", "litgpt"), ("framework", "torchtitan"),
+    ("framework", "torchtune"), ("framework", "torchtitan"),
     ("compile", True), ("activation_offload", True),
-    ("cross_entropy", "chunked"),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
     ("dropout", "nonzero"),
     ("targets", "list"), ("modules_to_save", "nonempty"),
 )
+
+
+def _litgpt_training_fits(t: TrainingConfig) -> None:
+    """What the LitGPT path models: finetune/full.py's and finetune/lora.py's steps on one device (chunked loss,
+    no checkpointing or accumulation), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
+    bf16-true only, where the frozen base is bf16 as lora.base_weights says), and CausalSelfAttention's
+    F.scaled_dot_product_attention (litgpt/model.py; no eager path without softcapping)."""
+    if t.cross_entropy != "chunked":
+        raise UserError(T_("framework litgpt computes its loss with chunked_cross_entropy: use cross_entropy "
+                           "chunked"))
+    if t.precision not in (Precision.bf16, Precision.amp_bf16):
+        raise UserError(T_("framework litgpt is modelled for precision bf16 (bf16-true) and amp-bf16 "
+                           "(bf16-mixed)"))
+    if t.attention != Attention.sdpa:
+        raise UserError(T_("framework litgpt calls torch SDPA for attention: use attention sdpa"))
+    if t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
+        raise UserError(T_("framework litgpt is modelled without activation checkpointing"))
+    if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
+        raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
+                           "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
+    if (t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1
+            or t.gradient_accumulation_steps > 1):
+        raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
+                           "gradient accumulation"))
 
 
 def unmodelled_values() -> dict[str, tuple[Any, ...]]:
@@ -449,10 +487,22 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
+        if t.framework == "litgpt":
+            self._litgpt_fits(spec, gpus)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
         return self
+
+    def _litgpt_fits(self, spec: ModelSpec, gpus: int) -> None:
+        """LitGPT's GPT as the calculator models it: a llama-style config (LITGPT_FAMILIES) without tied
+        embeddings (GPT keeps lm_head apart from wte) or a sliding window, trained on one GPU."""
+        if spec.family not in LITGPT_FAMILIES or spec.tie_word_embeddings or spec.sliding_window is not None:
+            raise UserError(T_("framework litgpt is modelled for Llama, Mistral and Qwen2 configs without tied "
+                               "embeddings or a sliding window"))
+        if gpus > 1 or self.mode != Mode.train:
+            raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
+                               "gradient accumulation"))
 
     def _expert_parallel_fits(self, gpus: int) -> None:
         """expert_parallel splits a MoE model's routed experts evenly over ranks of one training job."""

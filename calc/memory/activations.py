@@ -18,6 +18,7 @@ from calc.contract.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
 from calc.contract.scenario import Attention, Checkpointing, Mode, Precision, Scenario
 from calc.memory.repeats import identical_layers, layers_repeat, of_kinds, per_layer, prefix_sums
 from calc.memory.states import adapter_bytes, param_count
+from calc.sim.frameworks.litgpt import litgpt_logits_bytes
 from calc.sim.graph import BlockProfile, Graph
 from calc.sim.layers import (
     Ctx,
@@ -50,7 +51,8 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                   tp=t.tensor_parallel, sp=t.sequence_parallel, ep=t.expert_parallel,
                   cast_expert_inputs=fsdp and t.precision.is_mixed and t.expert_parallel > 1,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
-                  train=sc.mode == Mode.train)
+                  train=sc.mode == Mode.train, framework=t.framework,
+                  loss_chunks=t.cross_entropy_chunks)
     if lora is None:
         return Ctx(weight_elem_bytes=precision.weight_bytes_per_param(p), act_elem_bytes=precision.activation_bytes(p),
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)
@@ -165,6 +167,8 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S
     in the model dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
     s = ctx.spec
+    if ctx.framework == "litgpt":  # GPT's cos / sin are buffers (litgpt_resident_bytes); SDPA with is_causal
+        return 0, 0
     rope = 0
     if s.rope_complex:  # DeepSeek-V2: one complex64 freqs_cis (1, S, rotary_dim / 2)
         rope = 4 * ctx.seq * s.rotary_dim
@@ -229,7 +233,9 @@ def held_outputs(ctx: Ctx, lay: list[BlockProfile], keep: bool, selective: bool,
     the family caps; the fp32 upcast for the loss is a separate tensor) and `outputs.past_key_values`
     the DynamicCache transformers builds in training whenever checkpointing is not full
     (transformers/modeling_outputs.py CausalLMOutputWithPast). Liger's fused
-    loss returns no logits in training."""
+    loss returns no logits in training. LitGPT's finetune/full.py keeps its fp32 logits in any case."""
+    if ctx.framework == "litgpt":
+        return HeldOutputs(litgpt_logits_bytes(ctx))
     if not keep:
         return NOTHING_HELD
     logits = 0 if fused_ce else ctx.act_elem_bytes * ctx.tokens * (ctx.spec.vocab_size // ctx.tp)

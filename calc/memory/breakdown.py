@@ -9,9 +9,11 @@ from __future__ import annotations
 from calc.contract import precision
 from calc.contract.i18n import N_
 from calc.contract.scenario import Scenario
+from calc.memory.activations import block_context
 from calc.memory.result import Component, words
 from calc.memory.states import States, adapter_bytes
 from calc.memory.timeline import TimelineRow
+from calc.sim.frameworks.litgpt import litgpt_batch_bytes, litgpt_logits_bytes, litgpt_rope_cache_bytes
 
 
 def peak_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes: int) -> list[Component]:
@@ -97,18 +99,20 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
                          bytes=row.activations,
                          **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in calc.sim.layers)"),
                                  event=event),
-                         source=N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")))
+                         source=activations_source(t.framework)))
     inputs = 8 * t.micro_batch_size * t.seq_len
-    named = [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
-              N_("the token batch on the device")),
-             ("cublas_workspace", N_("cuBLAS workspaces"), workspace_bytes,
-              N_("one per matmul thread (forward + autograd)"),
-              N_("CUBLAS_WORKSPACE_CONFIG defaults (calc.memory.overhead)")),
-             ("zero_buffers", N_("ZeRO buckets / gathered weights"),
-              st.zero_buffers + (st.zero3_gathered if phase != "optimizer" else 0),
-              N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
-                 "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
-              N_("DeepSpeed defaults in calc.contract.parallel; partition_parameters._no_gather_coalesced for one rank"))]
+    named = litgpt_named_terms(sc) if t.framework == "litgpt" else \
+        [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",
+          N_("the token batch on the device"))]
+    named += [
+        ("cublas_workspace", N_("cuBLAS workspaces"), workspace_bytes,
+         N_("one per matmul thread (forward + autograd)"),
+         N_("CUBLAS_WORKSPACE_CONFIG defaults (calc.memory.overhead)")),
+        ("zero_buffers", N_("ZeRO buckets / gathered weights"),
+         st.zero_buffers + (st.zero3_gathered if phase != "optimizer" else 0),
+         N_("reduce bucket (stage 1-2) or gathered layer weights + prefetch (stage 3; none on a single "
+            "data-parallel rank, where DeepSpeed uses the local partition without an all-gather)"),
+         N_("DeepSpeed defaults in calc.contract.parallel; partition_parameters._no_gather_coalesced for one rank"))]
     step_temp = st.opt_temp if event == "optimizer step" else \
         st.in_backward.hook_temp_bytes(event) if st.in_backward else 0
     if step_temp:
@@ -127,6 +131,31 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
                              "gradients, activation gradients, autocast copies, attention scores)"),
                              source=N_("autograd simulator (calc.sim.graph) over calc.sim.layers")))
     return out
+
+
+def activations_source(framework: str) -> str:
+    """Whose ops the simulator replayed for the activations."""
+    if framework == "litgpt":
+        return N_("replay of LitGPT's model code and its fine-tuning scripts' chunked loss in the autograd "
+                  "simulator (calc.sim.frameworks.litgpt), measured with LitGPT on the CPU; its CUDA kernels are the "
+                  "shared ops' (modelled from source)")
+    return N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")
+
+
+def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
+    """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers and the fp32 logits."""
+    t = sc.training
+    ctx = block_context(sc, "cuda")
+    b, s = t.micro_batch_size, t.seq_len
+    return [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
+             N_("the batch LitGPT's fine-tuning scripts feed the step")),
+            ("rope_cache", N_("RoPE cos / sin buffers"), litgpt_rope_cache_bytes(ctx),
+             f"2 x {s} x {sc.spec.rotary_dim} x {ctx.weight_elem_bytes} B",
+             N_("litgpt.model.GPT.rope_cache, sized to the longest sequence")),
+            ("kept_logits", N_("fp32 logits the loop keeps"), litgpt_logits_bytes(ctx),
+             f"{b} x {s} x {sc.spec.vocab_size} x 4 B",
+             N_("LitGPT's fine-tuning scripts: `logits` stays bound until the next forward returns (Lightning's "
+                "convert_output casts it to fp32)"))]
 
 
 def zero_note(stage: int, from_stage: int, sc: Scenario) -> str:

@@ -17,6 +17,7 @@ from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
+from calc.sim.frameworks.litgpt import litgpt_param_numels
 
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
@@ -246,9 +247,13 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
         master = round(w.trainable_params * (2 if p == Precision.bf16 else 4) * shard.optimizer)
     # optimizer_in_backward: each hook steps one parameter, so the step's temporaries are the largest one's
     temp_shapes = [((largest_tensor(spec, w.shapes_key, w.shapes),), 1)] if t.optimizer_in_backward else w.shapes
-    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision, t.optimizer_in_backward),
+    # LitGPT's full fine-tuning: the parameters in GPT's order (its for-loop Adam keeps one more temporary)
+    order = litgpt_param_numels(spec) if t.framework == "litgpt" and t.lora is None and not t.optimizer_in_backward \
+        else ()
+    temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision, t.optimizer_in_backward,
+                           bool(order)),
                     lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision,
-                                                           temp_shapes))
+                                                           temp_shapes, order))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
 

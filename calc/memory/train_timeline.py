@@ -62,6 +62,7 @@ from calc.memory.result import (
 )
 from calc.memory.states import States, param_count, partition_bytes, step_gradient_bytes
 from calc.memory.timeline import StepTimeline, TimelineRow, layer_names
+from calc.sim.frameworks.litgpt import litgpt_resident_bytes
 from calc.sim.graph import BlockProfile
 from calc.sim.layers import Ctx, final_norm_block
 from calc.sim.profiles import block_profile
@@ -130,7 +131,8 @@ class TrainStage:
         in flight and the output the loop keeps."""
         ctx, t = self.ctx, self.sc.training
         self.rope_bytes, self.mask_bytes = model_level_bytes(ctx, self.eager)
-        self.input_bytes = 8 * ctx.tokens
+        self.litgpt = ctx.framework == "litgpt"
+        self.input_bytes = litgpt_resident_bytes(ctx) if self.litgpt else 8 * ctx.tokens
         self.kept = checkpoint_kept_bytes(ctx, self.mask_bytes, self.ckpt)  # alive from forward to layer 0's recompute
         self.in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
         self.held = held_outputs(ctx, self.lay, t.keep_outputs and self.last, self.ckpt == Checkpointing.selective,
@@ -264,8 +266,10 @@ class TrainStage:
             return
         other = self.other_forward
         w_all = self.w + (fsdp.gathered_below_bytes[layers] if fsdp and self.keep_gathered else 0)  # ZeRO-2: all
+        # LitGPT's head block holds the previous step's logits itself, until its forward returns
+        previous = 0 if self.litgpt else self.held.previous
         tl.add("lm_head + loss", "loss", w_all + (fsdp.all_gather_bytes[-1] if fsdp else 0), self.ga_grads, self.opt,
-               cur + head.saved, other + self.held.previous + self.kept + amp_cache + head.fwd_peak - head.saved)
+               cur + head.saved, other + previous + self.kept + amp_cache + head.fwd_peak - head.saved)
         # FSDP2: the root group's gradients (lm_head, final norm) stay unsharded until the root's post-backward,
         # at the end of backward (the root's parameters are one FSDPParamGroup, reduced last)
         self.grads_top = head.param_grad_bytes if self.gl else round(head.param_grad_bytes * self.scale_g)

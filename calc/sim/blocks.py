@@ -12,6 +12,7 @@ from __future__ import annotations
 from calc.contract.model_spec import GEMMA_FAMILIES
 from calc.sim.attention import gpt2_attention, llama_attention, neox_attention
 from calc.sim.context import Ctx
+from calc.sim.frameworks.litgpt import litgpt_head_block, litgpt_layer
 from calc.sim.graph import OUT, Graph
 from calc.sim.mlp import gated_mlp, plain_mlp
 from calc.sim.moe import llama4_moe, moe_mlp
@@ -25,6 +26,8 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     before attention and the MLP and a reduce-scatter after them connect to the tensor-parallel
     parts (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2)."""
     fam = c.spec.family
+    if c.framework == "litgpt":
+        return litgpt_layer(c)
     if fam == "gpt2":
         return _gpt2_layer(c, eager)
     if fam == "gpt_neox":
@@ -170,6 +173,8 @@ def head_block(c: Ctx) -> Graph:
     targets). Backward: nll creates a dense fp32 grad, log_softmax_backward another while its
     saved output is still alive (3 x 4 x B x S x V at once), then the copy back to 16-bit and
     the lm_head matmuls (transformers/loss/loss_utils.py ForCausalLMLoss)."""
+    if c.framework == "litgpt":
+        return litgpt_head_block(c)
     s = c.spec
     t, h = c.tokens, s.hidden_size
     v = s.vocab_size // c.tp

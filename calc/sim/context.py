@@ -38,6 +38,8 @@ class Ctx:
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
+    framework: str = "transformers"  # whose model code the blocks mirror (training.framework)
+    loss_chunks: int | None = None  # training.cross_entropy_chunks (LitGPT: tokens per chunk; None: its 128)
 
     @property
     def tokens(self) -> int:

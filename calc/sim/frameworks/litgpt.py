@@ -1,0 +1,278 @@
+"""LitGPT's model code and fine-tuning steps, written for the autograd simulator (calc.sim.graph).
+
+Mirrors litgpt 0.5.13 op by op for its llama-style configs (litgpt/model.py: GPT, Block, CausalSelfAttention,
+LLaMAMLP, RMSNorm, apply_rope; litgpt/lora.py: LoRALinear, LoRAQKVLinear) and the loss of its fine-tuning
+scripts' `fit`: the model's fp32 logits (Lightning Fabric's convert_output), whole (finetune/full.py) or in
+128-token lm_head chunks (finetune/lora.py), passed to litgpt/utils.py's chunked_cross_entropy, which runs
+cross_entropy(reduction="none") over chunks of 128 rows (its chunk_size: training.cross_entropy_chunks). Measured
+on the CPU (data/measured_litgpt.jsonl); the CUDA kernels' differences (SDPA's output layout, 512-byte rounding)
+are the shared ops' own, modelled from source.
+"""
+
+from __future__ import annotations
+
+from calc.contract.model_spec import ModelSpec
+from calc.sim.attention import attention_core, rope
+from calc.sim.context import Ctx
+from calc.sim.graph import OUT, Graph
+from calc.sim.ops import activation, linear
+from calc.sim.symbolic import fixed
+
+LITGPT_CHUNK_TOKENS = 128  # chunked_cross_entropy's chunk_size default (litgpt/utils.py)
+
+
+def litgpt_rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None = None) -> tuple[int, int]:
+    """litgpt.model.RMSNorm: x.float(); mean(x * x); x * rsqrt(. + eps); (x_normed * weight.float()).to(dtype).
+    The product runs in fp32 and keeps the fp32 normalised tensor and the weight's fp32 copy (a copy only when
+    the weight is 16-bit); its weight gradient needs one full-size fp32 product. Returns (output, bytes per
+    element: the input's dtype)."""
+    t = c.tokens if tokens is None else tokens
+    w = c.spec.hidden_size
+    n = t * w
+    xf = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm x.float()")
+    sq = g.op(4 * n, ins=(xf,), saves=(xf,), name="norm x * x")
+    mean = g.op(4 * t, ins=(sq,), name="norm mean")
+    eps = g.op(4 * t, ins=(mean,), name="norm + eps")
+    rs = g.op(4 * t, ins=(eps,), saves=(OUT,), name="norm rsqrt")
+    normed = g.op(4 * n, ins=(xf, rs), saves=(xf, rs), name="norm x * rsqrt")
+    wb = c.weight_elem_bytes
+    if c.frozen_base:  # LoRA: a frozen weight's copy is kept for the normalised tensor's gradient
+        wf = g.op(4 * w if wb != 4 else 0, grad=False, name="norm weight.float()")
+        y32 = g.op(4 * n, ins=(normed, wf), saves=(wf,), grad_ins=(normed,), name="norm * weight")
+    elif wb == 4:  # weight.float() is the weight itself
+        y32 = g.op(4 * n, ins=(normed,), saves=(normed,), pgrad=4 * w, ws_bwd=4 * n, name="norm * weight")
+    else:
+        wf = g.op(4 * w, pgrad=wb * w, name="norm weight.float()")
+        y32 = g.op(4 * n, ins=(normed, wf), saves=(normed, wf), ws_bwd=4 * n, name="norm * weight")
+    if x_bytes == 4:
+        return y32, 4
+    return g.op(x_bytes * n, ins=(y32,), name="norm .to(dtype)"), x_bytes
+
+
+def _litgpt_rope(g: Graph, x: int, width: int, c: Ctx) -> tuple[int, int]:
+    """apply_rope (x * cos + cat(-x2, x1) * sin, promoted to the rope cache's dtype, then .to(x.dtype)) and
+    CausalSelfAttention's torch.cat((x_roped, x[..., rope_n_elem:])), which copies even when the pass-through
+    part is empty. Returns (the roped local, the concatenated tensor)."""
+    t, a = c.tokens, c.act_elem_bytes
+    roped = rope(g, x, width, c)
+    if c.rope_elem_bytes != a:
+        roped = g.op(a * t * width, ins=(roped,), name="rope .to(x.dtype)")
+    return roped, g.op(a * t * width, ins=(roped,), name="cat(roped, pass-through)")
+
+
+def litgpt_qkv(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
+    """The fused qkv Linear; with LoRA on q, k and v, litgpt.lora.LoRAQKVLinear: pretrained = linear(x);
+    after_A = F.linear(x, lora_A) (3r wide, keeps x); conv1d of its transposed view with lora_B (groups=3 when
+    every head has its own K/V, else one conv1d per chunk of r channels and a cat; each keeps its input); the
+    transposed result * scaling; pretrained + lora (zero_pad adds nothing when q, k and v all have adapters)."""
+    s = c.spec
+    t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
+    widths = (s.q_width, s.kv_width, s.kv_width)
+    out = sum(widths)
+    base = linear(g, y, h, out, c, bias=s.qkv_bias, name="qkv", x_bytes=y_bytes)
+    if not (c.lora_rank and {"q", "k", "v"} <= c.lora_targets):
+        return base
+    r, ad = c.lora_rank, c.adapter_bytes
+    after_a = g.op(a * t * 3 * r, ins=(y,), saves=(y,), pgrad=ad * 3 * r * h, name="qkv lora_A")
+    if s.num_heads == s.num_kv_heads:
+        lora = g.op(a * t * out, ins=(after_a,), saves=(after_a,), pgrad=ad * out * r, name="qkv lora_B conv1d")
+    else:
+        parts = tuple(g.op(a * t * w, ins=(after_a,), saves=(after_a,), pgrad=ad * w * r, name="qkv lora_B conv1d")
+                      for w in widths)
+        lora = g.op(a * t * out, ins=parts, name="cat(conv1d outputs)")
+    scaled = g.op(a * t * out, ins=(lora,), name="qkv lora * scaling")
+    return g.op(a * t * out, ins=(base, scaled), name="qkv + lora")
+
+
+def litgpt_attention(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
+    """CausalSelfAttention.forward: one fused qkv Linear split into views; RoPE on q and k; with grouped-query
+    attention k and v repeat_interleave'd to every query head (new tensors, which SDPA saves); SDPA with
+    is_causal and no mask; y.transpose(1, 2).reshape(B, T, C); proj. Its locals (qkv, q_roped, k_roped, q and
+    the repeated k, v) stay referenced until it returns."""
+    s = c.spec
+    t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
+    qw, kvw = s.q_width, s.kv_width
+    qkv = litgpt_qkv(g, y, y_bytes, c)
+    q_roped, q = _litgpt_rope(g, qkv, qw, c)
+    k_roped, k = _litgpt_rope(g, qkv, kvw, c)
+    v = qkv
+    if s.num_heads != s.num_kv_heads:
+        k = g.op(a * t * qw, ins=(k,), name="k.repeat_interleave")
+        v = g.op(a * t * qw, ins=(qkv,), name="v.repeat_interleave")
+    # q is the cat's contiguous (B, nh, T, hs) tensor: the CPU kernel's output follows it (then reshape copies)
+    o = attention_core(g, q, k, v, c, a, eager=False, groups=1, mask=False, q_bshd=False, v_bytes=a)
+    out = linear(g, o, qw, h, c, bias=False, name="o", x_bytes=a)
+    g.keep(qkv, q_roped, k_roped, q, k, v)
+    return out
+
+
+def litgpt_mlp(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
+    """LLaMAMLP.forward: x_fc_1 = fc_1(x); x_fc_2 = fc_2(x); silu(x_fc_1) * x_fc_2; proj (the two
+    projections before the activation, as LitGPT orders them)."""
+    s = c.spec
+    t, h, i, a = c.tokens, s.hidden_size, s.intermediate_size, c.act_elem_bytes
+    fc1 = linear(g, y, h, i, c, bias=s.mlp_bias, name="gate", x_bytes=y_bytes)
+    fc2 = linear(g, y, h, i, c, bias=s.mlp_bias, name="up", x_bytes=y_bytes)
+    act = activation(g, fc1, t * i, a * t * i, "silu", c)
+    prod = g.op(a * t * i, ins=(act, fc2), saves=(act, fc2), name="silu * fc_2")
+    return linear(g, prod, i, h, c, bias=s.mlp_bias, name="down", x_bytes=a)
+
+
+def litgpt_layer(c: Ctx) -> Graph:
+    """Block.forward (parallel_residual False): x + attn(norm_1(x)), then + mlp(norm_2(.)). The block's
+    locals x_normed and attention_output, and the loop's x, stay referenced until it returns."""
+    h, r = c.spec.hidden_size, c.residual_elem_bytes
+    t = c.tokens
+    g = Graph(input_bytes=r * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
+    y, yb = litgpt_rms_norm(g, 0, r, c)
+    att = litgpt_attention(g, y, yb, c)
+    mid = g.op(max(r, c.act_elem_bytes) * t * h, ins=(att, 0), name="residual add")
+    y2, yb2 = litgpt_rms_norm(g, mid, r, c)
+    g.keep(y)  # x_normed is rebound only by norm_2's result
+    m = litgpt_mlp(g, y2, yb2, c)
+    g.op(r * t * h, ins=(m, mid), name="residual add")
+    g.keep(0, att, y2)
+    return g
+
+
+def litgpt_param_numels(spec: ModelSpec) -> tuple[int, ...]:
+    """Elements of GPT's parameters in `named_parameters()` order: lm_head, wte, then each Block (norm_1, qkv
+    weight and bias, proj, norm_2, fc_1, fc_2, proj), ln_f (litgpt/model.py registers lm_head first)."""
+    h, v, i = spec.hidden_size, spec.vocab_size, spec.intermediate_size
+    qkv = spec.q_width + 2 * spec.kv_width
+    layer = (h, h * qkv, *((qkv,) if spec.qkv_bias else ()), spec.q_width * h, h, h * i, h * i, i * h)
+    return (v * h, v * h, *layer * spec.num_layers, h)
+
+
+def litgpt_chunk_rows(rows: int, chunk: int) -> tuple[int, ...]:
+    """Tensor.split(chunk) of `rows` rows: full chunks, the last one shorter."""
+    return (chunk,) * (rows // chunk) + ((rows % chunk,) if rows % chunk else ())
+
+
+def litgpt_chunked_cross_entropy(g: Graph, flat: int, targets: int, chunk_rows: tuple[int, ...], vocab: int,
+                                 logits_bytes: int, view_bytes: int) -> int:
+    """litgpt.utils.chunked_cross_entropy over `flat`, rows x vocab logits of `logits_bytes` per element, split
+    into chunks of `chunk_rows` rows (views): per chunk cross_entropy(reduction="none") = log_softmax (keeps its
+    output) and nll_loss; then cat(losses).sum() / the count of unmasked targets.
+    Backward runs the chunks from the last: each nll_loss makes its chunk's dense gradient, log_softmax's
+    backward another; every chunk's input gradient waits in the split's input buffer until the split's backward
+    concatenates them into one rows x vocab gradient (alive beside them). `view_bytes`: the part of that
+    gradient `flat`'s own size does not stand for (flat a view, 0 bytes in forward)."""
+    e = logits_bytes
+    rows = sum(chunk_rows)
+    grad_rows = rows * vocab * e
+    split = g.op(0, ins=(flat,), ws_bwd=grad_rows + view_bytes, name="logits.split (views)")
+    losses, waiting = [], grad_rows
+    for r in chunk_rows:
+        waiting -= r * vocab * e
+        lsm = g.op(e * r * vocab, ins=(split,), saves=(OUT,), ws_bwd=waiting + r * vocab * e, name="log_softmax")
+        losses.append(g.op(e * r, ins=(lsm, targets), saves=(targets,), grad_ins=(lsm,), ws_bwd=waiting,
+                           name="nll_loss"))
+    loss = _loss_mean(g, losses, rows, targets, e)
+    g.keep(flat)  # the chunks (views of it) are the function's locals until it returns
+    return loss
+
+
+def litgpt_logits_bytes(c: Ctx) -> int:
+    """The fp32 logits fit's `logits` keeps (Lightning's convert_output casts the model output to the default
+    dtype): alive through backward and the step until the next forward returns."""
+    return 4 * c.tokens * c.spec.vocab_size
+
+
+def litgpt_batch_bytes(batch: int, seq: int) -> int:
+    """The batch finetune/full.py feeds the step: input_ids and labels, two int64 B x S tensors."""
+    return 2 * 8 * batch * seq
+
+
+def litgpt_rope_cache_bytes(c: Ctx) -> int:
+    """GPT's RoPE cache buffers cos and sin (max_seq_length x rope_n_elem each, set to the data's longest
+    sequence by finetune/full.py), in the weights' dtype: Fabric converts buffers with the module under
+    bf16-true, bf16-mixed keeps them fp32."""
+    return 2 * c.seq * c.spec.rotary_dim * c.weight_elem_bytes
+
+
+def litgpt_resident_bytes(c: Ctx) -> int:
+    """What the step keeps beside the model states throughout: the batch and the RoPE cache."""
+    return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c)
+
+
+def litgpt_lora_head_block(c: Ctx) -> Graph:
+    """finetune/lora.py's head: ln_f; model(input_ids, lm_head_chunk_size=128) runs the frozen lm_head on
+    x.split(128, dim=1) views; Fabric's convert_output casts every chunk to fp32 (the 16-bit list and the
+    previous step's logits alive until it returns); `logits[-1] = logits[-1][..., :-1, :]`; chunked_cross_entropy
+    of the list: per chunk reshape(-1, V) (a view, but a copy of the shortened last chunk when B > 1), the
+    targets split the same way (reshape copies when B > 1), cross_entropy(reduction="none"). Backward runs
+    every chunk's loss first (their fp32 input gradients wait for the casts' backward), then each cast back to
+    16 bits, then the lm_head chunks, whose input gradients wait in the split's buffer. With B = 1 the last
+    chunk's gradient is counted at its whole width (one vocabulary row more)."""
+    s = c.spec
+    b, seq, h, v, a = c.batch, c.seq, s.hidden_size, s.vocab_size, c.act_elem_bytes
+    g = Graph(input_bytes=c.residual_elem_bytes * c.tokens * h, round_to=512 if c.cuda else 1)
+    previous = g.op(litgpt_logits_bytes(c), grad=False, name="previous step's logits")
+    y, _ = litgpt_rms_norm(g, 0, c.residual_elem_bytes, c)
+    widths = fixed(litgpt_chunk_rows, seq, c.loss_chunks or LITGPT_CHUNK_TOKENS)
+    waiting = a * b * seq * h  # the lm_head chunks' input gradients, filled from the last chunk
+    split = g.op(0, ins=(y,), ws_bwd=waiting, name="x.split(128, dim=1) (views)")
+    heads = []
+    for w in widths:
+        heads.append(g.op(a * b * w * v, ins=(split,), grad_ins=(), ws_bwd=waiting, name="lm_head chunk"))
+        waiting -= a * b * w * h
+    f32 = [g.op(4 * b * w * v, ins=(x,), name="chunk.float()") for x, w in zip(heads, widths, strict=True)]
+    g.keep(previous, *heads)  # convert_output's list is built whole before `logits` is rebound
+    rows = [b * w for w in widths[:-1]] + [b * (widths[-1] - 1)]
+    inputs = list(f32)
+    last = rows[-1] * v * 4
+    if b > 1 and rows[-1]:
+        sliced = g.op(0, ins=(f32[-1],), ws_bwd=last, name="logits[-1][..., :-1, :] (view)")
+        inputs[-1] = g.op(last, ins=(sliced,), name="last chunk reshape(-1, V)")
+    targets = [g.op(8 * r if b > 1 else 0, grad=False, name="target chunk reshape(-1)") for r in rows]
+    losses = []
+    for x, tg, r in zip(inputs, targets, rows, strict=True):
+        if not r:
+            continue
+        lsm = g.op(4 * r * v, ins=(x,), saves=(OUT,), name="log_softmax")
+        losses.append(g.op(4 * r, ins=(lsm, tg), saves=(tg,), grad_ins=(lsm,), name="nll_loss"))
+    loss = _loss_mean(g, losses, sum(rows), targets[0])
+    g.keep(inputs[-1], *f32)  # the chunks' list (the last one's copy) until the function returns; `logits` kept
+    g.output = loss
+    return g
+
+
+def _loss_mean(g: Graph, losses: list[int], rows: int, targets: int, e: int = 4) -> int:
+    """torch.cat(loss_chunks).sum() / non_masked_elems.maximum(ones_like(non_masked_elems)), the losses in `e`
+    bytes per element."""
+    cat = g.op(e * rows, ins=tuple(losses), name="cat(loss_chunks)")
+    total = g.op(e, ins=(cat,), name="sum")
+    mask = g.op(rows, ins=(targets,), grad=False, name="targets != ignore_index")
+    count = g.op(8, ins=(mask,), grad=False, name="non_masked_elems")
+    return g.op(e, ins=(total, count), grad_ins=(total,), name="loss / non_masked_elems")
+
+
+def litgpt_head_block(c: Ctx) -> Graph:
+    """ln_f, lm_head over the whole sequence (full.py calls model(input_ids)), the logits cast to fp32 while the
+    previous step's fp32 logits are still bound (freed when the forward returns), then
+    chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:]): the slice is a view, reshape(-1, V) copies it
+    when B > 1 (and the targets' likewise), the chunks are views of it. Backward: the split's concatenated
+    gradient, slice_backward's zero-filled B x S x V gradient, the cast back to the lm_head's dtype."""
+    if c.lora_rank:
+        return litgpt_lora_head_block(c)
+    s = c.spec
+    t, h, v, a = c.tokens, s.hidden_size, s.vocab_size, c.act_elem_bytes
+    b, seq = c.batch, c.seq
+    g = Graph(input_bytes=c.residual_elem_bytes * t * h, round_to=512 if c.cuda else 1)
+    previous = g.op(litgpt_logits_bytes(c), grad=False, name="previous step's logits")
+    y, yb = litgpt_rms_norm(g, 0, c.residual_elem_bytes, c)
+    logits = linear(g, y, h, v, c, name="lm_head", x_bytes=yb)
+    f32 = logits if a == 4 else g.op(4 * t * v, ins=(logits, previous), grad_ins=(logits,), name="logits.float()")
+    rows = b * (seq - 1)
+    copied = b > 1  # (B, S-1, V) of a (B, S, V) tensor is no view of (B(S-1), V) unless B == 1
+    grad_bytes = 4 * rows * v
+    sliced = g.op(0, ins=(f32,), ws_bwd=grad_bytes, name="logits[..., :-1, :] (view)")
+    flat = g.op(grad_bytes if copied else 0, ins=(sliced,), ws_bwd=0 if copied else grad_bytes,
+                name="reshape(-1, V)")
+    targets = g.op(8 * rows if copied else 0, grad=False, name="targets[..., 1:].reshape(-1)")
+    chunks = fixed(litgpt_chunk_rows, rows, c.loss_chunks or LITGPT_CHUNK_TOKENS)
+    loss = litgpt_chunked_cross_entropy(g, flat, targets, chunks, v, 4, 0 if copied else grad_bytes)
+    g.keep(f32)  # fit's `logits`: counted from here on as held (calc.memory.activations.HeldOutputs)
+    g.output = loss
+    return g
