@@ -26,6 +26,8 @@ OPTIMIZER_LABELS = {
     Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
     Optimizer.sgd_momentum: N_("SGD + momentum"), Optimizer.adafactor: "Adafactor",
     Optimizer.adamw_8bit: "AdamW 8-bit (bitsandbytes)",
+    Optimizer.paged_adamw: N_("paged AdamW (bitsandbytes, states in CUDA managed memory)"),
+    Optimizer.paged_adamw_8bit: N_("paged AdamW 8-bit (bitsandbytes)"),
 }
 IMPL_LABELS = {
     OptimizerImpl.foreach: N_("foreach (PyTorch default on CUDA)"),
@@ -51,11 +53,15 @@ ZERO_LABELS = {
 }
 MODE_LABELS = {Mode.train: N_("train"), Mode.inference: N_("inference")}
 CROSS_ENTROPY_LABELS = {"standard": N_("standard (full logits)"),
-                        "liger-fused": N_("Liger fused linear cross-entropy (modelled from source)")}
+                        "liger-fused": N_("Liger fused linear cross-entropy (modelled from source)"),
+                        "chunked": N_("chunked (the framework's own: logits and loss in chunks)")}
+FRAMEWORK_LABELS = {"transformers": N_("Hugging Face transformers (Trainer)"), "torchtune": "torchtune",
+                    "litgpt": "LitGPT", "torchtitan": "torchtitan"}
 KEEP_OUTPUTS_LABEL = N_("my loop keeps the model outputs (outputs = model(...))")
 EXPERT_PARALLEL_LABEL = N_("Split the experts over this many GPUs (expert parallel)")
 LORA_TARGET_LABELS = {"all-linear": N_("all linear layers"), "attention": N_("attention projections only")}
-LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "int8": "int8 (LLM.int8)", "nf4": N_("nf4 4-bit (QLoRA)")}
+LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "fp16": "fp16 (LoRA)", "int8": "int8 (LLM.int8)",
+                    "nf4": N_("nf4 4-bit (QLoRA)"), "fp4": N_("fp4 4-bit (bitsandbytes)")}
 MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
 HW_KIND_LABELS = {"gpu": N_("GPU preset"), "cluster": N_("Cluster preset"), "custom": N_("Custom memory")}
 COMPARE_KIND_LABELS = {"cluster": N_("Cluster"), "gpu": N_("GPU x count")}

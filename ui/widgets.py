@@ -22,11 +22,15 @@ from calc.contract.errors import UserError
 from calc.contract.i18n import N_, T_
 from calc.contract.presets import resolve_model
 from calc.contract.scenario import (
+    FRAMEWORK_DEFAULTS,
+    FRAMEWORKS,
     Checkpointing,
     Mode,
     Offload,
     Precision,
     Scenario,
+    TrainingConfig,
+    unmodelled_values,
 )
 from calc.contract.units import GiB, MiB
 from ui import compute, fmt, state
@@ -36,6 +40,7 @@ from ui.labels import (  # noqa: F401 - pages import some of them from here
     COMPARE_KIND_LABELS,
     CROSS_ENTROPY_LABELS,
     EXPERT_PARALLEL_LABEL,
+    FRAMEWORK_LABELS,
     HW_KIND_LABELS,
     IMPL_LABELS,
     KEEP_OUTPUTS_LABEL,
@@ -66,6 +71,7 @@ MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
 
 # Sidebar sections; a validation message goes to the first section whose keywords it mentions.
 SECTIONS: dict[str, tuple[str, ...]] = {
+    "framework": ("framework",),
     "model": ("model preset", "config", "model_type", "family", "vocab", "hidden_size", "attention heads"),
     "hardware": ("gpu preset", "cluster preset", "memory_bytes", "cpu_ram"),
     "lora": ("lora", "quantized", "base weights", "int8/nf4"),
@@ -184,6 +190,9 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_ep": t.expert_parallel,
         "sc_keep": t.keep_outputs,
         "sc_ce": t.cross_entropy,
+        "sc_ce_chunks": t.cross_entropy_chunks or 0,
+        "sc_framework": t.framework,
+        "sc_opt_bwd": t.optimizer_in_backward,
         "sc_lora": lora is not None,
         "sc_lora_rank": lora.rank if lora else 16,
         "sc_lora_targets": lora.targets if lora else "all-linear",
@@ -324,6 +333,8 @@ def scenario_sidebar() -> Scenario | None:
         mode = _radio(_("Mode"), MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
     training = mode == Mode.train.value
     hardware = _hardware_expander(slots)
+    if training:
+        _framework_expander(tc, slots)
     _batch_expander(tc, training, slots)
     _precision_expander(tc, training, slots)
     _savers_expander(tc, training, slots)
@@ -346,6 +357,60 @@ def _hardware_expander(slots: dict[str, Any]) -> dict[str, Any]:
         hardware["nvme_bytes"] = round(nvme * GiB) or None
         slots["hardware"] = st.empty()
     return hardware
+
+
+# the widgets that show the fields a framework's recipes set (FRAMEWORK_DEFAULTS)
+FRAMEWORK_WIDGET_KEYS = ("sc_precision", "sc_optimizer", "sc_impl", "sc_ckpt", "sc_every", "sc_ce", "sc_ce_chunks",
+                         "sc_zero", "sc_sharding", "sc_runner0", "sc_opt_bwd")
+
+
+def offered_frameworks() -> list[str]:
+    """The frameworks whose model code and loop the calculator models (the others are refused by the scenario)."""
+    refused = unmodelled_values().get("framework", ())
+    return [f for f in FRAMEWORKS if f not in refused]
+
+
+def framework_defaults_text(framework: str) -> str:
+    """What choosing `framework` sets, in the scenario's own field names and values (FRAMEWORK_DEFAULTS)."""
+    pairs = ", ".join(f"{k} = {v}" for k, v in FRAMEWORK_DEFAULTS[framework].items())
+    if not pairs:
+        return _("Its recipe defaults are the calculator's own.")
+    return _("Choosing it sets its recipes' defaults: {pairs}. Change any of them below.").format(pairs=pairs)
+
+
+def _apply_framework_defaults() -> None:
+    """A newly chosen framework brings its recipes' defaults (FRAMEWORK_DEFAULTS) into the widgets; the fields another
+    framework set go back to the scenario's defaults. Other choices (model, batch, LoRA) are kept."""
+    ss = st.session_state
+    framework = ss.get("sc_framework", "transformers")
+    current = state.get_scenario()
+    recipe_fields = {k for defaults in FRAMEWORK_DEFAULTS.values() for k in defaults}
+    data = {k: v for k, v in current.training.model_dump(mode="json").items() if k not in recipe_fields}
+    data["framework"] = framework
+    for k in recipe_fields - set(FRAMEWORK_DEFAULTS[framework]):
+        default = TrainingConfig.model_fields[k].default
+        data[k] = getattr(default, "value", default)
+    try:
+        training = TrainingConfig.model_validate(data)
+    except (ValidationError, ValueError):
+        return  # the sidebar shows why under the section when the page runs
+    shown = _widget_values(Scenario.model_construct(model=current.model, hardware=current.hardware,
+                                                    mode=current.mode, training=training,
+                                                    inference=current.inference))
+    for key in FRAMEWORK_WIDGET_KEYS:
+        ss[key] = shown[key]
+
+
+def _framework_expander(tc: dict[str, Any], slots: dict[str, Any]) -> None:
+    """The Training framework section: whose model code and loop the tensors come from, first of the training
+    setup, since it brings its recipes' defaults."""
+    with st.sidebar.expander(_("Training framework"), expanded=True, icon=":material/deployed_code:"):
+        labels = {f: FRAMEWORK_LABELS[f] for f in offered_frameworks()}
+        tc["framework"] = _select(_("Framework"), labels, "sc_framework", on_change=_apply_framework_defaults,
+                                  help=_("Whose model code and training loop run: the memory of the same model "
+                                         "differs between frameworks (their attention, loss and defaults)."))
+        st.caption(framework_defaults_text(tc["framework"]))
+        slots["framework"] = st.empty()
 
 
 def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
@@ -373,6 +438,11 @@ def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any
         if training:
             tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer")
             tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
+            tc["optimizer_in_backward"] = bool(st.checkbox(
+                _("Step the optimizer inside backward"), key="sc_opt_bwd",
+                help=_("torchtune's optimizer_in_bwd: each parameter is updated as soon as its gradient is ready "
+                       "and the gradient is freed at once, so the gradients never all exist together. One GPU, "
+                       "no gradient accumulation.")))
         slots["precision"] = st.empty()
 
 
@@ -389,7 +459,13 @@ def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) 
                 _("Loss kernel"), CROSS_ENTROPY_LABELS, "sc_ce",
                 help=_("Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
                        "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
-                       "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU."))
+                       "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU. "
+                       "Chunked: the framework's own chunked loss (LitGPT's chunked_cross_entropy)."))
+            tc["cross_entropy_chunks"] = None
+            if tc["cross_entropy"] == "chunked":
+                chunks = int(st.number_input(_("Loss chunk size (tokens per chunk; 0 = the framework's own)"), 0,
+                                             65536, step=32, key="sc_ce_chunks"))
+                tc["cross_entropy_chunks"] = chunks or None
         tc["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, "sc_zero")
         if tc["zero_stage"] in (2, 3):
             tc["sharding"] = _select(_("Sharded by"), SHARDING_LABELS, "sc_sharding",
