@@ -108,7 +108,18 @@ MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Fac
 
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
-FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {"transformers": {}, "torchtune": {}, "litgpt": {}, "torchtitan": {}}
+FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformers": {},
+    # torchtune 0.6.1's single-device recipes (recipes/full_finetune_single_device.py, lora_finetune_single_device.py)
+    # and their configs (recipes/configs/llama3_2/*, qwen2_5/*): `dtype: bf16` builds the model in bf16
+    # (training.get_dtype, set_default_dtype) and torch.optim.AdamW keeps its states in the parameters' dtype, so
+    # everything is bf16; no autocast, no master copies. torch.optim.AdamW without foreach / fused: PyTorch's
+    # default on CUDA, foreach. enable_activation_checkpointing: cfg.get(..., False). The loss of every config:
+    # CEWithChunkedOutputLoss (8 output chunks). One device, plain PyTorch (no DeepSpeed).
+    "torchtune": {"precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach",
+                  "activation_checkpointing": "none", "cross_entropy": "chunked", "sharding": "torch"},
+    "litgpt": {}, "torchtitan": {},
+}
 
 
 class LoraConfig(BaseModel):
@@ -230,6 +241,11 @@ class TrainingConfig(BaseModel):
         _refuse_unmodelled(self)
         if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
             raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
+        if self.cross_entropy == "chunked" and self.framework == "transformers":
+            raise UserError(T_("cross_entropy chunked is a torchtune / LitGPT loss; transformers computes the loss "
+                               "on the whole logits (choose standard or liger-fused)"))
+        if self.framework == "torchtune":
+            _torchtune_supported(self)
         if self.optimizer_in_backward and self.gradient_accumulation_steps > 1:
             raise UserError(T_("optimizer_in_backward steps in the gradient hooks, so it cannot accumulate "
                                "gradients: use gradient_accumulation_steps 1"))
@@ -263,12 +279,30 @@ class TrainingConfig(BaseModel):
         return self
 
 
+def _torchtune_supported(t: TrainingConfig) -> None:
+    """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
+    no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed, full fine-tuning."""
+    if t.precision not in (Precision.bf16, Precision.fp32):
+        raise UserError(T_("framework torchtune builds the model in its dtype (bf16 or fp32): choose precision "
+                           "bf16 or fp32"))
+    if t.attention != Attention.sdpa:
+        raise UserError(T_("framework torchtune runs attention through SDPA: choose attention sdpa"))
+    if t.activation_checkpointing == Checkpointing.selective:
+        raise UserError(T_("framework torchtune: choose activation_checkpointing none or full (whole layers)"))
+    if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
+        raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
+                           "without tensor or pipeline parallelism"))
+    if t.lora is not None:
+        raise UserError(T_("framework torchtune is modelled for full fine-tuning; LoRA is not modelled yet"))
+    if t.cross_entropy == "liger-fused":
+        raise UserError(T_("framework torchtune computes its own loss: choose cross_entropy chunked or standard"))
+
+
 # Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
 # a mechanism that lands removes its line).
 _UNMODELLED: tuple[tuple[str, Any], ...] = (
-    ("framework", "torchtune"), ("framework", "litgpt"), ("framework", "torchtitan"),
+    ("framework", "litgpt"), ("framework", "torchtitan"),
     ("compile", True), ("optimizer_in_backward", True), ("activation_offload", True),
-    ("cross_entropy", "chunked"),
     ("optimizer", Optimizer.paged_adamw), ("optimizer", Optimizer.paged_adamw_8bit),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
@@ -424,6 +458,8 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
+        if t.framework == "torchtune" and gpus > 1:
+            raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

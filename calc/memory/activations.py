@@ -18,6 +18,7 @@ from calc.contract.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
 from calc.contract.scenario import Attention, Checkpointing, Mode, Precision, Scenario
 from calc.memory.repeats import identical_layers, layers_repeat, of_kinds, per_layer, prefix_sums
 from calc.memory.states import adapter_bytes, param_count
+from calc.sim.frameworks.torchtune import TORCHTUNE_OUTPUT_CHUNKS, torchtune_head_block
 from calc.sim.graph import BlockProfile, Graph
 from calc.sim.layers import (
     Ctx,
@@ -50,13 +51,23 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                   tp=t.tensor_parallel, sp=t.sequence_parallel, ep=t.expert_parallel,
                   cast_expert_inputs=fsdp and t.precision.is_mixed and t.expert_parallel > 1,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
-                  train=sc.mode == Mode.train)
+                  train=sc.mode == Mode.train, framework=t.framework, output_chunks=output_chunks(sc))
     if lora is None:
         return Ctx(weight_elem_bytes=precision.weight_bytes_per_param(p), act_elem_bytes=precision.activation_bytes(p),
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)
     return Ctx(weight_elem_bytes=2, act_elem_bytes=2, residual_elem_bytes=2, amp=False, lora_rank=lora.rank,
                lora_targets=sc.spec.lora_target_names(lora.targets), frozen_base=True,
                adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, **common)
+
+
+def output_chunks(sc: Scenario) -> int:
+    """torchtune's output projection chunks (TransformerDecoder.set_num_output_chunks, which the recipes call with
+    the chunked loss's num_output_chunks): cross_entropy_chunks, null = torchtune's 8; 0 where the projection
+    runs whole."""
+    t = sc.training
+    if t.framework != "torchtune" or t.cross_entropy != "chunked":
+        return 0
+    return t.cross_entropy_chunks or TORCHTUNE_OUTPUT_CHUNKS
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
@@ -98,7 +109,7 @@ def block_profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
                    replay: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
     """(decoder layer, embedding, LM head + loss) profiles; `fused_ce`: Liger's fused linear cross-entropy head;
     `replay`: simulate the graphs again instead of evaluating their recordings (the reference path)."""
-    head = liger_head_block if fused_ce else head_block
+    head = torchtune_head_block if ctx.framework == "torchtune" else liger_head_block if fused_ce else head_block
     return (layer_profile(ctx, eager, replay), block_profile(embedding_block, ctx, replay=replay),
             block_profile(head, ctx, replay=replay))
 
@@ -164,6 +175,8 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S
     in the model dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
     s = ctx.spec
+    if ctx.framework == "torchtune":  # the RoPE cache is a model buffer (calc.memory.states); SDPA runs is_causal
+        return 0, 0
     rope = 0
     if s.rope_complex:  # DeepSeek-V2: one complex64 freqs_cis (1, S, rotary_dim / 2)
         rope = 4 * ctx.seq * s.rotary_dim
@@ -186,7 +199,9 @@ def checkpoint_kept_bytes(ctx: Ctx, mask: int, ckpt: Checkpointing) -> int:
     recomputed in backward: the arguments of every checkpointed call, among them the attention
     mask(s) and the (1, S) int64 position_ids (torch.utils.checkpoint keeps the call's args for the
     recompute; transformers passes them as keyword arguments). Without checkpointing they are freed
-    when the decoder stack returns."""
+    when the decoder stack returns. torchtune's layers take no mask and no positions in training (None)."""
+    if ctx.framework == "torchtune":
+        return 0
     return mask + 8 * ctx.seq if ckpt in (Checkpointing.full, Checkpointing.selective) else 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from calc.contract.model_spec import GEMMA_FAMILIES
 from calc.sim.attention import gpt2_attention, llama_attention, neox_attention
 from calc.sim.context import Ctx
+from calc.sim.frameworks.torchtune import torchtune_layer
 from calc.sim.graph import OUT, Graph
 from calc.sim.mlp import gated_mlp, plain_mlp
 from calc.sim.moe import llama4_moe, moe_mlp
@@ -25,6 +26,8 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     before attention and the MLP and a reduce-scatter after them connect to the tensor-parallel
     parts (Korthikanti et al. 2022, arXiv 2205.05198, section 4.2.2)."""
     fam = c.spec.family
+    if c.framework == "torchtune":
+        return torchtune_layer(c)
     if fam == "gpt2":
         return _gpt2_layer(c, eager)
     if fam == "gpt_neox":

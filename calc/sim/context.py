@@ -37,6 +37,8 @@ class Ctx:
     use_cache: bool = True  # HF builds a DynamicCache in training unless gradient checkpointing is on
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
+    framework: str = "transformers"  # whose model code the blocks are (calc.sim.frameworks): transformers, torchtune
+    output_chunks: int = 0  # torchtune: the output projection in this many chunks of the sequence (0: whole)
 
     @property
     def tokens(self) -> int:

@@ -1,0 +1,1 @@
+"""Measurement entry points for other frameworks than transformers (each framework's own model code and recipe step)."""

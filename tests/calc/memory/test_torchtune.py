@@ -1,0 +1,125 @@
+"""training.framework torchtune: the engine against torchtune's own step measured on the CPU
+(data/measured_torchtune.jsonl, measure/frameworks/torchtune_run.py), the chunks of its output projection, the
+recipes' defaults and what the framework refuses."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from calc.contract.record import load_records
+from calc.contract.scenario import FRAMEWORK_DEFAULTS, Scenario
+from calc.memory.activations import block_context
+from calc.memory.estimate import estimate
+from calc.sim.frameworks.torchtune import output_chunk_lengths, torchtune_head_block, torchtune_layer
+from calc.sim.profiles import block_profile
+
+RECORDS = load_records(Path(__file__).parents[3] / "data" / "measured_torchtune.jsonl")
+SMALL = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 256, "intermediate_size": 688,
+         "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 4096}
+
+
+def _tt(model=None, **training) -> Scenario:
+    return Scenario.model_validate({"model": model or SMALL, "training": {"framework": "torchtune",
+                                                                          "seq_len": 1024, **training}})
+
+
+def _error(rec) -> float:
+    return (estimate(rec.run_scenario(), target="cpu").peak_allocated_bytes - rec.peak_allocated_bytes) \
+        / rec.peak_allocated_bytes
+
+
+def test_records_cover_the_torchtune_step():
+    kinds = {(r.scenario.training.activation_checkpointing.value, r.scenario.training.cross_entropy,
+              r.scenario.training.precision.value) for r in RECORDS}
+    assert all(r.scenario.training.framework == "torchtune" for r in RECORDS)
+    assert {("none", "chunked", "bf16"), ("full", "chunked", "bf16"), ("none", "standard", "bf16"),
+            ("none", "chunked", "fp32")} <= kinds
+
+
+def test_engine_matches_torchtune_within_half_a_percent_median_and_two_worst():
+    errors = [abs(_error(r)) for r in RECORDS]
+    assert statistics.median(errors) <= 0.005
+    assert max(errors) <= 0.02
+
+
+@pytest.mark.parametrize("rec", RECORDS, ids=[r.name for r in RECORDS])
+def test_each_phase_within_two_percent(rec):
+    tl = estimate(rec.run_scenario(), target="cpu").timeline
+    predicted: dict[str, int] = {}
+    for i, phase in enumerate(tl.phases):
+        phase = "forward" if phase == "loss" else phase
+        predicted[phase] = max(predicted.get(phase, 0), tl.total(i))
+    for phase in ("forward", "backward", "optimizer"):
+        measured = getattr(rec.phase_peaks_bytes, phase)
+        assert abs(predicted[phase] - measured) <= 0.02 * measured, phase
+
+
+@given(seq=st.integers(1, 5000), chunks=st.integers(1, 64))
+def test_output_chunks_follow_torch_chunk(seq, chunks):
+    lengths = output_chunk_lengths(seq, chunks)
+    size = -(-seq // chunks)
+    assert sum(lengths) == seq
+    assert len(lengths) <= chunks
+    assert all(n == size for n in lengths[:-1])
+    assert 0 < lengths[-1] <= size
+
+
+def test_more_output_chunks_lower_the_loss_peak():
+    """Each chunk is upcast to fp32 on its own: the loss's transient shrinks with the chunk."""
+    peaks = [block_profile(torchtune_head_block, block_context(_tt(cross_entropy_chunks=n), "cpu")).fwd_peak
+             for n in (1, 2, 8, 32)]
+    assert peaks == sorted(peaks, reverse=True)
+    assert len(set(peaks)) == len(peaks)
+
+
+def test_grouped_kv_is_expanded_to_every_head_before_sdpa():
+    """MultiHeadAttention copies grouped K / V to all heads and SDPA saves the copies: for Llama 3.2 3B at 2 x 4096,
+    1.75 GiB over its 28 layers beyond K / V at their own 8 heads."""
+    ctx = block_context(_tt("llama-3.2-3b", micro_batch_size=2, seq_len=4096), "cpu")
+    g = torchtune_layer(ctx)
+    ops = {op.name: op for op in g.ops}
+    sdpa = ops["sdpa"]
+    copies = [ops[f"{x} expanded to all heads"].out for x in "kv"]
+    assert all(c in sdpa.saves for c in copies)
+    spec = ctx.spec
+    beyond = sum(g.sizes[c] for c in copies) - 2 * 2 * ctx.tokens * spec.kv_width
+    assert spec.num_layers * beyond == 1.75 * 2**30
+
+
+def test_torchtune_defaults_are_the_recipes():
+    dumped = _tt().training.model_dump(mode="json")
+    assert {k: dumped[k] for k in FRAMEWORK_DEFAULTS["torchtune"]} == FRAMEWORK_DEFAULTS["torchtune"]
+    t = _tt().training
+    assert (t.precision.value, t.cross_entropy, t.cross_entropy_chunks) == ("bf16", "chunked", None)
+    assert _tt(precision="fp32").training.precision.value == "fp32"  # a field given is kept
+
+
+def test_chunked_needs_a_framework_that_chunks():
+    with pytest.raises(ValueError, match="chunked"):
+        Scenario.model_validate({"model": SMALL, "training": {"cross_entropy": "chunked"}})
+
+
+@pytest.mark.parametrize("training", [{"precision": "amp-bf16"}, {"attention": "eager"},
+                                      {"activation_checkpointing": "selective"}, {"sharding": "deepspeed"},
+                                      {"lora": {"rank": 8}}, {"cross_entropy": "liger-fused"}])
+def test_what_torchtune_does_not_run_is_refused(training):
+    with pytest.raises(ValueError, match="torchtune"):
+        _tt(**training)
+
+
+def test_torchtune_is_one_device():
+    with pytest.raises(ValueError, match="torchtune"):
+        Scenario.model_validate({"model": SMALL, "hardware": {"num_gpus": 2},
+                                 "training": {"framework": "torchtune"}})
+
+
+def test_rope_cache_buffer_is_in_the_weights():
+    """One shared fp32 cache of max_seq_len x head_dim (+ theta), whatever the model's dtype."""
+    plain = estimate(_tt(), "cpu").breakdown.parameters
+    longer = estimate(_tt({**SMALL, "max_position_embeddings": 8192}), "cpu").breakdown.parameters
+    assert longer - plain == 4 * 4096 * 32
