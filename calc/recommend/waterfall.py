@@ -61,6 +61,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     offload steps are left out (FSDP2 shards gradients with the weights, and its offload is not modelled)."""
     a = assumptions or SpeedAssumptions()
     t = sc.training
+    if t.framework != "transformers":  # its steps (eager, *-mixed, ZeRO, offload, peft LoRA) are HF / DeepSpeed's
+        return []
     hwc = sc.resolved_hardware()
     gpu = gpu_presets().get(hwc.gpu) if hwc.gpu else None
     mem = hwc.memory_bytes or (gpu.memory_bytes if gpu else None)
