@@ -59,6 +59,11 @@ SET_METHODS: dict[str, str] = {
         "Mixture-of-experts models (Qwen3-MoE, Mixtral, DeepSeek-V3, GLM-4.5 shapes) under FSDP2 on 2-8 ranks "
         "of a fake process group, with and without transformers' expert parallelism, rank 0 measured; each "
         "batch measured as a check on the engine as it then stood."),
+    "measured_torchtune.jsonl": (
+        "torchtune 0.6.1 itself: small Llama 3 / 3.1 / 3.2 and Qwen2 decoders from torchtune's component builders "
+        "on the CPU with real tensors, three steps of its single-device full fine-tuning recipe's loop (chunked or "
+        "whole cross-entropy, with and without activation checkpointing, bf16 and fp32), counted by MemTracker "
+        "(`python -m measure.frameworks.torchtune_run`)."),
     "measured_deepspeed.jsonl": (
         "DeepSpeed itself: the scenario's exported `ds_config.json` and model builder run by "
         "`deepspeed.initialize` on DeepSpeed's CPU accelerator, 1-4 ranks started by torchrun over gloo, rank 0 "

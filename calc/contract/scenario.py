@@ -279,6 +279,10 @@ class TrainingConfig(BaseModel):
         return self
 
 
+# the families whose torchtune builders the engine models (torchtune.models.llama3 / llama3_1 / llama3_2, qwen2)
+TORCHTUNE_FAMILIES = ("llama", "qwen2")
+
+
 def _torchtune_supported(t: TrainingConfig) -> None:
     """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
     no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed, full fine-tuning."""
@@ -458,12 +462,24 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
-        if t.framework == "torchtune" and gpus > 1:
-            raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
+        if t.framework == "torchtune":
+            self._torchtune_builds(gpus)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
         return self
+
+    def _torchtune_builds(self, gpus: int) -> None:
+        """torchtune's builders make Llama 3 and Qwen2 decoders with head_dim = hidden / heads (and Llama without
+        biases); its single-device recipes run on one GPU."""
+        spec = self.spec
+        if gpus > 1:
+            raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
+        plain = spec.head_dim * spec.num_heads == spec.hidden_size and not spec.mlp_bias and not spec.o_bias
+        if spec.family not in TORCHTUNE_FAMILIES or not plain or (spec.family == "llama" and spec.qkv_bias):
+            raise UserError(T_("framework torchtune is modelled for its Llama 3 and Qwen2 builders (head_dim = "
+                               "hidden_size / heads, no MLP or output bias); this {family} model is not one of them",
+                               family=spec.family))
 
     def _expert_parallel_fits(self, gpus: int) -> None:
         """expert_parallel splits a MoE model's routed experts evenly over ranks of one training job."""

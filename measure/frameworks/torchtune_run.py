@@ -42,8 +42,8 @@ IGNORE_INDEX = -100  # CEWithChunkedOutputLoss / CrossEntropyLoss default
 
 def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, dict[str, Any]]:
     """The torchtune component builder of the scenario's model and its arguments (the one place a model is
-    mapped to torchtune): llama -> torchtune.models.llama3_2 (llama3_1 when the embeddings are not tied;
-    llama3 without rope_scaling), qwen2 -> torchtune.models.qwen2."""
+    mapped to torchtune): llama with tied embeddings -> torchtune.models.llama3_2, untied -> llama3_1 (with
+    rope_scaling) or llama3; qwen2 -> torchtune.models.qwen2."""
     s = sc.spec
     if s.hidden_size != s.num_heads * s.head_dim:
         raise UnsupportedError("torchtune's builders take head_dim = embed_dim / num_heads")
@@ -54,15 +54,15 @@ def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, d
     if "rope_theta" in cfg:  # the memory does not depend on it; the builders' own default otherwise
         args["rope_base"] = cfg["rope_theta"]
     if s.family == "llama":
+        # the scaled and the plain RoPE keep the same tensors: the scale factor only changes the cache's values
         scaling = (cfg.get("rope_scaling") or {}).get("factor")
-        if scaling is None:
-            if s.tie_word_embeddings:
-                raise UnsupportedError("torchtune's llama3 builder has no tied embeddings")
-            return "torchtune.models.llama3._component_builders.llama3", args
+        scale = {} if scaling is None else {"scale_factor": scaling}
         if s.tie_word_embeddings:
-            return "torchtune.models.llama3_2._component_builders.llama3_2", {
-                **args, "scale_factor": scaling, "tie_word_embeddings": True}
-        return "torchtune.models.llama3_1._component_builders.llama3_1", {**args, "scale_factor": scaling}
+            return "torchtune.models.llama3_2._component_builders.llama3_2", {**args, **scale,
+                                                                              "tie_word_embeddings": True}
+        if scaling is None:
+            return "torchtune.models.llama3._component_builders.llama3", args
+        return "torchtune.models.llama3_1._component_builders.llama3_1", {**args, **scale}
     if s.family == "qwen2":
         return "torchtune.models.qwen2._component_builders.qwen2", {**args, "tie_word_embeddings": s.tie_word_embeddings}
     raise UnsupportedError(f"framework torchtune: no torchtune builder for the {s.family} family here")
@@ -236,6 +236,10 @@ TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tt-llama3-mha-bf16-sgd": (_LLAMA3, {"optimizer": "sgd-momentum"}),
     "tt-llama3-mha-fp32-chunked8": (_LLAMA3, {"precision": "fp32", "micro_batch_size": 1}),
     "tt-llama3.2-tied-fp32-ckpt": (_LLAMA32, {"precision": "fp32", "activation_checkpointing": "full"}),
+    "tt-qwen2-tied-bf16-chunked8": (_QWEN2, {}),
+    "tt-qwen2-bf16-ckpt-b1": (_QWEN2 | {"tie_word_embeddings": False, "num_hidden_layers": 3},
+                              {"activation_checkpointing": "full", "micro_batch_size": 1, "seq_len": 192}),
+    "tt-qwen2-fp32-standard-loss": (_QWEN2, {"precision": "fp32", "cross_entropy": "standard"}),
 }
 
 

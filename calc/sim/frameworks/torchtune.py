@@ -10,8 +10,9 @@ CPU with torchtune itself (data/measured_torchtune.jsonl):
   tensor (so also in fp32, measured).
 - RoPE (modules/position_embeddings.py, models/llama3_1/_position_embeddings.py) rotates an fp32 copy of q and k
   interleaved, through four half-size products, their sum and difference and a stack; the products multiply
-  by the cache, which needs no gradient, so nothing of the block is saved. The cache is a buffer of the model
-  (`rope_cache_bytes`), not a per-step tensor.
+  by the cache, which needs no gradient, so nothing of the block is saved. Qwen2's RoPE (models/qwen2) is
+  transformers' rotate_half in the model's dtype on 16-bit copies of cos and sin. The cache is a buffer of the
+  model (`rope_cache_bytes`), not a per-step tensor.
 - MultiHeadAttention (modules/attention.py) expands grouped K / V to every head (`expand(...).flatten(1, 2)`
   copies them) before SDPA, which saves the copies; no KV cache in training, no mask (is_causal).
 - TransformerSelfAttentionLayer keeps `attn_out` in a local until it returns.
@@ -89,6 +90,21 @@ def torchtune_rope(g: Graph, x: int, elems: int, c: Ctx) -> int:
     return out
 
 
+def qwen2_rope(g: Graph, x: int, elems: int, c: Ctx) -> int:
+    """Qwen2RotaryPositionalEmbeddings.forward (models/qwen2/_positional_embeddings.py): cos and sin sliced from
+    the fp32 cache and cast to x's dtype (a (1, S, 1, head_dim) copy each per call, saved by the products; in fp32
+    views of the buffer); rotated = cat(-x2, x1); x * cos + rotated * sin, in x's dtype."""
+    a = c.act_elem_bytes
+    trig: tuple[int, ...] = ()
+    if a != 4:
+        trig = tuple(g.op(a * c.seq * c.spec.head_dim, grad=False, name=f"rope {f}.to(x.dtype)") for f in ("cos", "sin"))
+    neg = g.op(a * elems // 2, ins=(x,), name="rope -x2")
+    rotated = g.op(a * elems, ins=(neg, x), name="rope cat(-x2, x1)")
+    by_cos = g.op(a * elems, ins=(x, *trig[:1]), saves=trig[:1], grad_ins=(x,), name="rope x * cos")
+    by_sin = g.op(a * elems, ins=(rotated, *trig[1:]), saves=trig[1:], grad_ins=(rotated,), name="rope rotated * sin")
+    return g.op(a * elems, ins=(by_cos, by_sin), name="rope add")
+
+
 def torchtune_attention(g: Graph, y: int, c: Ctx) -> int:
     """MultiHeadAttention.forward(x, y) in training: q_proj, RoPE on q; k_proj, v_proj, RoPE on k; grouped K / V
     expanded to all heads (`unsqueeze(2).expand(...).flatten(1, 2)` copies them); SDPA with is_causal (no mask,
@@ -97,10 +113,11 @@ def torchtune_attention(g: Graph, y: int, c: Ctx) -> int:
     s = c.spec
     t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
     qw, kvw = s.q_width, s.kv_width
-    q = torchtune_rope(g, linear(g, y, h, qw, c, bias=s.qkv_bias, name="q"), t * qw, c)
+    rope = qwen2_rope if s.family == "qwen2" else torchtune_rope
+    q = rope(g, linear(g, y, h, qw, c, bias=s.qkv_bias, name="q"), t * qw, c)
     k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
     v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
-    k = torchtune_rope(g, k, t * kvw, c)
+    k = rope(g, k, t * kvw, c)
     if s.num_heads != s.num_kv_heads:
         k = g.op(a * t * qw, ins=(k,), name="k expanded to all heads")
         v = g.op(a * t * qw, ins=(v,), name="v expanded to all heads")
@@ -202,7 +219,9 @@ def chunked_cross_entropy(g: Graph, logits: list[int], tokens: list, vocab: int,
 # ---- model-level buffers ---------------------------------------------------------------------------------------------
 
 def rope_cache_bytes(spec: ModelSpec) -> int:
-    """The RoPE module's buffers, one module shared by every layer: `cache` (max_seq_len, head_dim / 2, 2) and
-    `theta` (head_dim / 2), both fp32 whatever the model's dtype (RotaryPositionalEmbeddings.rope_init /
-    Llama3ScaledRoPE.rope_init build them from an fp32 arange)."""
-    return 4 * spec.max_position_embeddings * spec.head_dim + 2 * spec.head_dim
+    """The RoPE module's buffers, one module shared by every layer, fp32 whatever the model's dtype (rope_init
+    builds them from an fp32 arange): `theta` (head_dim / 2) and `cache`, (max_seq_len, head_dim / 2, 2) for
+    Llama 3 (RotaryPositionalEmbeddings, Llama3ScaledRoPE), (max_seq_len, 2 x head_dim) for Qwen2 (cos and sin
+    of the doubled frequencies side by side)."""
+    cache_per_position = 2 * spec.head_dim if spec.family == "qwen2" else spec.head_dim
+    return 4 * spec.max_position_embeddings * cache_per_position + 2 * spec.head_dim
