@@ -18,7 +18,9 @@ transformers reference loop (measure/runner.py), and the record is built the sam
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,11 +28,10 @@ from torch import nn
 
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Checkpointing, Mode, Precision, Scenario
-from measure.runner import _optimizer_state_bytes, _peak_phase, measure_depths, memtracker_fields, unique_storage_bytes
+from measure.runner import measure_depths, memtracker_fields, unique_storage_bytes
 from measure.trackers import PhaseMemTracker
 from measure.workload import (
     UnsupportedError,
-    Workload,
     default_dtype,
     hf_config_dict,
     make_optimizer,
@@ -175,28 +176,72 @@ class TorchtuneStep:
 
 def _measure_torchtune_once(sc: Scenario, device: str, steps: int, num_layers: int | None) -> dict[str, Any]:
     gc.collect()
+    if device == "fake":  # nothing allocated: the same step on fake tensors, counted the same way
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with _unscaled_rope_frequencies(), FakeTensorMode():
+            return _measure_torchtune_on(sc, steps, num_layers)
+    return _measure_torchtune_on(sc, steps, num_layers)
+
+
+@contextlib.contextmanager
+def _unscaled_rope_frequencies() -> Iterator[None]:
+    """Llama3ScaledRoPE.apply_scaling compares each frequency with Python `if`s, which fake tensors cannot answer;
+    under fake the frequencies are left unscaled: the same shapes and dtypes, so the same bytes."""
+    from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
+
+    original = Llama3ScaledRoPE.apply_scaling
+    Llama3ScaledRoPE.apply_scaling = lambda self, freqs, *args, **kwargs: freqs  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Llama3ScaledRoPE.apply_scaling = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _no_module_grad_hooks() -> Iterator[None]:
+    """MemTracker's ModTracker puts a multi-grad hook on each module's inputs and outputs; such a hook holds the
+    gradients it has seen until every tensor of its group has one, which no run without the tracker does. With
+    torchtune's chunked output that keeps one more chunk's logits gradient alive where the output weight's
+    gradients are summed (measured: with the hooks the backward peak is that chunk's bytes higher, without them
+    it is the tensors the step itself keeps). The hooks only attribute bytes to modules, so they are left out."""
+    import torch.distributed._tools.mod_tracker as mod_tracker
+
+    class _NoHook:
+        def remove(self) -> None:
+            pass
+
+    original = mod_tracker.register_multi_grad_hook
+    mod_tracker.register_multi_grad_hook = lambda *args, **kwargs: _NoHook()
+    try:
+        yield
+    finally:
+        mod_tracker.register_multi_grad_hook = original
+
+
+def _measure_torchtune_on(sc: Scenario, steps: int, num_layers: int | None) -> dict[str, Any]:
     step = TorchtuneStep(sc, num_layers)
     mt = PhaseMemTracker()
     mt.track_external(step.model, step.tokens, step.ignore_labels_cache)
     out: dict[str, Any] = {}
-    with mt:
+    with _no_module_grad_hooks(), mt:
         out["weights_bytes"] = unique_storage_bytes(list(step.model.parameters()) + list(step.model.buffers()))
         out["initial_allocated_bytes"] = mt.current_total()
         for _ in range(steps):
             step.train_step(mt)
             mt.step_done()
     out.update(memtracker_fields(mt))
-    out["peak_allocated_bytes"] = mt.phase_peak[_peak_phase(mt.phase_peak)]
-    w = Workload(sc, torch.device("cpu"), step.model, step.tokens, precision_plan(sc.training.precision),
-                 optimizer=step.optimizer)
-    out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
+    out["peak_allocated_bytes"] = max(mt.phase_peak.values())
+    states = [v for state in step.optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    out["optimizer_state_bytes"] = unique_storage_bytes(states)
     out["num_params"] = sum(p.numel() for p in step.model.parameters())
     out["trainable_params"] = sum(p.numel() for p in step.params)
     out["notes"] = ["peak = MemTracker's live tensor bytes (no 512-byte rounding, no allocator cache, no "
                     "kernel-internal workspaces); CPU kernels",
                     "torchtune 0.6.1 TransformerDecoder from its component builder; the single-device full "
-                    "fine-tuning recipe's step; inputs: the tokens and the recipe's ignore_labels_cache"]
-    del step, w
+                    "fine-tuning recipe's step; inputs: the tokens and the recipe's ignore_labels_cache",
+                    "MemTracker without ModTracker's module gradient hooks (they hold gradients no plain run keeps)"]
+    del step
     gc.collect()
     return out
 
@@ -204,8 +249,8 @@ def _measure_torchtune_once(sc: Scenario, device: str, steps: int, num_layers: i
 def measure_torchtune(sc: Scenario, device: str, steps: int = 3, name: str | None = None,
                       num_layers: int | None = None, extrapolate_layers: bool = False) -> MeasurementRecord:
     """Measure a torchtune scenario on the CPU (measure.entry.measure dispatches here)."""
-    if device != "cpu":
-        raise UnsupportedError("framework torchtune is measured with --device cpu")
+    if device not in ("cpu", "fake"):
+        raise UnsupportedError("framework torchtune is measured with --device cpu or fake")
     check_torchtune(sc)
     return measure_depths(_measure_torchtune_once, sc, device, steps, name, num_layers, extrapolate_layers)
 
@@ -243,7 +288,19 @@ TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
+# full-size presets under FakeTensorMode: name -> (preset, training fields beyond the framework)
+TORCHTUNE_FAKE_SUITE: dict[str, tuple[str, dict[str, Any]]] = {
+    "tt-fake-llama-3.2-1b-bf16-s2048": ("llama-3.2-1b", {"micro_batch_size": 1, "seq_len": 2048}),
+    "tt-fake-llama-3.2-3b-bf16-2x4096-ckpt": ("llama-3.2-3b", {"micro_batch_size": 2, "seq_len": 4096,
+                                                               "activation_checkpointing": "full"}),
+    "tt-fake-qwen2.5-0.5b-bf16-4x1024": ("qwen2.5-0.5b", {"micro_batch_size": 4, "seq_len": 1024}),
+}
+
+
 def suite_scenario(name: str) -> Scenario:
+    if name in TORCHTUNE_FAKE_SUITE:
+        preset, training = TORCHTUNE_FAKE_SUITE[name]
+        return Scenario.model_validate({"model": preset, "training": {"framework": "torchtune", **training}})
     model, training = TORCHTUNE_SUITE[name]
     return Scenario.model_validate({"model": model, "training": {**_BASE, **training}})
 
@@ -256,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", help="append each record as one JSON line to this file")
     ap.add_argument("--only", nargs="*", help="suite entries to run (default: all)")
     args = ap.parse_args(argv)
-    for name in args.only or TORCHTUNE_SUITE:
-        line = measure_torchtune(suite_scenario(name), "cpu", steps=3, name=name).to_json_line()
+    for name in args.only or [*TORCHTUNE_SUITE, *TORCHTUNE_FAKE_SUITE]:
+        device = "fake" if name in TORCHTUNE_FAKE_SUITE else "cpu"
+        line = measure_torchtune(suite_scenario(name), device, steps=3, name=name).to_json_line()
         print(line[:160], flush=True)
         if args.output:
             with open(args.output, "a") as f:

@@ -181,17 +181,21 @@ def torchtune_head_block(c: Ctx) -> Graph:
 def chunked_output(g: Graph, y: int, tokens: list, h: int, v: int, pgrad: int, copies: bool, c: Ctx) -> list[int]:
     """The output projection on each chunk of the normalised hidden state `y` (`tokens`: tokens per chunk), in
     order; returns the chunks' logits (compute dtype). `copies`: each chunk is a strided view that the linear's
-    reshape copies (saved instead of y). The weight is one parameter read by every chunk: the last chunk's
-    gradient, computed first in backward, starts its .grad; each earlier chunk's is added out of place in
-    autograd's input buffer (the buffer, the new gradient and their sum alive at once). Only the last chunk
-    passes the input gradient on (the chunk's backward concatenates the chunk gradients)."""
+    reshape copies (saved instead of y). The weight is one parameter read by every chunk through its transpose,
+    taken before the chunk's matmul (F.linear's `weight.t()`), so in backward a chunk's weight gradient reaches
+    the weight after the matmul's node has run and released the chunk's logits gradient: the last chunk's,
+    computed first, starts its .grad; each earlier chunk's is added out of place in autograd's input buffer (the
+    buffer, the new gradient and their sum alive at once). Only the last chunk passes the input gradient on (the
+    chunk's backward concatenates the chunk gradients)."""
     a = c.act_elem_bytes
     out = []
     for k, tk in enumerate(tokens):
         last = k == len(tokens) - 1
+        wt = (g.op(0, pgrad=pgrad if last else 0, ws_bwd=0 if last else 2 * pgrad, name=f"output weight.t() {k}"),) \
+            if pgrad else ()
         x = g.op(a * tk * h, ins=(y,), grad_ins=(y,) if last else (), name="chunk contiguous copy") if copies else y
-        out.append(g.op(a * tk * v, ins=(x,), saves=(x,), grad_ins=(x,) if copies or last else (),
-                        pgrad=pgrad if last else 0, ws_bwd=0 if last else 2 * pgrad, name=f"output chunk {k}"))
+        out.append(g.op(a * tk * v, ins=(x, *wt), saves=(x,), grad_ins=((x,) if copies or last else ()) + wt,
+                        name=f"output chunk {k}"))
     g.keep(y)  # unembed's local h
     return out
 

@@ -123,3 +123,16 @@ def test_rope_cache_buffer_is_in_the_weights():
     plain = estimate(_tt(), "cpu").breakdown.parameters
     longer = estimate(_tt({**SMALL, "max_position_embeddings": 8192}), "cpu").breakdown.parameters
     assert longer - plain == 4 * 4096 * 32
+
+
+@pytest.mark.slow
+def test_a_committed_record_reproduces():
+    """The committed set cannot drift from the measuring code: one record measured again (torchtune on the CPU)."""
+    pytest.importorskip("torchtune")
+    from measure.frameworks.torchtune_run import measure_torchtune, suite_scenario
+
+    rec = next(r for r in RECORDS if r.name == "tt-llama3.2-tied-bf16-chunked8")
+    assert rec.scenario == suite_scenario(rec.name)
+    again = measure_torchtune(rec.scenario, "cpu", steps=rec.steps, name=rec.name)
+    assert again.phase_peaks_bytes == rec.phase_peaks_bytes
+    assert again.categories_at_peak_bytes == rec.categories_at_peak_bytes
