@@ -18,7 +18,7 @@ from calc.contract.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
 from calc.contract.scenario import Attention, Checkpointing, Mode, Precision, Scenario
 from calc.memory.repeats import identical_layers, layers_repeat, of_kinds, per_layer, prefix_sums
 from calc.memory.states import adapter_bytes, param_count
-from calc.sim.frameworks.torchtune import TORCHTUNE_OUTPUT_CHUNKS, torchtune_head_block
+from calc.sim.frameworks.torchtune import TORCHTUNE_OUTPUT_CHUNKS, torchtune_embedding_block, torchtune_head_block
 from calc.sim.graph import BlockProfile, Graph
 from calc.sim.layers import (
     Ctx,
@@ -110,7 +110,8 @@ def block_profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
     """(decoder layer, embedding, LM head + loss) profiles; `fused_ce`: Liger's fused linear cross-entropy head;
     `replay`: simulate the graphs again instead of evaluating their recordings (the reference path)."""
     head = torchtune_head_block if ctx.framework == "torchtune" else liger_head_block if fused_ce else head_block
-    return (layer_profile(ctx, eager, replay), block_profile(embedding_block, ctx, replay=replay),
+    embedding = torchtune_embedding_block if ctx.framework == "torchtune" else embedding_block
+    return (layer_profile(ctx, eager, replay), block_profile(embedding, ctx, replay=replay),
             block_profile(head, ctx, replay=replay))
 
 
