@@ -8,13 +8,14 @@ import statistics
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calc.contract.record import load_records
 from calc.contract.scenario import FRAMEWORK_DEFAULTS, Scenario
 from calc.memory.activations import block_context
-from calc.memory.estimate import estimate
+from calc.memory.estimate import clear_memo, estimate, reference_estimate
+from calc.sim import profiles
 from calc.sim.frameworks.torchtune import output_chunk_lengths, torchtune_head_block, torchtune_layer
 from calc.sim.profiles import block_profile
 
@@ -136,3 +137,18 @@ def test_a_committed_record_reproduces():
     again = measure_torchtune(rec.scenario, "cpu", steps=rec.steps, name=rec.name)
     assert again.phase_peaks_bytes == rec.phase_peaks_bytes
     assert again.categories_at_peak_bytes == rec.categories_at_peak_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 6), seq=st.integers(1, 3000), chunks=st.sampled_from([None, 1, 3, 8, 16]),
+       ckpt=st.sampled_from(["none", "full"]), model=st.sampled_from(["llama-3.2-1b", "qwen2.5-0.5b", "llama-3.1-8b"]))
+def test_recorded_torchtune_blocks_equal_a_replay_of_each_shape(batch, seq, chunks, ckpt, model):
+    """The chunk sizes are no polynomial of the sequence (torch.chunk's ceil): a recording serves only the shapes
+    with the same chunks, and every estimate equals the one that simulates each block again."""
+    sc = _tt(model, micro_batch_size=batch, seq_len=seq, cross_entropy_chunks=chunks, activation_checkpointing=ckpt)
+    clear_memo()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profiles, "RECORD_AT", 1)
+        fast, slow = estimate(sc, "cpu"), reference_estimate(sc, "cpu")
+    assert fast.peak_allocated_bytes == slow.peak_allocated_bytes
+    assert fast.timeline == slow.timeline
