@@ -475,6 +475,9 @@ class Scenario(BaseModel):
         spec = self.spec
         if gpus > 1:
             raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
+        if self.mode != Mode.train:
+            raise UserError(T_("framework torchtune is modelled for training (its fine-tuning recipes); use mode "
+                               "train, or framework transformers for inference"))
         plain = spec.head_dim * spec.num_heads == spec.hidden_size and not spec.mlp_bias and not spec.o_bias
         if spec.family not in TORCHTUNE_FAMILIES or not plain or (spec.family == "llama" and spec.qkv_bias):
             raise UserError(T_("framework torchtune is modelled for its Llama 3 and Qwen2 builders (head_dim = "

@@ -119,6 +119,11 @@ def test_torchtune_is_one_device():
                                  "training": {"framework": "torchtune"}})
 
 
+def test_torchtune_is_training():
+    with pytest.raises(ValueError, match="torchtune"):
+        Scenario.model_validate({"model": SMALL, "mode": "inference", "training": {"framework": "torchtune"}})
+
+
 def test_rope_cache_buffer_is_in_the_weights():
     """One shared fp32 cache of max_seq_len x head_dim (+ theta), whatever the model's dtype."""
     plain = estimate(_tt(), "cpu").breakdown.parameters
