@@ -10,7 +10,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
@@ -105,6 +105,7 @@ BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
+ModuleNames = tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...]  # a list of module names
 
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
@@ -130,13 +131,13 @@ class LoraConfig(BaseModel):
     rank: int = Field(16, ge=1, le=4096, description="adapter rank r")
     alpha: float = Field(32, gt=0, le=MAX_LORA_ALPHA, allow_inf_nan=False,
                          description="scaling numerator; scale = alpha / r")
-    targets: LoraTargetSet | tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+    targets: LoraTargetSet | ModuleNames = Field(
         "all-linear", description="which linear layers get adapters: every one but lm_head (peft's all-linear), "
         "the attention projections, or a list of module names in Hugging Face naming (q_proj, v_proj, lm_head, "
         "c_attn, query_key_value, qkv_proj, ...)")
     dropout: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False,
                            description="lora_dropout: with p > 0 the dropped input is saved for backward")
-    modules_to_save: tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...] = Field(
+    modules_to_save: ModuleNames = Field(
         (), description="modules trained in full beside the adapters (peft keeps the original and a trainable "
         "copy), e.g. lm_head, embed_tokens")
     base_weights: BaseWeights = Field(
@@ -144,6 +145,13 @@ class LoraConfig(BaseModel):
         "(nf4 = QLoRA)")
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
+
+    @field_validator("targets", "modules_to_save", mode="before")
+    @classmethod
+    def _list_of_names(cls, value: Any) -> Any:
+        """A JSON list of names is the tuple: TrainingConfig's before-validator hands strict JSON validation on as
+        Python values, where a strict tuple takes no list (a record's LoRA scenario would not load again)."""
+        return tuple(value) if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _names(self) -> LoraConfig:
@@ -285,7 +293,8 @@ TORCHTUNE_FAMILIES = ("llama", "qwen2")
 
 def _torchtune_supported(t: TrainingConfig) -> None:
     """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
-    no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed, full fine-tuning."""
+    no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed; full fine-tuning, or LoRA on
+    a bf16 model (lora_finetune_single_device)."""
     if t.precision not in (Precision.bf16, Precision.fp32):
         raise UserError(T_("framework torchtune builds the model in its dtype (bf16 or fp32): choose precision "
                            "bf16 or fp32"))
@@ -296,8 +305,9 @@ def _torchtune_supported(t: TrainingConfig) -> None:
     if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
         raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
                            "without tensor or pipeline parallelism"))
-    if t.lora is not None:
-        raise UserError(T_("framework torchtune is modelled for full fine-tuning; LoRA is not modelled yet"))
+    if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
+        raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
+                           "bf16)"))
     if t.cross_entropy == "liger-fused":
         raise UserError(T_("framework torchtune computes its own loss: choose cross_entropy chunked or standard"))
 

@@ -99,8 +99,9 @@ def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
     frozen base, transformers' activation_checkpointing_enable (and peft when the model already
     checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
     checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
-    frozen projections record no autograd node and save nothing."""
-    return not ctx.frozen_base or ckpt == Checkpointing.full
+    frozen projections record no autograd node and save nothing. torchtune sets no such hook (its non-reentrant
+    checkpoint needs none)."""
+    return not ctx.frozen_base or (ckpt == Checkpointing.full and ctx.framework != "torchtune")
 
 
 # ---- block profiles --------------------------------------------------------------------------------------------------

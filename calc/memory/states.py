@@ -304,7 +304,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     weights, persistent, host, nvme = w.weight_bytes, buffers.persistent_bytes, 0, 0
     weights_source = N_("parameter count x bytes per weight (calc.contract.precision)")
     if t.framework == "torchtune":  # torchtune's RoPE cache is a buffer of the model, built once
-        weights += rope_cache_bytes(spec)
+        weights += rope_cache_bytes(spec, lora=t.lora is not None)
         weights_source = N_("parameter count x bytes per weight (calc.contract.precision), and torchtune's RoPE "
                             "cache buffer (max_seq_len x head_dim, fp32)")
     if t.offload_optimizer != Offload.none:

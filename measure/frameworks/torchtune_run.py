@@ -78,11 +78,20 @@ def build_torchtune_model(sc: Scenario, num_layers: int | None) -> nn.Module:
 
     path, args = torchtune_builder_args(sc, num_layers)
     module, name = path.rsplit(".", 1)
-    builder = getattr(importlib.import_module(module), name)
     t = sc.training
+    if t.lora is not None:  # the LoRA builder of the same family (lora_llama3_2, lora_qwen2, ...)
+        name = f"lora_{name}"
+        args = {**args, "lora_attn_modules": ["q_proj", "k_proj", "v_proj", "output_proj"],
+                "apply_lora_to_mlp": t.lora.targets == "all-linear", "lora_rank": t.lora.rank,
+                "lora_alpha": t.lora.alpha}
+    builder = getattr(importlib.import_module(module), name)
     torch.manual_seed(0)
     with default_dtype(precision_plan(t.precision).weights):
         model = builder(**args)
+    if t.lora is not None:  # lora_finetune_single_device: only the adapters train
+        from torchtune.modules.peft import get_adapter_params, set_trainable_params
+
+        set_trainable_params(model, get_adapter_params(model))
     model.train()
     if t.activation_checkpointing == Checkpointing.full:
         set_activation_checkpointing(model, {modules.TransformerSelfAttentionLayer})
@@ -126,8 +135,8 @@ def check_torchtune(sc: Scenario) -> None:
         raise UnsupportedError("framework torchtune: only training is measured")
     if t.precision not in (Precision.bf16, Precision.fp32):
         raise UnsupportedError("framework torchtune: the recipes' dtype is bf16 or fp32")
-    if t.lora is not None:
-        raise UnsupportedError("framework torchtune: LoRA is not measured here")
+    if t.lora is not None and (t.lora.base_weights != "bf16" or t.lora.targets not in ("attention", "all-linear")):
+        raise UnsupportedError("framework torchtune: LoRA on bf16 base weights, attention or all-linear targets")
     if sc.resolved_hardware().num_gpus > 1:
         raise UnsupportedError("framework torchtune: the single-device recipe only")
 
@@ -285,6 +294,11 @@ TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tt-qwen2-bf16-ckpt-b1": (_QWEN2 | {"tie_word_embeddings": False, "num_hidden_layers": 3},
                               {"activation_checkpointing": "full", "micro_batch_size": 1, "seq_len": 192}),
     "tt-qwen2-fp32-standard-loss": (_QWEN2, {"precision": "fp32", "cross_entropy": "standard"}),
+    "tt-llama3.2-tied-lora-attention": (_LLAMA32, {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}}),
+    "tt-llama3.1-lora-all-linear-ckpt": (_LLAMA31, {"lora": {"rank": 16, "alpha": 32, "targets": "all-linear"},
+                                                    "activation_checkpointing": "full"}),
+    "tt-qwen2-lora-all-linear-b1": (_QWEN2, {"lora": {"rank": 8, "alpha": 16, "targets": "all-linear"},
+                                             "micro_batch_size": 1, "seq_len": 160}),
 }
 
 

@@ -67,7 +67,9 @@ def torchtune_rms_norm(g: Graph, x: int, c: Ctx, tokens: int | None = None) -> i
     mean = g.op(4 * t, ins=(sq,), name="norm mean (+eps in place)")
     rs = g.op(4 * t, ins=(mean,), saves=(OUT,), name="norm rsqrt")
     n32 = g.op(4 * n, ins=(xf, rs), saves=(xf, rs), name="norm x * rsqrt")
-    y32 = g.op(4 * n, ins=(n32,), saves=(n32,), pgrad=pgrad, ws_bwd=4 * n, name="norm * scale")
+    # a frozen scale (LoRA) needs no gradient: the product keeps only the scale itself
+    y32 = g.op(4 * n, ins=(n32,), saves=(n32,) if pgrad else (), pgrad=pgrad, ws_bwd=4 * n if pgrad else 0,
+               name="norm * scale")
     return y32 if xb == 4 else g.op(xb * n, ins=(y32,), name="norm .to(x.dtype)")
 
 
@@ -183,7 +185,7 @@ def torchtune_head_block(c: Ctx) -> Graph:
     labels = g.op(8 * t, grad=False, name="labels hstack")
     pgrad = 0 if c.frozen_base else c.weight_elem_bytes * v * h
     if not c.output_chunks:
-        logits = g.op(a * t * v, ins=(y,), saves=(y,), pgrad=pgrad, name="output")
+        logits = g.op(a * t * v, ins=(y,), saves=(y,) if pgrad else (), pgrad=pgrad, name="output")
         f32 = logits if a == 4 else g.op(4 * t * v, ins=(logits,), name="logits.float()")
         g.output = chunked_cross_entropy(g, [f32], [t], v, 4, labels, c)
         return g
@@ -216,8 +218,9 @@ def chunked_output(g: Graph, y: int, tokens: list, h: int, v: int, pgrad: int, c
         wt = (g.op(0, pgrad=pgrad if last else 0, ws_bwd=0 if last else 2 * pgrad, name=f"output weight.t() {k}"),) \
             if pgrad else ()
         x = g.op(a * tk * h, ins=(y,), grad_ins=(y,) if last else (), name="chunk contiguous copy") if copies else y
-        out.append(g.op(a * tk * v, ins=(x, *wt), saves=(x,), grad_ins=((x,) if copies or last else ()) + wt,
-                        name=f"output chunk {k}"))
+        # a frozen output weight (LoRA) keeps no input: its input gradient needs only the weight
+        out.append(g.op(a * tk * v, ins=(x, *wt), saves=(x,) if pgrad else (),
+                        grad_ins=((x,) if copies or last else ()) + wt, name=f"output chunk {k}"))
     g.keep(y)  # unembed's local h
     return out
 
@@ -244,10 +247,12 @@ def chunked_cross_entropy(g: Graph, logits: list[int], tokens: list, vocab: int,
 
 # ---- model-level buffers ---------------------------------------------------------------------------------------------
 
-def rope_cache_bytes(spec: ModelSpec) -> int:
-    """The RoPE module's buffers, one module shared by every layer, fp32 whatever the model's dtype (rope_init
-    builds them from an fp32 arange): `theta` (head_dim / 2) and `cache`, (max_seq_len, head_dim / 2, 2) for
-    Llama 3 (RotaryPositionalEmbeddings, Llama3ScaledRoPE), (max_seq_len, 2 x head_dim) for Qwen2 (cos and sin
-    of the doubled frequencies side by side)."""
+def rope_cache_bytes(spec: ModelSpec, lora: bool = False) -> int:
+    """The RoPE modules' buffers, fp32 whatever the model's dtype (rope_init builds them from an fp32 arange):
+    `theta` (head_dim / 2) and `cache`, (max_seq_len, head_dim / 2, 2) for Llama 3 (RotaryPositionalEmbeddings,
+    Llama3ScaledRoPE), (max_seq_len, 2 x head_dim) for Qwen2 (cos and sin of the doubled frequencies side by
+    side). One module shared by every layer, except in lora_qwen2, whose lora_qwen2_self_attention builds one
+    per layer (models/qwen2/_component_builders.py)."""
     cache_per_position = 2 * spec.head_dim if spec.family == "qwen2" else spec.head_dim
-    return 4 * spec.max_position_embeddings * cache_per_position + 2 * spec.head_dim
+    modules = spec.num_layers if lora and spec.family == "qwen2" else 1
+    return modules * (4 * spec.max_position_embeddings * cache_per_position + 2 * spec.head_dim)

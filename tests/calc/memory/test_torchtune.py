@@ -40,6 +40,8 @@ def test_records_cover_the_torchtune_step():
     assert all(r.scenario.training.framework == "torchtune" for r in RECORDS)
     assert {("none", "chunked", "bf16"), ("full", "chunked", "bf16"), ("none", "standard", "bf16"),
             ("none", "chunked", "fp32")} <= kinds
+    assert {r.scenario.training.lora.targets for r in RECORDS if r.scenario.training.lora} == {"attention", "all-linear"}
+    assert {r.device for r in RECORDS} == {"cpu", "fake"}
 
 
 def test_engine_matches_torchtune_within_half_a_percent_median_and_two_worst():
@@ -49,7 +51,7 @@ def test_engine_matches_torchtune_within_half_a_percent_median_and_two_worst():
 
 
 @pytest.mark.parametrize("rec", RECORDS, ids=[r.name for r in RECORDS])
-def test_each_phase_within_two_percent(rec):
+def test_each_phase_within_half_a_percent(rec):
     tl = estimate(rec.run_scenario(), target="cpu").timeline
     predicted: dict[str, int] = {}
     for i, phase in enumerate(tl.phases):
@@ -57,7 +59,7 @@ def test_each_phase_within_two_percent(rec):
         predicted[phase] = max(predicted.get(phase, 0), tl.total(i))
     for phase in ("forward", "backward", "optimizer"):
         measured = getattr(rec.phase_peaks_bytes, phase)
-        assert abs(predicted[phase] - measured) <= 0.02 * measured, phase
+        assert abs(predicted[phase] - measured) <= 0.005 * measured, phase
 
 
 @given(seq=st.integers(1, 5000), chunks=st.integers(1, 64))
@@ -107,7 +109,8 @@ def test_chunked_needs_a_framework_that_chunks():
 
 @pytest.mark.parametrize("training", [{"precision": "amp-bf16"}, {"attention": "eager"},
                                       {"activation_checkpointing": "selective"}, {"sharding": "deepspeed"},
-                                      {"lora": {"rank": 8}}, {"cross_entropy": "liger-fused"}])
+                                      {"lora": {"rank": 8, "base_weights": "nf4"}}, {"cross_entropy": "liger-fused"},
+                                      {"precision": "fp32", "lora": {"rank": 8}}])
 def test_what_torchtune_does_not_run_is_refused(training):
     with pytest.raises(ValueError, match="torchtune"):
         _tt(**training)
@@ -117,6 +120,12 @@ def test_torchtune_is_one_device():
     with pytest.raises(ValueError, match="torchtune"):
         Scenario.model_validate({"model": SMALL, "hardware": {"num_gpus": 2},
                                  "training": {"framework": "torchtune"}})
+
+
+def test_lora_records_load_again():
+    """A LoRA scenario dumped to JSON (lists of module names) validates again under the records' strict rules."""
+    lora = [r for r in RECORDS if r.scenario.training.lora is not None]
+    assert lora and all(r.scenario.training.lora.modules_to_save == () for r in lora)
 
 
 def test_torchtune_is_training():
