@@ -60,7 +60,7 @@ SET_METHODS: dict[str, str] = {
         "of a fake process group, with and without transformers' expert parallelism, rank 0 measured; each "
         "batch measured as a check on the engine as it then stood."),
     "measured_torchtune.jsonl": (
-        "torchtune 0.6.1 itself: small Llama 3 / 3.1 / 3.2 and Qwen2 decoders from torchtune's component builders "
+        "torchtune 0.6.1 itself: small Llama 3 / 3.1 / 3.2, Qwen2 and Mistral decoders from torchtune's component builders "
         "on the CPU with real tensors, and Llama 3.2 1B / 3B and Qwen2.5 0.5B under FakeTensorMode; three steps of "
         "its single-device full fine-tuning and LoRA recipes' loop (chunked or whole cross-entropy, with and "
         "without activation checkpointing, bf16 and fp32), counted by MemTracker without its module gradient hooks "

@@ -287,8 +287,9 @@ class TrainingConfig(BaseModel):
         return self
 
 
-# the families whose torchtune builders the engine models (torchtune.models.llama3 / llama3_1 / llama3_2, qwen2)
-TORCHTUNE_FAMILIES = ("llama", "qwen2")
+# the families whose torchtune builders the engine models (torchtune.models.llama3 / llama3_1 / llama3_2, qwen2,
+# mistral)
+TORCHTUNE_FAMILIES = ("llama", "qwen2", "mistral")
 
 
 def _torchtune_supported(t: TrainingConfig) -> None:
@@ -480,8 +481,8 @@ class Scenario(BaseModel):
         return self
 
     def _torchtune_builds(self, gpus: int) -> None:
-        """torchtune's builders make Llama 3 and Qwen2 decoders with head_dim = hidden / heads (and Llama without
-        biases); its single-device recipes run on one GPU."""
+        """torchtune's builders make Llama 3, Qwen2 and Mistral decoders with head_dim = hidden / heads (only Qwen2
+        with q / k / v biases); its single-device recipes run on one GPU."""
         spec = self.spec
         if gpus > 1:
             raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
@@ -489,9 +490,9 @@ class Scenario(BaseModel):
             raise UserError(T_("framework torchtune is modelled for training (its fine-tuning recipes); use mode "
                                "train, or framework transformers for inference"))
         plain = spec.head_dim * spec.num_heads == spec.hidden_size and not spec.mlp_bias and not spec.o_bias
-        if spec.family not in TORCHTUNE_FAMILIES or not plain or (spec.family == "llama" and spec.qkv_bias):
-            raise UserError(T_("framework torchtune is modelled for its Llama 3 and Qwen2 builders (head_dim = "
-                               "hidden_size / heads, no MLP or output bias); this {family} model is not one of them",
+        if spec.family not in TORCHTUNE_FAMILIES or not plain or (spec.family != "qwen2" and spec.qkv_bias):
+            raise UserError(T_("framework torchtune is modelled for its Llama 3, Qwen2 and Mistral builders (head_dim "
+                               "= hidden_size / heads, no MLP or output bias); this {family} model is not one of them",
                                family=spec.family))
 
     def _expert_parallel_fits(self, gpus: int) -> None:

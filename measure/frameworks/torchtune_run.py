@@ -44,7 +44,7 @@ IGNORE_INDEX = -100  # CEWithChunkedOutputLoss / CrossEntropyLoss default
 def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, dict[str, Any]]:
     """The torchtune component builder of the scenario's model and its arguments (the one place a model is
     mapped to torchtune): llama with tied embeddings -> torchtune.models.llama3_2, untied -> llama3_1 (with
-    rope_scaling) or llama3; qwen2 -> torchtune.models.qwen2."""
+    rope_scaling) or llama3; qwen2 -> torchtune.models.qwen2; mistral -> torchtune.models.mistral."""
     s = sc.spec
     if s.hidden_size != s.num_heads * s.head_dim:
         raise UnsupportedError("torchtune's builders take head_dim = embed_dim / num_heads")
@@ -66,6 +66,8 @@ def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, d
         return "torchtune.models.llama3_1._component_builders.llama3_1", {**args, **scale}
     if s.family == "qwen2":
         return "torchtune.models.qwen2._component_builders.qwen2", {**args, "tie_word_embeddings": s.tie_word_embeddings}
+    if s.family == "mistral" and not s.tie_word_embeddings:
+        return "torchtune.models.mistral._component_builders.mistral", args
     raise UnsupportedError(f"framework torchtune: no torchtune builder for the {s.family} family here")
 
 
@@ -276,6 +278,9 @@ _LLAMA3 = {k: v for k, v in _LLAMA31.items() if k != "rope_scaling"} | {"num_key
 _QWEN2 = {"model_type": "qwen2", "vocab_size": 2500, "hidden_size": 128, "intermediate_size": 300,
           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
           "tie_word_embeddings": True}
+_MISTRAL = {"model_type": "mistral", "vocab_size": 2200, "hidden_size": 128, "intermediate_size": 320,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "max_position_embeddings": 256,
+            "sliding_window": None}
 _BASE = {"framework": "torchtune", "micro_batch_size": 2, "seq_len": 128}
 
 # name -> (model, training fields beyond _BASE); the framework's defaults fill the rest
@@ -297,6 +302,9 @@ TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "tt-llama3.2-tied-lora-attention": (_LLAMA32, {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}}),
     "tt-llama3.1-lora-all-linear-ckpt": (_LLAMA31, {"lora": {"rank": 16, "alpha": 32, "targets": "all-linear"},
                                                     "activation_checkpointing": "full"}),
+    "tt-mistral-bf16-chunked8": (_MISTRAL, {}),
+    "tt-mistral-lora-attention-ckpt": (_MISTRAL, {"lora": {"rank": 8, "alpha": 16, "targets": "attention"},
+                                                  "activation_checkpointing": "full"}),
     "tt-qwen2-lora-all-linear-b1": (_QWEN2, {"lora": {"rank": 8, "alpha": 16, "targets": "all-linear"},
                                              "micro_batch_size": 1, "seq_len": 160}),
 }

@@ -14,7 +14,7 @@ CPU with torchtune itself (data/measured_torchtune.jsonl):
   transformers' rotate_half in the model's dtype on 16-bit copies of cos and sin. The cache is a buffer of the
   model (`rope_cache_bytes`), not a per-step tensor.
 - MultiHeadAttention (modules/attention.py) expands grouped K / V to every head (`expand(...).flatten(1, 2)`
-  copies them) before SDPA, which saves the copies; no KV cache in training, no mask (is_causal).
+  copies them, but for a single K / V head) before SDPA, which saves the copies; no KV cache in training, no mask (is_causal).
 - TransformerSelfAttentionLayer keeps `attn_out` in a local until it returns.
 - The output projection in chunks of the sequence (TransformerDecoder.chunked_output, `h.chunk(n, dim=1)`):
   with more than one sequence each chunk is non-contiguous and the linear's reshape copies it (the copy is
@@ -33,6 +33,7 @@ from calc.sim.ops import linear
 from calc.sim.symbolic import fixed
 
 TORCHTUNE_OUTPUT_CHUNKS = 8  # CEWithChunkedOutputLoss(num_output_chunks=8), the recipes' loss
+PER_LAYER_ROPE_LORA_FAMILIES = ("qwen2", "mistral")  # their LoRA builders make a RoPE module per layer
 
 
 # ---- the decoder layer -----------------------------------------------------------------------------------------------
@@ -109,7 +110,8 @@ def qwen2_rope(g: Graph, x: int, elems: int, c: Ctx) -> int:
 
 def torchtune_attention(g: Graph, y: int, c: Ctx) -> int:
     """MultiHeadAttention.forward(x, y) in training: q_proj, RoPE on q; k_proj, v_proj, RoPE on k; grouped K / V
-    expanded to all heads (`unsqueeze(2).expand(...).flatten(1, 2)` copies them); SDPA with is_causal (no mask,
+    expanded to all heads (`unsqueeze(2).expand(...).flatten(1, 2)` copies them, unless there is one K / V head,
+    whose flatten is a view; measured); SDPA with is_causal (no mask,
     dropout 0), whose node saves the expanded copies; output_proj. x (= y, the norm output) lives until it returns;
     the unexpanded k and v are rebound and freed (modules/attention.py)."""
     s = c.spec
@@ -120,7 +122,7 @@ def torchtune_attention(g: Graph, y: int, c: Ctx) -> int:
     k = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="k")
     v = linear(g, y, h, kvw, c, bias=s.qkv_bias, name="v")
     k = rope(g, k, t * kvw, c)
-    if s.num_heads != s.num_kv_heads:
+    if s.num_heads != s.num_kv_heads and s.num_kv_heads > 1:  # one K / V head: the flatten is a (stride-0) view
         k = g.op(a * t * qw, ins=(k,), name="k expanded to all heads")
         v = g.op(a * t * qw, ins=(v,), name="v expanded to all heads")
     o = attention_core(g, q, k, v, c, a, eager=False, groups=1, mask=False)
@@ -251,8 +253,10 @@ def rope_cache_bytes(spec: ModelSpec, lora: bool = False) -> int:
     """The RoPE modules' buffers, fp32 whatever the model's dtype (rope_init builds them from an fp32 arange):
     `theta` (head_dim / 2) and `cache`, (max_seq_len, head_dim / 2, 2) for Llama 3 (RotaryPositionalEmbeddings,
     Llama3ScaledRoPE), (max_seq_len, 2 x head_dim) for Qwen2 (cos and sin of the doubled frequencies side by
-    side). One module shared by every layer, except in lora_qwen2, whose lora_qwen2_self_attention builds one
-    per layer (models/qwen2/_component_builders.py)."""
+    side). One module shared by every layer, except in lora_qwen2 and lora_mistral, whose *_self_attention builds
+    one per layer (models/qwen2/_component_builders.py, models/mistral/_component_builders.py). lora_llama3 (Llama
+    3 without rope_scaling) does so too, which is not modelled: the Llama family counts as lora_llama3_1 /
+    lora_llama3_2, which share one (the spec does not say which Llama 3 it is)."""
     cache_per_position = 2 * spec.head_dim if spec.family == "qwen2" else spec.head_dim
-    modules = spec.num_layers if lora and spec.family == "qwen2" else 1
+    modules = spec.num_layers if lora and spec.family in PER_LAYER_ROPE_LORA_FAMILIES else 1
     return modules * (4 * spec.max_position_embeddings * cache_per_position + 2 * spec.head_dim)
