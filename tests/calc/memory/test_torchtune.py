@@ -94,6 +94,14 @@ def test_grouped_kv_is_expanded_to_every_head_before_sdpa():
     assert spec.num_layers * beyond == 1.75 * 2**30
 
 
+def test_a_single_kv_head_is_expanded_by_a_view():
+    """With one K / V head the expand-and-flatten is a stride-0 view: no copies, SDPA saves K / V as they are."""
+    mqa = block_context(_tt({**SMALL, "num_key_value_heads": 1}), "cpu")
+    names = {op.name for op in torchtune_layer(mqa).ops}
+    assert "k expanded to all heads" not in names and "v expanded to all heads" not in names
+    assert "k expanded to all heads" in {op.name for op in torchtune_layer(block_context(_tt(), "cpu")).ops}
+
+
 def test_torchtune_defaults_are_the_recipes():
     dumped = _tt().training.model_dump(mode="json")
     assert {k: dumped[k] for k in FRAMEWORK_DEFAULTS["torchtune"]} == FRAMEWORK_DEFAULTS["torchtune"]
