@@ -12,8 +12,10 @@ torchtune 0.6.1, `_loss_step` and `train`):
     scale_grads(model, 1 / num_tokens); optimizer.step(); optimizer.zero_grad(set_to_none=True)
 
 with activation checkpointing on every TransformerSelfAttentionLayer (training.set_activation_checkpointing) where
-the scenario asks for full checkpointing. MemTracker counts the tensors (measure/trackers.py), as for the
-transformers reference loop (measure/runner.py), and the record is built the same way.
+the scenario asks for full checkpointing; with LoRA the family's lora_* builder and only the adapters trained
+(lora_finetune_single_device.py, the same loop). MemTracker counts the tensors (measure/trackers.py), as for the
+transformers reference loop (measure/runner.py), without ModTracker's module gradient hooks
+(`_no_module_grad_hooks`), and the record is built the same way; --device fake runs it under FakeTensorMode.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, d
 
 
 def build_torchtune_model(sc: Scenario, num_layers: int | None) -> nn.Module:
-    """The model as the recipe builds it: under the recipe's default dtype (training.set_default_dtype), so the
-    RoPE cache buffer is in that dtype too; then activation checkpointing and the output chunks."""
+    """The model as the recipe builds it: under the recipe's default dtype (training.set_default_dtype; the RoPE
+    cache stays fp32), LoRA's builder and only the adapters trainable where the scenario has LoRA; then activation
+    checkpointing and the output chunks."""
     import importlib
 
     from torchtune import modules

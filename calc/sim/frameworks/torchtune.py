@@ -1,5 +1,6 @@
 """torchtune's own model code, written for the autograd simulator (calc.sim.graph): a TransformerDecoder's
-self-attention layer, its chunked output projection and CEWithChunkedOutputLoss (torchtune 0.6.1).
+self-attention layer (Llama 3, Qwen2, Mistral builders; LoRALinear is peft's adapter graph in 16 bits,
+calc.sim.ops.lora_adapter), its embedding, chunked output projection and CEWithChunkedOutputLoss (torchtune 0.6.1).
 
 What differs from the transformers blocks (calc.sim.blocks), each from torchtune's source and measured on the
 CPU with torchtune itself (data/measured_torchtune.jsonl):
