@@ -22,6 +22,11 @@ def measure(scenario: Scenario, device: str, steps: int = 3, name: str | None = 
         from measure.frameworks.litgpt_run import measure_litgpt
 
         return measure_litgpt(scenario, device, steps=steps, name=name, num_layers=num_layers)
+    if scenario.training.framework == "torchtune":
+        from measure.frameworks.torchtune_run import measure_torchtune
+
+        return measure_torchtune(scenario, device, steps=steps, name=name, num_layers=num_layers,
+                                 extrapolate_layers=extrapolate_layers)
     if scenario.resolved_hardware().num_gpus > 1:
         from measure.sharded import measure_sharded
 

@@ -64,6 +64,12 @@ SET_METHODS: dict[str, str] = {
         "fp32 logits kept by the loop, `chunked_cross_entropy`) under Lightning Fabric's bf16-true / bf16-mixed on "
         "the CPU with real tensors, counted by MemTracker (`python -m measure SCENARIO.json --device cpu` with "
         "`training.framework` litgpt); the `heldout-` runs were predicted before they were measured."),
+    "measured_torchtune.jsonl": (
+        "torchtune 0.6.1 itself: small Llama 3 / 3.1 / 3.2, Qwen2 and Mistral decoders from torchtune's component builders "
+        "on the CPU with real tensors, and Llama 3.2 1B / 3B and Qwen2.5 0.5B under FakeTensorMode; three steps of "
+        "its single-device full fine-tuning and LoRA recipes' loop (chunked or whole cross-entropy, with and "
+        "without activation checkpointing, bf16 and fp32), counted by MemTracker without its module gradient hooks "
+        "(`python -m measure.frameworks.torchtune_run`)."),
     "measured_deepspeed.jsonl": (
         "DeepSpeed itself: the scenario's exported `ds_config.json` and model builder run by "
         "`deepspeed.initialize` on DeepSpeed's CPU accelerator, 1-4 ranks started by torchrun over gloo, rank 0 "

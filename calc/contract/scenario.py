@@ -105,6 +105,7 @@ BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
+ModuleNames = tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...]  # a list of module names
 
 
 def _list_as_tuple(value: Any) -> Any:
@@ -119,7 +120,15 @@ ModuleNames = Annotated[tuple[Annotated[str, StringConstraints(pattern=MODULE_NA
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
 FRAMEWORK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "transformers": {}, "torchtune": {}, "torchtitan": {},
+    "transformers": {}, "torchtitan": {},
+    # torchtune 0.6.1's single-device recipes (recipes/full_finetune_single_device.py, lora_finetune_single_device.py)
+    # and their configs (recipes/configs/llama3_2/*, qwen2_5/*): `dtype: bf16` builds the model in bf16
+    # (training.get_dtype, set_default_dtype) and torch.optim.AdamW keeps its states in the parameters' dtype, so
+    # everything is bf16; no autocast, no master copies. torch.optim.AdamW without foreach / fused: PyTorch's
+    # default on CUDA, foreach. enable_activation_checkpointing: cfg.get(..., False). The loss of every config:
+    # CEWithChunkedOutputLoss (8 output chunks). One device, plain PyTorch (no DeepSpeed).
+    "torchtune": {"precision": "bf16", "optimizer": "adamw", "optimizer_impl": "foreach",
+                  "activation_checkpointing": "none", "cross_entropy": "chunked", "sharding": "torch"},
     # litgpt/finetune/full.py and lora.py (litgpt 0.5.13): `precision or get_default_supported_precision(
     # training=True)` is "bf16-mixed" (Lightning's torch.autocast over fp32 weights = amp-bf16; "bf16-true" is
     # our bf16); optimizer "AdamW" = torch.optim.AdamW with torch's defaults (instantiate_torch_optimizer passes
@@ -250,9 +259,11 @@ class TrainingConfig(BaseModel):
         _refuse_unmodelled(self)
         if self.framework == "litgpt":
             _litgpt_training_fits(self)
+        elif self.framework == "torchtune":
+            _torchtune_supported(self)
         elif self.cross_entropy == "chunked":
             raise UserError(T_("cross_entropy chunked is the loss of LitGPT's and torchtune's recipes: choose "
-                               "framework litgpt, or another cross_entropy"))
+                               "framework litgpt or torchtune, or another cross_entropy"))
         if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
             raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
         if self.optimizer_in_backward:
@@ -301,10 +312,36 @@ def _refuse_optimizer_in_backward(t: TrainingConfig) -> None:
                            "amp-bf16"))
 
 
+# the families whose torchtune builders the engine models (torchtune.models.llama3 / llama3_1 / llama3_2, qwen2,
+# mistral)
+TORCHTUNE_FAMILIES = ("llama", "qwen2", "mistral")
+
+
+def _torchtune_supported(t: TrainingConfig) -> None:
+    """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
+    no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed; full fine-tuning, or LoRA on
+    a bf16 model (lora_finetune_single_device)."""
+    if t.precision not in (Precision.bf16, Precision.fp32):
+        raise UserError(T_("framework torchtune builds the model in its dtype (bf16 or fp32): choose precision "
+                           "bf16 or fp32"))
+    if t.attention != Attention.sdpa:
+        raise UserError(T_("framework torchtune runs attention through SDPA: choose attention sdpa"))
+    if t.activation_checkpointing == Checkpointing.selective:
+        raise UserError(T_("framework torchtune: choose activation_checkpointing none or full (whole layers)"))
+    if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
+        raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
+                           "without tensor or pipeline parallelism"))
+    if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
+        raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
+                           "bf16)"))
+    if t.cross_entropy == "liger-fused":
+        raise UserError(T_("framework torchtune computes its own loss: choose cross_entropy chunked or standard"))
+
+
 # Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
 # a mechanism that lands removes its line).
 _UNMODELLED: tuple[tuple[str, Any], ...] = (
-    ("framework", "torchtune"), ("framework", "torchtitan"),
+    ("framework", "torchtitan"),
     ("compile", True), ("activation_offload", True),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
@@ -489,6 +526,8 @@ class Scenario(BaseModel):
                                family=spec.family))
         if t.framework == "litgpt":
             self._litgpt_fits(spec, gpus)
+        if t.framework == "torchtune":
+            self._torchtune_builds(gpus)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
@@ -503,6 +542,21 @@ class Scenario(BaseModel):
         if gpus > 1 or self.mode != Mode.train:
             raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
                                "gradient accumulation"))
+
+    def _torchtune_builds(self, gpus: int) -> None:
+        """torchtune's builders make Llama 3, Qwen2 and Mistral decoders with head_dim = hidden / heads (only Qwen2
+        with q / k / v biases); its single-device recipes run on one GPU."""
+        spec = self.spec
+        if gpus > 1:
+            raise UserError(T_("framework torchtune is modelled for its single-device recipes: use one GPU"))
+        if self.mode != Mode.train:
+            raise UserError(T_("framework torchtune is modelled for training (its fine-tuning recipes); use mode "
+                               "train, or framework transformers for inference"))
+        plain = spec.head_dim * spec.num_heads == spec.hidden_size and not spec.mlp_bias and not spec.o_bias
+        if spec.family not in TORCHTUNE_FAMILIES or not plain or (spec.family != "qwen2" and spec.qkv_bias):
+            raise UserError(T_("framework torchtune is modelled for its Llama 3, Qwen2 and Mistral builders (head_dim "
+                               "= hidden_size / heads, no MLP or output bias); this {family} model is not one of them",
+                               family=spec.family))
 
     def _expert_parallel_fits(self, gpus: int) -> None:
         """expert_parallel splits a MoE model's routed experts evenly over ranks of one training job."""

@@ -19,6 +19,7 @@ from calc.contract.scenario import Attention, Checkpointing, Mode, Precision, Sc
 from calc.memory.repeats import identical_layers, layers_repeat, of_kinds, per_layer, prefix_sums
 from calc.memory.states import adapter_bytes, param_count
 from calc.sim.frameworks.litgpt import litgpt_logits_bytes
+from calc.sim.frameworks.torchtune import TORCHTUNE_OUTPUT_CHUNKS, torchtune_embedding_block, torchtune_head_block
 from calc.sim.graph import BlockProfile, Graph
 from calc.sim.layers import (
     Ctx,
@@ -52,7 +53,7 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                   cast_expert_inputs=fsdp and t.precision.is_mixed and t.expert_parallel > 1,
                   use_cache=t.activation_checkpointing != Checkpointing.full or sc.mode == Mode.inference,
                   train=sc.mode == Mode.train, framework=t.framework,
-                  loss_chunks=t.cross_entropy_chunks)
+                  loss_chunks=t.cross_entropy_chunks, output_chunks=output_chunks(sc))
     if lora is None:
         return Ctx(weight_elem_bytes=precision.weight_bytes_per_param(p), act_elem_bytes=precision.activation_bytes(p),
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)
@@ -60,6 +61,16 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                lora_targets=sc.spec.lora_target_names(lora.targets), frozen_base=True,
                adapter_bytes=adapter_bytes(p, lora.base_weights), adapter_amp=p.is_amp and adapter_bytes(p) == 4,
                quantized_base=lora.base_weights if lora.quantized else "", **common)
+
+
+def output_chunks(sc: Scenario) -> int:
+    """torchtune's output projection chunks (TransformerDecoder.set_num_output_chunks, which the recipes call with
+    the chunked loss's num_output_chunks): cross_entropy_chunks, null = torchtune's 8; 0 where the projection
+    runs whole."""
+    t = sc.training
+    if t.framework != "torchtune" or t.cross_entropy != "chunked":
+        return 0
+    return t.cross_entropy_chunks or TORCHTUNE_OUTPUT_CHUNKS
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
@@ -91,8 +102,9 @@ def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
     frozen base, transformers' activation_checkpointing_enable (and peft when the model already
     checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
     checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
-    frozen projections record no autograd node and save nothing."""
-    return not ctx.frozen_base or ckpt == Checkpointing.full
+    frozen projections record no autograd node and save nothing. torchtune sets no such hook (its non-reentrant
+    checkpoint needs none)."""
+    return not ctx.frozen_base or (ckpt == Checkpointing.full and ctx.framework != "torchtune")
 
 
 # ---- block profiles --------------------------------------------------------------------------------------------------
@@ -101,8 +113,9 @@ def block_profiles(ctx: Ctx, eager: bool, fused_ce: bool = False,
                    replay: bool = False) -> tuple[BlockProfile, BlockProfile, BlockProfile]:
     """(decoder layer, embedding, LM head + loss) profiles; `fused_ce`: Liger's fused linear cross-entropy head;
     `replay`: simulate the graphs again instead of evaluating their recordings (the reference path)."""
-    head = liger_head_block if fused_ce else head_block
-    return (layer_profile(ctx, eager, replay), block_profile(embedding_block, ctx, replay=replay),
+    head = torchtune_head_block if ctx.framework == "torchtune" else liger_head_block if fused_ce else head_block
+    embedding = torchtune_embedding_block if ctx.framework == "torchtune" else embedding_block
+    return (layer_profile(ctx, eager, replay), block_profile(embedding, ctx, replay=replay),
             block_profile(head, ctx, replay=replay))
 
 
@@ -167,7 +180,8 @@ def model_level_bytes(ctx: Ctx, eager: bool) -> tuple[int, int]:
     (1, S) position ids, residual dtype, saved by every layer's RoPE) and the eager float causal mask (B x 1 x S x S
     in the model dtype, freed when the decoder stack returns; transformers masking_utils.eager_mask)."""
     s = ctx.spec
-    if ctx.framework == "litgpt":  # GPT's cos / sin are buffers (litgpt_resident_bytes); SDPA with is_causal
+    if ctx.framework in ("litgpt", "torchtune"):  # the RoPE cos / sin are model buffers (counted with the weights);
+        # SDPA runs is_causal
         return 0, 0
     rope = 0
     if s.rope_complex:  # DeepSeek-V2: one complex64 freqs_cis (1, S, rotary_dim / 2)
@@ -191,7 +205,9 @@ def checkpoint_kept_bytes(ctx: Ctx, mask: int, ckpt: Checkpointing) -> int:
     recomputed in backward: the arguments of every checkpointed call, among them the attention
     mask(s) and the (1, S) int64 position_ids (torch.utils.checkpoint keeps the call's args for the
     recompute; transformers passes them as keyword arguments). Without checkpointing they are freed
-    when the decoder stack returns."""
+    when the decoder stack returns. torchtune's layers take no mask and no positions in training (None)."""
+    if ctx.framework == "torchtune":
+        return 0
     return mask + 8 * ctx.seq if ckpt in (Checkpointing.full, Checkpointing.selective) else 0
 
 

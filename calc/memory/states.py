@@ -18,6 +18,7 @@ from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
 from calc.sim.frameworks.litgpt import litgpt_param_numels
+from calc.sim.frameworks.torchtune import rope_cache_bytes
 
 Target = Literal["cuda", "cpu"]
 Shapes = list[tuple[tuple[int, ...], int]]  # (tensor shape, how many tensors of it)
@@ -370,6 +371,11 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     opt = opt._replace(state_bytes=opt.state_bytes - paged)
     buffers = zero_buffers(sc, w, params_local)
     weights, persistent, host, nvme = w.weight_bytes, buffers.persistent_bytes, 0, 0
+    weights_source = w.source
+    if t.framework == "torchtune":  # torchtune's RoPE cache is a buffer of the model, built once
+        weights += rope_cache_bytes(spec, lora=t.lora is not None)
+        weights_source = N_("parameter count x bytes per weight (calc.contract.precision), and torchtune's RoPE "
+                            "cache buffer (max_seq_len x head_dim, fp32)")
     if t.offload_optimizer != Offload.none:
         off = optimizer_offload(sc, w, opt, shard, target)
         host, nvme, persistent = off.host_bytes, off.nvme_bytes, persistent + off.device_buffer_bytes
@@ -384,7 +390,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         persistent += host
     weights_component = Component(
         key="weights", category="parameters", label=N_("Model weights"), bytes=weights, **w.formula,
-        source=w.source)
+        source=weights_source)
     all_shapes_key = ("local", tp, layers, first, last)
     largest = largest_tensor(spec, all_shapes_key, local_shapes(spec, tp, layers, first, last))
     load = parallel.model_load_host_bytes(params_local, largest, precision.weight_bytes_per_param(p), t.zero_stage)

@@ -62,6 +62,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     steps after backward (optimizer_in_backward off): master weights, ZeRO and offload need every gradient there."""
     a = assumptions or SpeedAssumptions()
     t = sc.training
+    if t.framework != "transformers":  # its steps (eager, *-mixed, ZeRO, offload, peft LoRA) are HF / DeepSpeed's
+        return []
     hwc = sc.resolved_hardware()
     gpu = gpu_presets().get(hwc.gpu) if hwc.gpu else None
     mem = hwc.memory_bytes or (gpu.memory_bytes if gpu else None)

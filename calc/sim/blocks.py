@@ -13,6 +13,7 @@ from calc.contract.model_spec import GEMMA_FAMILIES
 from calc.sim.attention import gpt2_attention, llama_attention, neox_attention
 from calc.sim.context import Ctx
 from calc.sim.frameworks.litgpt import litgpt_head_block, litgpt_layer
+from calc.sim.frameworks.torchtune import torchtune_layer
 from calc.sim.graph import OUT, Graph
 from calc.sim.mlp import gated_mlp, plain_mlp
 from calc.sim.moe import llama4_moe, moe_mlp
@@ -28,6 +29,8 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     fam = c.spec.family
     if c.framework == "litgpt":
         return litgpt_layer(c)
+    if c.framework == "torchtune":
+        return torchtune_layer(c)
     if fam == "gpt2":
         return _gpt2_layer(c, eager)
     if fam == "gpt_neox":

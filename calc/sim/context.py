@@ -40,6 +40,7 @@ class Ctx:
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
     framework: str = "transformers"  # whose model code the blocks mirror (training.framework)
     loss_chunks: int | None = None  # training.cross_entropy_chunks (LitGPT: tokens per chunk; None: its 128)
+    output_chunks: int = 0  # torchtune: the output projection in this many chunks of the sequence (0: whole)
 
     @property
     def tokens(self) -> int:

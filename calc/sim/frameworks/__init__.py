@@ -1,1 +1,2 @@
-"""Block builders of training frameworks other than transformers, one module each (litgpt.py, ...)."""
+"""Other frameworks' model code for the autograd simulator, one module each (litgpt.py, torchtune.py), chosen by
+Ctx.framework (transformers' is calc.sim.blocks)."""

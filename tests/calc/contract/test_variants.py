@@ -33,38 +33,34 @@ NON_DEFAULT: dict[str, dict] = {
     "sequence_parallel": {"tensor_parallel": 2, "sequence_parallel": True},
     "lora": {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},
     "cross_entropy": {"cross_entropy": "liger-fused"},
+    "framework": {"framework": "torchtune"},
+    "cross_entropy_chunks": {"framework": "torchtune", "cross_entropy_chunks": 4},
     "keep_outputs": {"keep_outputs": True},
     "optimizer_in_backward": {"optimizer_in_backward": True},
-    "cross_entropy_chunks": {"framework": "litgpt", "cross_entropy_chunks": 64},
     "expert_parallel": {"precision": "bf16-mixed", "zero_stage": 3, "sharding": "fsdp2", "expert_parallel": 2,
                         "attention": "eager"},
 }
-# fields whose non-default value needs LitGPT's path (a llama-style model without tied embeddings, one GPU)
-LITGPT_FIELDS = {"cross_entropy_chunks"}
 # fields that need a mixture-of-experts model (gpt-oss: the MoE family whose LoRA all-linear the waterfall can try)
 MOE_FIELDS = {"expert_parallel"}
 # fields modelled on one GPU only (the others walk an 8-GPU cluster)
-ONE_GPU_FIELDS = {"optimizer_in_backward"}
+ONE_GPU_FIELDS = {"optimizer_in_backward", "framework", "cross_entropy_chunks"}
 # the fields each variant maker sets on purpose (everything else must come through unchanged)
 WATERFALL_SETS = {"precision", "attention", "activation_checkpointing", "checkpoint_every", "zero_stage",
                   "offload_optimizer", "offload_params", "optimizer", "lora", "expert_parallel", "optimizer_in_backward"}
 
 
 def hardware_of(field: str) -> dict:
-    one_gpu = field in ONE_GPU_FIELDS | LITGPT_FIELDS
-    return {"gpu": "a100-80gb", "num_gpus": 1} if one_gpu else {"cluster": "8x-a100-80gb"}
+    return {"gpu": "a100-80gb", "num_gpus": 1} if field in ONE_GPU_FIELDS else {"cluster": "8x-a100-80gb"}
 
 
 def base(field: str) -> Scenario:
-    if field in LITGPT_FIELDS:
-        return Scenario(model="llama-3.1-8b", hardware={"gpu": "a100-80gb"}, training=NON_DEFAULT[field])
     model = "gpt-oss-20b" if field in MOE_FIELDS else "llama-3.2-1b"
     return Scenario(model=model, hardware=hardware_of(field), training=NON_DEFAULT[field])
 
 
 # fields every non-default value of which this version refuses (calc.contract.scenario.unmodelled_values); a
 # mechanism that lands moves its field into NON_DEFAULT
-NOT_YET_MODELLED = {"framework", "compile", "activation_offload"}
+NOT_YET_MODELLED = {"compile", "activation_offload"}
 
 
 def test_every_field_is_walked():
@@ -86,10 +82,6 @@ def test_recommender_round_trip_keeps_every_field(field):
 @pytest.mark.parametrize("field", sorted(NON_DEFAULT))
 def test_waterfall_keeps_every_field_it_does_not_turn_on(field):
     sc = base(field)
-    if field in LITGPT_FIELDS:  # the ladder starts at fp32 / eager, which LitGPT's path refuses: the pages say why
-        with pytest.raises(ValueError, match="framework litgpt"):
-            optimization_waterfall(sc)
-        return
     for step in optimization_waterfall(sc):
         for name in set(TrainingConfig.model_fields) - WATERFALL_SETS:
             if name == "optimizer_impl" and step.name == "8-bit optimizer":
