@@ -460,11 +460,13 @@ def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) 
                 help=_("Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
                        "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
                        "logits never exist whole. Modelled from Liger's source, not yet measured on a GPU. "
-                       "Chunked: the framework's own chunked loss (LitGPT's chunked_cross_entropy)."))
+                       "Chunked: the framework's own chunked loss (torchtune's CEWithChunkedOutputLoss, LitGPT's "
+                       "chunked_cross_entropy)."))
             tc["cross_entropy_chunks"] = None
             if tc["cross_entropy"] == "chunked":
-                chunks = int(st.number_input(_("Loss chunk size (tokens per chunk; 0 = the framework's own)"), 0,
-                                             65536, step=32, key="sc_ce_chunks"))
+                label = (_("Output chunks (0 = torchtune's 8)") if tc.get("framework") == "torchtune"
+                         else _("Loss chunk size (tokens per chunk; 0 = LitGPT's 128)"))
+                chunks = int(st.number_input(label, 0, 65536, step=1, key="sc_ce_chunks"))
                 tc["cross_entropy_chunks"] = chunks or None
         tc["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, "sc_zero")
         if tc["zero_stage"] in (2, 3):
