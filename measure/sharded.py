@@ -53,8 +53,11 @@ def check_sharded(scenario: Scenario) -> tuple[int, int]:
                                "FSDP2 analogues of ZeRO-2 (zero_stage 2) and ZeRO-3 (zero_stage 3)")
     if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
         raise UnsupportedError("offload is not measured")
-    if t.lora is not None:
-        raise UnsupportedError("LoRA is not measured in sharded runs")
+    if t.lora is not None and t.precision != Precision.bf16:
+        raise UnsupportedError("LoRA in sharded runs is measured in bf16 (FSDP2 all-gathers one dtype per group: "
+                               "fp32 adapters beside the bf16 base need a MixedPrecisionPolicy)")
+    if t.lora is not None and t.expert_parallel > 1:
+        raise UnsupportedError("LoRA with expert parallelism is not measured")
     if t.precision == Precision.amp_fp16:
         raise UnsupportedError("amp-fp16 is not measured in sharded runs (it needs FSDP's sharded grad scaler)")
     if t.optimizer.value == "adamw-8bit":

@@ -120,6 +120,25 @@ def _inference_lora_shape_entries() -> list[Entry]:
         Entry("llama-lora-full-ckpt-bf16-mixed", L, training(precision="bf16-mixed", lora={"rank": 8},
                                                        activation_checkpointing="full", seq_len=512)),
         Entry("llama-lora-inference", L, training(precision="bf16", lora={"rank": 8}), mode="inference"),
+        # LoRA as people configure it: module-name targets (peft's q_proj + v_proj default, each family's own
+        # names, lm_head), lora_dropout
+        Entry("llama-lora-qv-bf16", L, training(precision="bf16", lora={"rank": 16, "targets": ["q_proj", "v_proj"]})),
+        Entry("llama-lora-qv-dropout-amp-bf16", L, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "dropout": 0.05})),
+        Entry("llama-lora-all-dropout-fp32", L, training(precision="fp32", lora={
+            "rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "dropout": 0.1})),
+        Entry("llama-lora-lm-head-bf16", L, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"], "dropout": 0.1})),
+        Entry("gpt2-lora-c-attn-c-proj-fp32", GPT2, training(precision="fp32", lora={
+            "rank": 8, "targets": ["c_attn", "c_proj"], "dropout": 0.05})),
+        Entry("qwen2-lora-qv-lm-head-bf16", QWEN2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"]})),
+        Entry("phi3-lora-qkv-gate-up-dropout-bf16-mixed", PHI3, training(precision="bf16-mixed", lora={
+            "rank": 8, "targets": ["qkv_proj", "gate_up_proj"], "dropout": 0.1})),
+        Entry("llama-lora-qv-dropout-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
+                                                                  lora={"rank": 8, "targets": ["q_proj", "v_proj"],
+                                                                        "dropout": 0.05})),
         # shapes
         Entry("llama-fp32-b1-seq32", L, {"micro_batch_size": 1, "seq_len": 32, "precision": "fp32"}),
         Entry("llama-amp-bf16-b4-seq512", L, {"micro_batch_size": 4, "seq_len": 512, "precision": "amp-bf16"}),

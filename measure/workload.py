@@ -169,11 +169,13 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
         raise UnsupportedError("LoRA scenarios need peft (pip install -r measure/requirements.txt)") from None
     lora = scenario.training.lora
     assert lora is not None
+    targets = {"all-linear": "all-linear", "attention": LORA_ATTENTION_REGEX}.get(lora.targets)  # type: ignore[call-overload]
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
-        target_modules="all-linear" if lora.targets == "all-linear" else LORA_ATTENTION_REGEX,
-        lora_dropout=0.0,
+        target_modules=targets if targets is not None else list(lora.targets),  # a list: module names
+        lora_dropout=lora.dropout,
+        modules_to_save=list(lora.modules_to_save) or None,
         task_type="CAUSAL_LM",
     )
     # peft keeps adapters in fp32 (autocast_adapter_dtype) unless the run keeps everything in 16 bits.

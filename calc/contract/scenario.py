@@ -134,6 +134,16 @@ class LoraConfig(BaseModel):
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, data: Any) -> Any:
+        """JSON arrays of names as tuples: the training block's own before-validator hands this one Python values,
+        which strict validation (records, scenario files) would otherwise refuse as lists."""
+        if not isinstance(data, dict):
+            return data
+        return {k: tuple(v) if k in ("targets", "modules_to_save") and isinstance(v, list) else v
+                for k, v in data.items()}
+
     @model_validator(mode="after")
     def _names(self) -> LoraConfig:
         for field in ("targets", "modules_to_save"):
@@ -272,8 +282,7 @@ _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("optimizer", Optimizer.paged_adamw), ("optimizer", Optimizer.paged_adamw_8bit),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
-    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True), ("dropout", "nonzero"),
-    ("targets", "list"), ("modules_to_save", "nonempty"),
+    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True), ("modules_to_save", "nonempty"),
 )
 
 
@@ -311,6 +320,30 @@ def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _lora_names_fit(lora: LoraConfig, spec: ModelSpec) -> None:
+    """A target list names the model's own linear modules (ModelSpec.linear_module_names; peft raises on a
+    name that matches nothing) and, on the MoE families whose MLP names peft rewrites onto the routed experts'
+    weights (PEFT_EXPERT_ADAPTER_FAMILIES), no MLP module; modules_to_save names lm_head or the embedding."""
+    names = spec.linear_module_names()
+    for name in lora.targets if isinstance(lora.targets, tuple) else ():
+        if name not in names:
+            raise UserError(T_("lora.targets: {name} is not a linear module of this model; its linear modules: "
+                               "{names}", name=name, names=", ".join(names)))
+    mlp = {spec.module_name(lin.name) for d in (False, True) for lin in spec.linear_layers(d) if lin.block == "mlp"}
+    attention = {spec.module_name(lin.name) for lin in spec.linear_layers() if lin.block == "attention"}
+    experts = isinstance(lora.targets, tuple) and spec.family in PEFT_EXPERT_ADAPTER_FAMILIES
+    for name in lora.targets if experts else ():
+        if name in mlp - attention:
+            raise UserError(T_("lora.targets: on {family}, peft moves {name} onto the routed experts' weights, "
+                               "which the estimate does not model; target the attention projections or lm_head",
+                               family=spec.family, name=name))
+    savable = (spec.module_name("lm_head"), spec.module_name("embed_tokens"))
+    for name in lora.modules_to_save:
+        if name not in savable:
+            raise UserError(T_("lora.modules_to_save: {name} is not modelled; the estimate trains {names} in full",
+                               name=name, names=" / ".join(savable)))
 
 
 class InferenceConfig(BaseModel):
@@ -424,6 +457,8 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
+        if t.lora is not None:
+            _lora_names_fit(t.lora, spec)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

@@ -56,7 +56,7 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)
     return Ctx(weight_elem_bytes=2, act_elem_bytes=2, residual_elem_bytes=2, amp=False, lora_rank=lora.rank,
                lora_targets=sc.spec.lora_target_names(lora.targets), frozen_base=True,
-               adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, **common)
+               adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, lora_dropout=lora.dropout, **common)
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:

@@ -114,22 +114,26 @@ def _list_local_shapes(spec: ModelSpec, tp: int, layers: int) -> Shapes:
     return out
 
 
-def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int, first: bool = True) -> Shapes:
+def lora_shapes(spec: ModelSpec, rank: int, targets: str | tuple[str, ...], layers: int, tp: int,
+                first: bool = True, last: bool = True) -> Shapes:
     """LoRA A (r x in) and B (out x r) for each targeted linear of each layer (peft; the layer list is
-    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice). Shared: treat as
-    read-only."""
-    return per_spec(spec, ("lora_shapes", rank, targets, layers, tp, first),
-                    lambda: _list_lora_shapes(spec, rank, targets, layers, tp, first))
+    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice), and lm_head's on the last
+    stage when a target list names it (A: r x H, B: V / tp x r). Shared: treat as read-only."""
+    return per_spec(spec, ("lora_shapes", rank, targets, layers, tp, first, last),
+                    lambda: _list_lora_shapes(spec, rank, targets, layers, tp, first, last))
 
 
-def _list_lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int, first: bool) -> Shapes:
+def _list_lora_shapes(spec: ModelSpec, rank: int, targets: str | tuple[str, ...], layers: int, tp: int,
+                      first: bool, last: bool) -> Shapes:
     dense = min(layers, spec.dense_layers) if first else 0
     shapes: Shapes = []
     for kind, n in ((False, layers - dense), (True, dense)):
         for lin in spec.linear_layers(kind) if n else []:
-            if lin.lora_target(targets):
+            if spec.lora_targeted(lin, targets):
                 fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
                 shapes += [((rank, fin), lin.count * n), ((fout, rank), lin.count * n)]
+    if last and spec.lora_on_lm_head(targets):
+        shapes += [((rank, spec.hidden_size), 1), ((spec.vocab_size // tp, rank), 1)]
     return shapes
 
 
@@ -173,8 +177,8 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
                                 precision.grad_bytes_per_param(p), p, local_shapes(spec, tp, layers, first, last),
                                 shapes_key, formula)
     lora = t.lora
-    shapes_key = ("lora", lora.rank, lora.targets, layers, tp, first)
-    shapes = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first)
+    shapes_key = ("lora", lora.rank, lora.targets, layers, tp, first, last)
+    shapes = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
     trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
     base_bytes = BASE_WEIGHT_BYTES_PER_PARAM[lora.base_weights]
     per_adapter = adapter_bytes(p)

@@ -30,6 +30,7 @@ class Ctx:
     frozen_base: bool = False  # LoRA: base weights take no gradient
     adapter_bytes: int = 4  # LoRA adapter dtype: fp32 (peft's autocast_adapter_dtype) or 16-bit
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
+    lora_dropout: float = 0.0  # LoRA: peft's lora_dropout on each adapter's input
     sliding: bool = True  # this layer attends through the spec's sliding window (Gemma 3's local layers)
     dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
     ep: int = 1  # expert parallelism: this rank runs num_experts / ep experts on tokens sent by all-to-all

@@ -49,9 +49,12 @@ def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx
     """peft LoRA Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, then cast back
     to the base result's dtype. x is first cast to the adapter dtype (`_cast_input_dtype`); under
     autocast the fp32 adapters' matmuls run in 16-bit on a further cast of x. A keeps its input,
-    B keeps A's r-wide output (peft/tuners/lora/layer.py)."""
+    B keeps A's r-wide output (peft/tuners/lora/layer.py). With lora_dropout > 0 each adapted module has its own
+    nn.Dropout on the cast input: the dropped input is a new tensor, which A keeps, beside the dropout's mask
+    (CUDA) or noise (CPU), as `dropout` models them."""
     r, ad = c.lora_rank, c.adapter_bytes
     xa = x if ad == c.act_elem_bytes else g.op(ad * t * in_f, ins=(x,), name=f"{name} lora input cast")
+    xa = dropout(g, xa, t * in_f, ad * t * in_f, c.lora_dropout, c)
     if c.adapter_amp:
         xa = g.op(2 * t * in_f, ins=(xa,), name=f"{name} lora autocast input")
         la = _autocast_matmul(g, xa, 2 * t * r, r * in_f, f"{name} lora A")
