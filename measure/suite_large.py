@@ -208,6 +208,20 @@ def _sharded_entries() -> list[Entry]:
         Entry("fsdp-llama-vocab32k-zero3-ws4-seq1024", LLAMA_BIGVOCAB,
               {"micro_batch_size": 1, "seq_len": 1024, "precision": "bf16-mixed", "zero_stage": 3},
               hardware=gpus(4), devices=cpu_fake),
+        # LoRA: the frozen base sharded beside the adapters, gradients and optimizer states for the adapters only
+        Entry("fsdp-llama-lora-qv-zero3-ws2-bf16", L, training(precision="bf16", zero_stage=3, sharding="fsdp2", lora={
+            "rank": 16, "targets": ["q_proj", "v_proj"]}), hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-llama-lora-all-dropout-zero3-ws4-bf16", L, training(precision="bf16", zero_stage=3,
+                                                                        sharding="fsdp2", lora={"rank": 8, "dropout": 0.1}),
+              hardware=gpus(4), devices=cpu_fake),
+        Entry("fsdp-qwen2-lora-lm-head-zero2-ws2-bf16", QWEN2, training(precision="bf16", zero_stage=2, sharding="fsdp2",
+                                                                        lora={"rank": 8, "targets": ["q_proj", "v_proj",
+                                                                                                     "lm_head"]}),
+              hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-llama-lora-full-ckpt-zero3-ws4-bf16", L, training(precision="bf16", zero_stage=3, sharding="fsdp2",
+                                                                      activation_checkpointing="full",
+                                                                      lora={"rank": 8, "targets": "attention"}),
+              hardware=gpus(4), devices=cpu_fake),
         # presets, fake only
         Entry("fsdp-llama-3.2-1b-zero3-ws4-amp-bf16-b4-s2048", "llama-3.2-1b",
               {"micro_batch_size": 4, "seq_len": 2048, "precision": "amp-bf16", "zero_stage": 3},
