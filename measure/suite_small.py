@@ -136,6 +136,18 @@ def _inference_lora_shape_entries() -> list[Entry]:
             "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"]})),
         Entry("phi3-lora-qkv-gate-up-dropout-bf16-mixed", PHI3, training(precision="bf16-mixed", lora={
             "rank": 8, "targets": ["qkv_proj", "gate_up_proj"], "dropout": 0.1})),
+        # modules_to_save: peft's trainable copies beside the frozen originals (tied embeddings untied)
+        Entry("llama-lora-qv-save-lm-head-bf16", L, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),
+        Entry("llama-lora-save-embed-lm-head-bf16-mixed", L, training(precision="bf16-mixed", lora={
+            "rank": 8, "modules_to_save": ["embed_tokens", "lm_head"]})),
+        Entry("qwen2-tied-lora-save-lm-head-bf16", QWEN2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"], "dropout": 0.05})),
+        Entry("gpt2-tied-lora-save-wte-bf16", GPT2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["c_attn"], "modules_to_save": ["wte"]})),
+        Entry("llama-lora-save-embed-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
+                                                                  lora={"rank": 8, "targets": "attention",
+                                                                        "modules_to_save": ["embed_tokens"]})),
         Entry("llama-lora-qv-dropout-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
                                                                   lora={"rank": 8, "targets": ["q_proj", "v_proj"],
                                                                         "dropout": 0.05})),

@@ -380,6 +380,16 @@ class ModelSpec(BaseModel):
                 + dense * self.lora_params_per_layer(rank, targets, tp, dense=True)
                 + (self.lora_lm_head_params(rank, targets, tp) if last else 0))
 
+    def modules_to_save_shapes(self, names: tuple[str, ...], tp: int = 1, first: bool = True,
+                               last: bool = True) -> list[tuple[tuple[int, ...], int]]:
+        """The trainable copies peft's ModulesToSaveWrapper makes (copy.deepcopy of the module, beside the frozen
+        original; peft/utils/other.py ModulesToSaveWrapper.update) of lm_head (V / tp x H, the last stage) and the
+        token embedding (V / tp x H, the first stage). A deepcopy is a tensor of its own: with tied embeddings the
+        trainable copy is untied from the frozen original."""
+        wanted = {"lm_head": last, "embed_tokens": first}
+        return [((self.vocab_size // tp, self.hidden_size), 1) for calc_name, here in wanted.items()
+                if here and self.module_name(calc_name) in names]
+
     def lora_target_names(self, targets: str | tuple[str, ...]) -> frozenset[str]:
         """calc names of the linears peft wraps in any kind of layer (a MoE model's dense and MoE layers), and
         "lm_head" when its adapter is asked for."""

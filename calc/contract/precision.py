@@ -70,6 +70,12 @@ def state_dtype_bytes(p: Precision) -> int:
     return BF16 if p == Precision.bf16 else FP32
 
 
+def adapter_bytes(p: Precision) -> int:
+    """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
+    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32)."""
+    return 2 if p == Precision.bf16 or p.is_mixed else 4
+
+
 def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
     """Persistent optimizer state for the trainable tensors `shapes`.
 

@@ -282,7 +282,7 @@ _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("optimizer", Optimizer.paged_adamw), ("optimizer", Optimizer.paged_adamw_8bit),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
-    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True), ("modules_to_save", "nonempty"),
+    ("base_weights", "fp16"), ("base_weights", "fp4"), ("double_quant", True),
 )
 
 
@@ -344,6 +344,22 @@ def _lora_names_fit(lora: LoraConfig, spec: ModelSpec) -> None:
         if name not in savable:
             raise UserError(T_("lora.modules_to_save: {name} is not modelled; the estimate trains {names} in full",
                                name=name, names=" / ".join(savable)))
+
+
+def _modules_to_save_fit(t: TrainingConfig) -> None:
+    """modules_to_save is modelled where its 16-bit trainable copies (peft does not upcast them) share the adapters'
+    dtype (calc.contract.precision.adapter_bytes: bf16 and *-mixed) and outside FSDP2 (its root group would
+    gather and reduce-scatter the copies: not measured)."""
+    from calc.contract.precision import adapter_bytes  # calc.contract.precision imports this module
+
+    lora = t.lora
+    if lora is None or not lora.modules_to_save:
+        return
+    if adapter_bytes(t.precision) != 2:
+        raise UserError(T_("lora.modules_to_save is modelled with 16-bit adapters: use precision bf16, bf16-mixed "
+                           "or fp16-mixed"))
+    if t.sharding == "fsdp2" and t.zero_stage in (2, 3):
+        raise UserError(T_("lora.modules_to_save is not modelled under sharding fsdp2; use deepspeed"))
 
 
 class InferenceConfig(BaseModel):
@@ -459,6 +475,7 @@ class Scenario(BaseModel):
                                family=spec.family))
         if t.lora is not None:
             _lora_names_fit(t.lora, spec)
+            _modules_to_save_fit(t)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

@@ -56,7 +56,9 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                    residual_elem_bytes=precision.residual_bytes(p), amp=p.is_amp, **common)
     return Ctx(weight_elem_bytes=2, act_elem_bytes=2, residual_elem_bytes=2, amp=False, lora_rank=lora.rank,
                lora_targets=sc.spec.lora_target_names(lora.targets), frozen_base=True,
-               adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, lora_dropout=lora.dropout, **common)
+               adapter_bytes=adapter_bytes(p), adapter_amp=p.is_amp and adapter_bytes(p) == 4, lora_dropout=lora.dropout,
+               lora_trained=frozenset(n for n in ("lm_head", "embed_tokens")
+                                      if sc.spec.module_name(n) in lora.modules_to_save), **common)
 
 
 def layer_ctxs(ctx: Ctx, layers: int, first_input_grad: bool = True) -> list[Ctx]:
@@ -88,8 +90,9 @@ def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
     frozen base, transformers' activation_checkpointing_enable (and peft when the model already
     checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
     checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
-    frozen projections record no autograd node and save nothing."""
-    return not ctx.frozen_base or ckpt == Checkpointing.full
+    frozen projections record no autograd node and save nothing. A trainable copy of the embedding (LoRA
+    modules_to_save) makes its output require grad."""
+    return ctx.trains("embed_tokens") or ckpt == Checkpointing.full
 
 
 # ---- block profiles --------------------------------------------------------------------------------------------------

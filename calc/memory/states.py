@@ -13,6 +13,7 @@ from math import prod
 from typing import Any, Literal, NamedTuple
 
 from calc.contract import parallel, precision
+from calc.contract.precision import adapter_bytes
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
@@ -142,12 +143,6 @@ def largest_tensor(spec: ModelSpec, shapes_key: tuple, shapes: Shapes) -> int:
     return per_spec(spec, (shapes_key, "largest"), lambda: max((prod(s) for s, _ in shapes), default=0))
 
 
-def adapter_bytes(p: Precision) -> int:
-    """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
-    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32)."""
-    return 2 if p == Precision.bf16 or p.is_mixed else 4
-
-
 # ---- the terms of model_states ---------------------------------------------------------------------------------------
 
 class TrainableWeights(NamedTuple):
@@ -177,8 +172,9 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
                                 precision.grad_bytes_per_param(p), p, local_shapes(spec, tp, layers, first, last),
                                 shapes_key, formula)
     lora = t.lora
-    shapes_key = ("lora", lora.rank, lora.targets, layers, tp, first, last)
-    shapes = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
+    shapes_key = ("lora", lora.rank, lora.targets, lora.modules_to_save, layers, tp, first, last)
+    shapes = per_spec(spec, shapes_key, lambda: lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
+                      + spec.modules_to_save_shapes(lora.modules_to_save, tp, first, last))
     trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
     base_bytes = BASE_WEIGHT_BYTES_PER_PARAM[lora.base_weights]
     per_adapter = adapter_bytes(p)

@@ -33,7 +33,7 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     (x_bytes=2: an SDPA output, an MLP product) is used as it is."""
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
-    if c.frozen_base:
+    if not c.trains(name):
         y = g.op(c.act_elem_bytes * t * out_f, ins=(x,), name=name)
     elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
