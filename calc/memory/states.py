@@ -13,9 +13,9 @@ from math import prod
 from typing import Any, Literal, NamedTuple
 
 from calc.contract import parallel, precision
-from calc.contract.precision import adapter_bytes
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
+from calc.contract.precision import adapter_bytes
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory.result import Component, words
 
