@@ -56,9 +56,10 @@ HF_MODULE_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "
                    "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj",
                    "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj",
                    "shared_gate": "gate_proj", "shared_up": "up_proj", "shared_down": "down_proj",
-                   "lm_head": "lm_head", "embed_tokens": "embed_tokens"}
+                   "router": "gate", "lm_head": "lm_head", "embed_tokens": "embed_tokens"}
 HF_FAMILY_MODULE_NAMES = {
     "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj", "embed_tokens": "wte"},
+    "gpt_oss": {"router": "router"}, "llama4_text": {"router": "router"},
     "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h",
                  "lm_head": "embed_out", "embed_tokens": "embed_in"},
 }
