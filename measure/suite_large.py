@@ -224,6 +224,12 @@ def _sharded_entries() -> list[Entry]:
                                                                         lora={"rank": 8, "targets": ["q_proj", "v_proj",
                                                                                                      "lm_head"]}),
               hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-llama-lora-qv-dropout-zero3-ws2-amp-bf16", L, training(precision="amp-bf16", zero_stage=3,
+                                                                           sharding="fsdp2", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "dropout": 0.05}), hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-gpt2-lora-zero2-ws2-fp32", GPT2, training(precision="fp32", zero_stage=2, sharding="fsdp2",
+                                                              lora={"rank": 8, "targets": ["c_attn", "c_proj"]}),
+              hardware=gpus(2), devices=cpu_fake),
         Entry("fsdp-llama-lora-full-ckpt-zero3-ws4-bf16", L, training(precision="bf16", zero_stage=3, sharding="fsdp2",
                                                                       activation_checkpointing="full",
                                                                       lora={"rank": 8, "targets": "attention"}),
