@@ -151,6 +151,13 @@ def fsdp2_shard_shapes(spec: ModelSpec, n: int, ep: int) -> Shapes:
 
 
 
+_LORA_SOURCE = N_("FSDP2 dim-0 sharding of the frozen base and the adapters, padded to a multiple of the world "
+                  "size; gradients and optimizer states for the adapters only")
+_LORA_MIXED_SOURCE = N_("FSDP2 dim-0 sharding of the frozen base and the adapters, padded to a multiple of the world "
+                        "size; gradients and optimizer states for the adapters only (with a mixed-precision policy: "
+                        "modelled from PyTorch's source, not measured)")
+
+
 def fsdp2_lora_states(sc: Scenario) -> States:
     """FSDP2 (fully_shard per decoder layer and on the root) over a peft LoRA model: every parameter, the frozen
     bf16 base and the adapters (peft's dtype, calc.memory.states.adapter_bytes) alike, is sharded on dim 0 and
@@ -159,8 +166,11 @@ def fsdp2_lora_states(sc: Scenario) -> States:
     unsharded gradients of `fsdp_params_with_grad` (the frozen base has none), so the reduce-scatter input and the
     sharded gradients are the adapters' alone, and the optimizer keeps states for the adapter shards only
     (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward, _fsdp_collectives.py foreach_reduce).
-    No MixedPrecisionPolicy: the adapters are 16-bit beside the 16-bit base (FSDP2 all-gathers one dtype per
-    group). Expert parallelism is not applied to LoRA runs (the adapters sit on the attention and dense linears)."""
+    FSDP2 asks one dtype of a group's trainable parameters only (FSDPParamGroup._init_mp_dtypes), so fp32 adapters
+    shard beside the bf16 base as they are; measured on the CPU over the fake process group in bf16, amp-bf16 and
+    fp32 without a MixedPrecisionPolicy. *-mixed (a MixedPrecisionPolicy over 16-bit adapters) is modelled the
+    same way, not measured. Expert parallelism is not applied to LoRA runs (the adapters sit on the attention and
+    dense linears)."""
     spec, t = sc.spec, sc.training
     lora, ranks = t.lora, sc.data_parallel
     assert lora is not None
@@ -183,8 +193,7 @@ def fsdp2_lora_states(sc: Scenario) -> States:
                         **words("formula", N_("{base} frozen base params x 2 B + {lora} LoRA params x {bytes} B, "
                                               "/ {ranks} ranks"),
                                 base=f"{spec.total_params():,}", lora=f"{trainable:,}", bytes=ad, ranks=ranks),
-                        source=N_("FSDP2 dim-0 sharding of the frozen base and the adapters, padded to a multiple "
-                                  "of the world size; gradients and optimizer states for the adapters only"))
+                        source=_LORA_MIXED_SOURCE if t.precision.is_mixed else _LORA_SOURCE)
     return States(
         weights=base_params * 2 + adapter_shard_params * ad, grads=adapter_shard_params * ad,
         optimizer=precision.optimizer_state_bytes(t.optimizer, state_precision, adapter_shards), master=0,
