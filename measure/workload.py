@@ -169,11 +169,12 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
         raise UnsupportedError("LoRA scenarios need peft (pip install -r measure/requirements.txt)") from None
     lora = scenario.training.lora
     assert lora is not None
-    targets = {"all-linear": "all-linear", "attention": LORA_ATTENTION_REGEX}.get(lora.targets)  # type: ignore[call-overload]
+    names = lora.targets
+    targets = list(names) if isinstance(names, tuple) else "all-linear" if names == "all-linear" else LORA_ATTENTION_REGEX
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
-        target_modules=targets if targets is not None else list(lora.targets),  # a list: module names
+        target_modules=targets,  # a list: module names, matched on the last component of each module's path
         lora_dropout=lora.dropout,
         modules_to_save=list(lora.modules_to_save) or None,
         task_type="CAUSAL_LM",

@@ -353,6 +353,11 @@ def _modules_to_save_fit(t: TrainingConfig) -> None:
     from calc.contract.precision import adapter_bytes  # calc.contract.precision imports this module
 
     lora = t.lora
+    if lora is not None and t.cross_entropy == "liger-fused" and isinstance(lora.targets, tuple) \
+            and "lm_head" in lora.targets:
+        # Liger's fused loss reads lm_head.weight, which on peft's wrapped layer is the frozen base weight alone
+        raise UserError(T_("an adapter on lm_head does not run under liger-fused cross-entropy (it reads the "
+                           "base weight); use standard cross-entropy or leave lm_head out of lora.targets"))
     if lora is None or not lora.modules_to_save:
         return
     if adapter_bytes(t.precision) != 2:
