@@ -346,15 +346,15 @@ def _lora_names_fit(lora: LoraConfig, spec: ModelSpec) -> None:
                                name=name, names=" / ".join(savable)))
 
 
-def _modules_to_save_fit(t: TrainingConfig) -> None:
-    """modules_to_save is modelled where its 16-bit trainable copies (peft does not upcast them) share the adapters'
+def _lora_fits_training(t: TrainingConfig, spec: ModelSpec) -> None:
+    """No lm_head adapter under Liger's fused loss. modules_to_save is modelled where its 16-bit trainable copies (peft does not upcast them) share the adapters'
     dtype (calc.contract.precision.adapter_bytes: bf16 and *-mixed) and outside FSDP2 (its root group would
     gather and reduce-scatter the copies: not measured)."""
     from calc.contract.precision import adapter_bytes  # calc.contract.precision imports this module
 
     lora = t.lora
     if lora is not None and t.cross_entropy == "liger-fused" and isinstance(lora.targets, tuple) \
-            and "lm_head" in lora.targets:
+            and spec.module_name("lm_head") in lora.targets:
         # Liger's fused loss reads lm_head.weight, which on peft's wrapped layer is the frozen base weight alone
         raise UserError(T_("an adapter on lm_head does not run under liger-fused cross-entropy (it reads the "
                            "base weight); use standard cross-entropy or leave lm_head out of lora.targets"))
@@ -480,7 +480,7 @@ class Scenario(BaseModel):
                                family=spec.family))
         if t.lora is not None:
             _lora_names_fit(t.lora, spec)
-            _modules_to_save_fit(t)
+            _lora_fits_training(t, spec)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
                 raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
