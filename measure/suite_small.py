@@ -136,6 +136,12 @@ def _inference_lora_shape_entries() -> list[Entry]:
             "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"]})),
         Entry("phi3-lora-qkv-gate-up-dropout-bf16-mixed", PHI3, training(precision="bf16-mixed", lora={
             "rank": 8, "targets": ["qkv_proj", "gate_up_proj"], "dropout": 0.1})),
+        Entry("deepseek-v3-lora-mla-names-dropout-bf16", DEEPSEEK_V3, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_a_proj", "kv_b_proj", "o_proj"], "dropout": 0.05})),
+        Entry("neox-lora-names-lm-head-amp-bf16", GPT_NEOX, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["query_key_value", "dense_h_to_4h", "lm_head"], "dropout": 0.1})),
+        Entry("gemma2-lora-lm-head-softcap-eager-bf16", GEMMA2, training(precision="bf16", attention="eager", lora={
+            "rank": 8, "targets": ["q_proj", "down_proj", "lm_head"]})),
         # modules_to_save: peft's trainable copies beside the frozen originals (tied embeddings untied)
         Entry("llama-lora-qv-save-lm-head-bf16", L, training(precision="bf16", lora={
             "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),

@@ -182,7 +182,7 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
     # peft keeps adapters in fp32 (autocast_adapter_dtype) unless the run keeps everything in 16 bits.
     keep_16bit = plan.weights != torch.float32 and scenario.training.precision != Precision.fp32
     if not fake:
-        return get_peft_model(model, config, autocast_adapter_dtype=not keep_16bit)
+        return _all_targets_matched(get_peft_model(model, config, autocast_adapter_dtype=not keep_16bit), lora.targets)
     # Fake tensors cannot be moved or cast in place (Module._apply swaps them, and FakeTensorMode holds a
     # weakref to each), so create the adapters directly in the dtype peft would end with and skip its
     # move-to-the-base-layer's-device-and-dtype step (everything is on the cpu already).
@@ -201,12 +201,21 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
     nn.Module.to = to_cpu_is_a_no_op  # type: ignore[method-assign]
     try:
         with default_dtype(plan.weights if keep_16bit else torch.float32):
-            return get_peft_model(model, config, autocast_adapter_dtype=False)
+            return _all_targets_matched(get_peft_model(model, config, autocast_adapter_dtype=False), lora.targets)
     except RuntimeError as exc:
         raise UnsupportedError(f"LoRA on this model is unsupported on this device (fake): {exc}") from None
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = original_move  # type: ignore[method-assign]
         nn.Module.to = original_to  # type: ignore[method-assign]
+
+
+def _all_targets_matched(model: nn.Module, targets: Any) -> nn.Module:
+    """peft raises only when no name of a target list matches; a record must not silently leave one out."""
+    adapted = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    missing = sorted(set(targets) - adapted) if isinstance(targets, tuple) else []
+    if missing:
+        raise UnsupportedError(f"LoRA targets {missing} match no module of this model")
+    return model
 
 
 def _quantize_base(model: nn.Module, kind: str) -> None:

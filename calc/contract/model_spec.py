@@ -61,7 +61,7 @@ HF_FAMILY_MODULE_NAMES = {
     "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj", "embed_tokens": "wte"},
     "gpt_oss": {"router": "router"}, "llama4_text": {"router": "router"},
     "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h",
-                 "lm_head": "embed_out", "embed_tokens": "embed_in"},
+                 "embed_tokens": "embed_in"},
 }
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding

@@ -25,7 +25,7 @@ def scenario(model: str = "llama-3.2-1b", **lora) -> Scenario:
     ("llama-3.2-1b", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}),
     ("gpt2", {"c_attn", "c_proj", "c_fc", "lm_head"}),
     ("phi-3-mini", {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}),
-    ("pythia-160m", {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h", "embed_out"}),
+    ("pythia-160m", {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h", "lm_head"}),
 ])
 def test_linear_module_names_are_the_families_own(model, names):
     assert set(scenario(model).spec.linear_module_names()) == names
