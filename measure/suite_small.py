@@ -151,6 +151,10 @@ def _inference_lora_shape_entries() -> list[Entry]:
             "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"], "dropout": 0.05})),
         Entry("gpt2-tied-lora-save-wte-bf16", GPT2, training(precision="bf16", lora={
             "rank": 8, "targets": ["c_attn"], "modules_to_save": ["wte"]})),
+        Entry("llama-lora-qv-save-lm-head-amp-bf16", L, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),
+        Entry("qwen2-tied-lora-save-embed-lm-head-fp32-adafactor", QWEN2, training(
+            precision="fp32", optimizer="adafactor", lora={"rank": 8, "modules_to_save": ["embed_tokens", "lm_head"]})),
         Entry("llama-lora-save-embed-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
                                                                   lora={"rank": 8, "targets": "attention",
                                                                         "modules_to_save": ["embed_tokens"]})),

@@ -155,6 +155,10 @@ class TrainableWeights(NamedTuple):
     shapes: Shapes  # the trainable tensors
     shapes_key: tuple  # names `shapes` in the per-spec memo
     formula: dict[str, Any]  # the weights component's formula (words)
+    # LoRA modules_to_save beside fp32 adapters: peft leaves its trainable copies in the base's bf16 (it upcasts
+    # only the adapters), so they keep bf16 gradients and states of their own (not among `shapes`)
+    bf16_copies: Shapes = []
+    bf16_copy_params: int = 0
 
 
 def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool, last: bool,
@@ -172,18 +176,22 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
                                 precision.grad_bytes_per_param(p), p, local_shapes(spec, tp, layers, first, last),
                                 shapes_key, formula)
     lora = t.lora
-    shapes_key = ("lora", lora.rank, lora.targets, lora.modules_to_save, layers, tp, first, last)
-    shapes = per_spec(spec, shapes_key, lambda: lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
-                      + spec.modules_to_save_shapes(lora.modules_to_save, tp, first, last))
-    trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
-    base_bytes = BASE_WEIGHT_BYTES_PER_PARAM[lora.base_weights]
     per_adapter = adapter_bytes(p)
+    shapes_key = ("lora", lora.rank, lora.targets, lora.modules_to_save, per_adapter, layers, tp, first, last)
+    adapters = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
+    copies = spec.modules_to_save_shapes(lora.modules_to_save, tp, first, last)
+    same_dtype = per_adapter == 2  # 16-bit adapters: the copies train as the adapters do
+    shapes = per_spec(spec, shapes_key, lambda: adapters + copies if same_dtype else adapters)
+    copy_params = sum(prod(s) * c for s, c in copies)
+    trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in adapters)) + copy_params
+    base_bytes = BASE_WEIGHT_BYTES_PER_PARAM[lora.base_weights]
     formula = words("formula", N_("{base} frozen base params x {base_bytes} B ({quant}) + {lora} LoRA params "
                                   "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:g}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)
-    weight_bytes = round(params_local * base_bytes * shard.weights) + per_adapter * trainable
-    return TrainableWeights(weight_bytes, trainable, per_adapter, p if per_adapter == 2 else Precision.fp32, shapes,
-                            shapes_key, formula)
+    weight_bytes = round(params_local * base_bytes * shard.weights) + per_adapter * (trainable - copy_params) \
+        + 2 * copy_params
+    return TrainableWeights(weight_bytes, trainable, per_adapter, p if same_dtype else Precision.fp32, shapes,
+                            shapes_key, formula, [] if same_dtype else copies, 0 if same_dtype else copy_params)
 
 
 class OptimizerBytes(NamedTuple):
@@ -204,10 +212,12 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
     master weights and step temporaries, each sharded as ZeRO shards it."""
     spec, t = sc.spec, sc.training
     p = t.precision
-    grads = round(w.trainable_params * w.grad_bytes_per_param * (shard.optimizer if zero12 else shard.gradients))
+    grad_bytes = w.trainable_params * w.grad_bytes_per_param - (w.grad_bytes_per_param - 2) * w.bf16_copy_params
+    grads = round(grad_bytes * (shard.optimizer if zero12 else shard.gradients))
     # sums over the parameter shapes, once per spec: a new batch shape or parallel layout does not change them
     states = per_spec(spec, (w.shapes_key, t.optimizer, w.state_precision),
-                      lambda: precision.optimizer_state_bytes(t.optimizer, w.state_precision, w.shapes))
+                      lambda: precision.optimizer_state_bytes(t.optimizer, w.state_precision, w.shapes)
+                      + precision.optimizer_state_bytes(t.optimizer, Precision.bf16, w.bf16_copies))
     master = round(w.trainable_params * precision.master_bytes_per_param(p) * shard.optimizer)
     if t.zero_stage >= 1 and not master:
         # DeepSpeed ZeRO-1/2/3 always hand the optimizer a clone of this rank's partition in the master
@@ -215,7 +225,8 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
         # (stage_1_and_2.py single_partition_of_fp32_groups, stage3.py fp32_partitioned_groups_flat)
         master = round(w.trainable_params * (2 if p == Precision.bf16 else 4) * shard.optimizer)
     temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision),
-                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes))
+                    lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision, w.shapes)
+                    + precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, Precision.bf16, w.bf16_copies))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
 

@@ -115,9 +115,9 @@ def test_modules_to_save_trains_a_full_copy(module):
 
 
 def test_modules_to_save_refuses_what_is_not_modelled():
-    with pytest.raises(ValueError, match="16-bit adapters"):
+    with pytest.raises(ValueError, match="without ZeRO"):
         Scenario.model_validate({"model": "llama-3.2-1b", "training": {
-            "precision": "amp-bf16", "lora": {"modules_to_save": ["lm_head"]}}})
+            "precision": "amp-bf16", "zero_stage": 2, "lora": {"modules_to_save": ["lm_head"]}}})
     with pytest.raises(ValueError, match="modules_to_save: q_proj"):
         scenario(modules_to_save=("q_proj",))
 
@@ -128,3 +128,21 @@ def test_lists_survive_strict_json_validation():
         "targets": ["c_attn", "lm_head"], "modules_to_save": ["wte"]}}}))
     sc = validate(Scenario, data, "scenario")
     assert sc.training.lora.targets == ("c_attn", "lm_head") and sc.training.lora.modules_to_save == ("wte",)
+
+
+def test_copies_beside_fp32_adapters_stay_bf16():
+    """peft upcasts only the adapters: under amp the trainable copy keeps bf16 weights, gradients and AdamW states,
+    the adapters fp32 ones."""
+    from calc.memory.states import model_states
+
+    def states(**lora):
+        sc = Scenario.model_validate({"model": "llama-3.2-1b", "training": {
+            "precision": "amp-bf16", "lora": {"rank": 16, "targets": PEFT_LLAMA_DEFAULT, **lora}}})
+        return sc, model_states(sc, sc.spec.num_layers, True, True, "cuda", False)
+
+    sc, plain = states()
+    _, saved = states(modules_to_save=("lm_head",))
+    copy = sc.spec.vocab_size * sc.spec.hidden_size
+    assert saved.weights - plain.weights == 2 * copy
+    assert saved.grads - plain.grads == 2 * copy
+    assert saved.optimizer - plain.optimizer == 2 * 2 * copy
