@@ -67,7 +67,7 @@ def _fake_entries() -> list[Entry]:
         Entry("mistral-7b-lora-qv-save-lm-head-bf16-mixed-full-b2-s2048", "mistral-7b",
               {"micro_batch_size": 2, "seq_len": 2048, "precision": "bf16-mixed", "activation_checkpointing": "full",
                "lora": {"rank": 16, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]}},
-              devices=GPU),  # not under FakeTensorMode: peft's deepcopy of the module mixes fake modes
+              devices=FAKE_AND_GPU),
         Entry("gemma-2-2b-amp-bf16-eager-b2-s1024", "gemma-2-2b",
               {"micro_batch_size": 2, "seq_len": 1024, "precision": "amp-bf16", "attention": "eager"},
               devices=FAKE_AND_GPU),

@@ -200,13 +200,38 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None  # type: ignore[method-assign]
     nn.Module.to = to_cpu_is_a_no_op  # type: ignore[method-assign]
     try:
-        with default_dtype(plan.weights if keep_16bit else torch.float32):
+        with default_dtype(plan.weights if keep_16bit else torch.float32), _fake_module_deepcopy():
             return _all_targets_matched(get_peft_model(model, config, autocast_adapter_dtype=False), lora.targets)
     except RuntimeError as exc:
         raise UnsupportedError(f"LoRA on this model is unsupported on this device (fake): {exc}") from None
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = original_move  # type: ignore[method-assign]
         nn.Module.to = original_to  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _fake_module_deepcopy() -> Iterator[None]:
+    """peft's ModulesToSaveWrapper deep-copies the module it trains (modules_to_save); a deepcopy of fake tensors
+    lands in a fake mode of its own, which the forward cannot mix with the model's. Copy modules instead as new
+    parameters of the same shape and dtype made in the current mode (what deepcopy allocates), anything else as
+    deepcopy does."""
+    import copy
+
+    original = copy.deepcopy
+
+    def fresh(module: nn.Module) -> nn.Module:
+        new = copy.copy(module)
+        new._parameters = {k: None if p is None else nn.Parameter(torch.empty_like(p), requires_grad=p.requires_grad)
+                           for k, p in module._parameters.items()}
+        new._buffers = {k: None if b is None else torch.empty_like(b) for k, b in module._buffers.items()}
+        new._modules = {k: None if m is None else fresh(m) for k, m in module._modules.items()}
+        return new
+
+    copy.deepcopy = lambda x, *a, **k: fresh(x) if isinstance(x, nn.Module) else original(x, *a, **k)
+    try:
+        yield
+    finally:
+        copy.deepcopy = original
 
 
 def _all_targets_matched(model: nn.Module, targets: Any) -> nn.Module:
