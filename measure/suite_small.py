@@ -142,6 +142,11 @@ def _inference_lora_shape_entries() -> list[Entry]:
             "rank": 8, "targets": ["query_key_value", "dense_h_to_4h", "lm_head"], "dropout": 0.1})),
         Entry("gemma2-lora-lm-head-softcap-eager-bf16", GEMMA2, training(precision="bf16", attention="eager", lora={
             "rank": 8, "targets": ["q_proj", "down_proj", "lm_head"]})),
+        # one factor of a product needs no gradient in the first layer (its input needs none): one side adapted
+        Entry("gemma2-lora-q-only-eager-bf16", GEMMA2, training(precision="bf16", attention="eager", lora={
+            "rank": 8, "targets": ["q_proj"]})),
+        Entry("llama-lora-up-only-eager-fp32", L, training(precision="fp32", attention="eager", lora={
+            "rank": 8, "targets": ["up_proj"]})),
         # modules_to_save: peft's trainable copies beside the frozen originals (tied embeddings untied)
         Entry("llama-lora-qv-save-lm-head-bf16", L, training(precision="bf16", lora={
             "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),

@@ -24,6 +24,14 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
     return g.op(nbytes, ins=(x, noise), saves=(noise,), grad_ins=(x,), name="dropout")
 
 
+def product_saves(g: Graph, a: int, b: int) -> tuple[int, ...]:
+    """What a product of two tensors (mul, matmul) saves: each factor only for the other's gradient
+    (torch/csrc/autograd derivatives.yaml, mul / mm: `other` if self requires grad, `self` if other does). Under
+    LoRA without checkpointing the first layer reads an input that requires no grad, so a product of a frozen
+    path and an adapted one keeps one factor."""
+    return tuple(x for x, other in ((b, a), (a, b)) if g.needs_grad[other])
+
+
 def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
            tokens: int | None = None, x_bytes: int = 4) -> int:
     """nn.Linear: its node saves the input only when the weight needs a gradient (a frozen weight
