@@ -234,6 +234,13 @@ def _sharded_entries() -> list[Entry]:
         Entry("fsdp-gpt2-lora-zero2-ws2-fp32", GPT2, training(precision="fp32", zero_stage=2, sharding="fsdp2",
                                                               lora={"rank": 8, "targets": ["c_attn", "c_proj"]}),
               hardware=gpus(2), devices=cpu_fake),
+        Entry("fsdp-llama-lora-save-lm-head-zero3-ws2-bf16", L, training(precision="bf16", zero_stage=3,
+                                                                          sharding="fsdp2", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]}), hardware=gpus(2),
+              devices=cpu_fake),
+        Entry("fsdp-qwen2-lora-save-embed-zero2-ws4-bf16", QWEN2, training(precision="bf16", zero_stage=2,
+                                                                           sharding="fsdp2", lora={
+            "rank": 8, "modules_to_save": ["embed_tokens"]}), hardware=gpus(4), devices=cpu_fake),
         Entry("fsdp-llama-lora-full-ckpt-zero3-ws4-bf16", L, training(precision="bf16", zero_stage=3, sharding="fsdp2",
                                                                       activation_checkpointing="full",
                                                                       lora={"rank": 8, "targets": "attention"}),

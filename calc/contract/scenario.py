@@ -349,8 +349,7 @@ def _lora_names_fit(lora: LoraConfig, spec: ModelSpec) -> None:
 def _lora_fits_training(t: TrainingConfig, spec: ModelSpec) -> None:
     """No lm_head adapter under Liger's fused loss. modules_to_save is modelled where its 16-bit trainable copies
     (peft does not upcast them) share the adapters' dtype (calc.contract.precision.adapter_bytes: bf16 and *-mixed)
-    or, beside fp32 adapters, without ZeRO; and outside FSDP2 (its root group would
-    gather and reduce-scatter the copies: not measured)."""
+    or, beside fp32 adapters, without ZeRO; under FSDP2 in bf16 (measured; the root group holds the copies)."""
     from calc.contract.precision import adapter_bytes  # calc.contract.precision imports this module
 
     lora = t.lora
@@ -365,8 +364,8 @@ def _lora_fits_training(t: TrainingConfig, spec: ModelSpec) -> None:
         raise UserError(T_("lora.modules_to_save with fp32 adapters (fp32, amp) is modelled without ZeRO: its "
                            "16-bit copies and the fp32 adapters would share DeepSpeed's flat buffers; use zero_stage "
                            "0, or precision bf16 / bf16-mixed"))
-    if t.sharding == "fsdp2" and t.zero_stage in (2, 3):
-        raise UserError(T_("lora.modules_to_save is not modelled under sharding fsdp2; use deepspeed"))
+    if t.sharding == "fsdp2" and t.zero_stage in (2, 3) and t.precision != Precision.bf16:
+        raise UserError(T_("lora.modules_to_save under sharding fsdp2 is modelled in precision bf16"))
 
 
 class InferenceConfig(BaseModel):

@@ -170,12 +170,16 @@ def fsdp2_lora_states(sc: Scenario) -> States:
     shard beside the bf16 base as they are; measured on the CPU over the fake process group in bf16, amp-bf16 and
     fp32 without a MixedPrecisionPolicy. *-mixed (a MixedPrecisionPolicy over 16-bit adapters) is modelled the
     same way, not measured. Expert parallelism is not applied to LoRA runs (the adapters sit on the attention and
-    dense linears)."""
+    dense linears). modules_to_save's trainable copies belong to the root group (gathered with it, their
+    gradients and states sharded as the adapters'); measured in bf16."""
     spec, t = sc.spec, sc.training
     lora, ranks = t.lora, sc.data_parallel
     assert lora is not None
     ad = adapter_bytes(t.precision)
-    adapters = lora_shapes(spec, lora.rank, lora.targets, spec.num_layers, 1)
+    # modules_to_save's trainable copies (lm_head, the embedding) are the root group's, beside its frozen originals
+    adapters = lora_shapes(spec, lora.rank, lora.targets, spec.num_layers, 1) \
+        + spec.modules_to_save_shapes(lora.modules_to_save)
+    copies = sum(prod(s) * c for s, c in spec.modules_to_save_shapes(lora.modules_to_save))
     base_params = sum(prod(s) * c for s, c in fsdp2_shard_shapes(spec, ranks, 1))
     adapter_shards = [((-(-s[0] // ranks),) + s[1:], c) for s, c in adapters]
     adapter_shard_params = sum(prod(s) * c for s, c in adapter_shards)
@@ -186,7 +190,7 @@ def fsdp2_lora_states(sc: Scenario) -> States:
     layer_bytes = spec.layer_params() * 2 + layer_adapters * ad
     dense_layer_bytes = (spec.layer_params() + spec.dense_layer_delta()) * 2 + dense_adapters * ad \
         if spec.dense_layers else 0
-    root_bytes = (spec.embedding_params() + spec.norm_params() + spec.lm_head_params()) * 2 \
+    root_bytes = (spec.embedding_params() + spec.norm_params() + spec.lm_head_params() + copies) * 2 \
         + spec.lora_lm_head_params(lora.rank, lora.targets) * ad
     weights = Component(key="weights", category="parameters", label=N_("Model weights (FSDP2 shards)"),
                         bytes=base_params * 2 + adapter_shard_params * ad,

@@ -79,3 +79,14 @@ def test_no_sharding_counts_states_for_frozen_weights(sharding, gpus, model, ran
     assert states.grad_fp32_step <= 4 * bound
     if stage == 0 or not fsdp and name != "deepspeed":
         assert states.grads == grad_bytes * adapters  # nothing sharded: exactly the adapters' gradients
+
+
+def test_fsdp2_modules_to_save_copies_are_sharded_and_gathered_with_the_root():
+    training = {**LLAMA_2_7B_LORA["training"], "lora": {"rank": 16, "modules_to_save": ["lm_head"]}}
+    sc = Scenario.model_validate({**LLAMA_2_7B_LORA, "training": training})
+    plain = fsdp2_states(Scenario.model_validate(LLAMA_2_7B_LORA))
+    saved = fsdp2_states(sc)
+    copy = sc.spec.vocab_size * sc.spec.hidden_size
+    assert saved.trainable - plain.trainable == copy
+    assert saved.grads - plain.grads == 2 * copy // 2  # a bf16 shard of the copy on each of the two ranks
+    assert saved.gathered_root - plain.gathered_root == 2 * copy
