@@ -53,8 +53,10 @@ def check_sharded(scenario: Scenario) -> tuple[int, int]:
                                "FSDP2 analogues of ZeRO-2 (zero_stage 2) and ZeRO-3 (zero_stage 3)")
     if t.offload_optimizer.value != "none" or t.offload_params.value != "none":
         raise UnsupportedError("offload is not measured")
-    if t.lora is not None:
-        raise UnsupportedError("LoRA is not measured in sharded runs")
+    if t.lora is not None and t.precision.is_mixed:
+        raise UnsupportedError("LoRA in sharded runs is measured without a MixedPrecisionPolicy (bf16, amp-bf16, fp32)")
+    if t.lora is not None and t.expert_parallel > 1:
+        raise UnsupportedError("LoRA with expert parallelism is not measured")
     if t.precision == Precision.amp_fp16:
         raise UnsupportedError("amp-fp16 is not measured in sharded runs (it needs FSDP's sharded grad scaler)")
     if t.optimizer.value == "adamw-8bit":
@@ -204,7 +206,9 @@ def measure_sharded_once(scenario: Scenario, device: str, steps: int, num_layers
             torch.cuda.empty_cache()
             warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
-        model = build_model(scenario, dev, num_layers=num_layers, fake=fake, weights=plan.weights)
+        # a LoRA base is built in bf16 as in single-process runs (build_model's default for LoRA)
+        weights = None if t.lora is not None else plan.weights
+        model = build_model(scenario, dev, num_layers=num_layers, fake=fake, weights=weights)
         _shard(stack, model, mesh, world, stage, ep, mp_policy)
         vocab = model.config.get_text_config().vocab_size
         input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=dev)

@@ -120,6 +120,52 @@ def _inference_lora_shape_entries() -> list[Entry]:
         Entry("llama-lora-full-ckpt-bf16-mixed", L, training(precision="bf16-mixed", lora={"rank": 8},
                                                        activation_checkpointing="full", seq_len=512)),
         Entry("llama-lora-inference", L, training(precision="bf16", lora={"rank": 8}), mode="inference"),
+        # LoRA as people configure it: module-name targets (peft's q_proj + v_proj default, each family's own
+        # names, lm_head), lora_dropout
+        Entry("llama-lora-qv-bf16", L, training(precision="bf16", lora={"rank": 16, "targets": ["q_proj", "v_proj"]})),
+        Entry("llama-lora-qv-dropout-amp-bf16", L, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "dropout": 0.05})),
+        Entry("llama-lora-all-dropout-fp32", L, training(precision="fp32", lora={
+            "rank": 8, "targets": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "dropout": 0.1})),
+        Entry("llama-lora-lm-head-bf16", L, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"], "dropout": 0.1})),
+        Entry("gpt2-lora-c-attn-c-proj-fp32", GPT2, training(precision="fp32", lora={
+            "rank": 8, "targets": ["c_attn", "c_proj"], "dropout": 0.05})),
+        Entry("qwen2-lora-qv-lm-head-bf16", QWEN2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj", "lm_head"]})),
+        Entry("phi3-lora-qkv-gate-up-dropout-bf16-mixed", PHI3, training(precision="bf16-mixed", lora={
+            "rank": 8, "targets": ["qkv_proj", "gate_up_proj"], "dropout": 0.1})),
+        Entry("deepseek-v3-lora-mla-names-dropout-bf16", DEEPSEEK_V3, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_a_proj", "kv_b_proj", "o_proj"], "dropout": 0.05})),
+        Entry("neox-lora-names-lm-head-amp-bf16", GPT_NEOX, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["query_key_value", "dense_h_to_4h", "lm_head"], "dropout": 0.1})),
+        Entry("gemma2-lora-lm-head-softcap-eager-bf16", GEMMA2, training(precision="bf16", attention="eager", lora={
+            "rank": 8, "targets": ["q_proj", "down_proj", "lm_head"]})),
+        # one factor of a product needs no gradient in the first layer (its input needs none): one side adapted
+        Entry("gemma2-lora-q-only-eager-bf16", GEMMA2, training(precision="bf16", attention="eager", lora={
+            "rank": 8, "targets": ["q_proj"]})),
+        Entry("llama-lora-up-only-eager-fp32", L, training(precision="fp32", attention="eager", lora={
+            "rank": 8, "targets": ["up_proj"]})),
+        # modules_to_save: peft's trainable copies beside the frozen originals (tied embeddings untied)
+        Entry("llama-lora-qv-save-lm-head-bf16", L, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),
+        Entry("llama-lora-save-embed-lm-head-bf16-mixed", L, training(precision="bf16-mixed", lora={
+            "rank": 8, "modules_to_save": ["embed_tokens", "lm_head"]})),
+        Entry("qwen2-tied-lora-save-lm-head-bf16", QWEN2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"], "dropout": 0.05})),
+        Entry("gpt2-tied-lora-save-wte-bf16", GPT2, training(precision="bf16", lora={
+            "rank": 8, "targets": ["c_attn"], "modules_to_save": ["wte"]})),
+        Entry("llama-lora-qv-save-lm-head-amp-bf16", L, training(precision="amp-bf16", lora={
+            "rank": 8, "targets": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]})),
+        Entry("qwen2-tied-lora-save-embed-lm-head-fp32-adafactor", QWEN2, training(
+            precision="fp32", optimizer="adafactor", lora={"rank": 8, "modules_to_save": ["embed_tokens", "lm_head"]})),
+        Entry("llama-lora-save-embed-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
+                                                                  lora={"rank": 8, "targets": "attention",
+                                                                        "modules_to_save": ["embed_tokens"]})),
+        Entry("llama-lora-qv-dropout-full-ckpt-bf16", L, training(precision="bf16", activation_checkpointing="full",
+                                                                  lora={"rank": 8, "targets": ["q_proj", "v_proj"],
+                                                                        "dropout": 0.05})),
         # shapes
         Entry("llama-fp32-b1-seq32", L, {"micro_batch_size": 1, "seq_len": 32, "precision": "fp32"}),
         Entry("llama-amp-bf16-b4-seq512", L, {"micro_batch_size": 4, "seq_len": 512, "precision": "amp-bf16"}),

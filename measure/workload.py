@@ -171,17 +171,20 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
         raise UnsupportedError("LoRA scenarios need peft (pip install -r measure/requirements.txt)") from None
     lora = scenario.training.lora
     assert lora is not None
+    names = lora.targets
+    targets = list(names) if isinstance(names, tuple) else "all-linear" if names == "all-linear" else LORA_ATTENTION_REGEX
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
-        target_modules="all-linear" if lora.targets == "all-linear" else LORA_ATTENTION_REGEX,
-        lora_dropout=0.0,
+        target_modules=targets,  # a list: module names, matched on the last component of each module's path
+        lora_dropout=lora.dropout,
+        modules_to_save=list(lora.modules_to_save) or None,
         task_type="CAUSAL_LM",
     )
     # peft keeps adapters in fp32 (autocast_adapter_dtype) unless the run keeps everything in 16 bits.
     keep_16bit = plan.weights != torch.float32 and scenario.training.precision != Precision.fp32
     if not fake:
-        return get_peft_model(model, config, autocast_adapter_dtype=not keep_16bit)
+        return _all_targets_matched(get_peft_model(model, config, autocast_adapter_dtype=not keep_16bit), lora.targets)
     # Fake tensors cannot be moved or cast in place (Module._apply swaps them, and FakeTensorMode holds a
     # weakref to each), so create the adapters directly in the dtype peft would end with and skip its
     # move-to-the-base-layer's-device-and-dtype step (everything is on the cpu already).
@@ -199,13 +202,47 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None  # type: ignore[method-assign]
     nn.Module.to = to_cpu_is_a_no_op  # type: ignore[method-assign]
     try:
-        with default_dtype(plan.weights if keep_16bit else torch.float32):
-            return get_peft_model(model, config, autocast_adapter_dtype=False)
+        with default_dtype(plan.weights if keep_16bit else torch.float32), _fake_module_deepcopy():
+            return _all_targets_matched(get_peft_model(model, config, autocast_adapter_dtype=False), lora.targets)
     except RuntimeError as exc:
         raise UnsupportedError(f"LoRA on this model is unsupported on this device (fake): {exc}") from None
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = original_move  # type: ignore[method-assign]
         nn.Module.to = original_to  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _fake_module_deepcopy() -> Iterator[None]:
+    """peft's ModulesToSaveWrapper deep-copies the module it trains (modules_to_save); a deepcopy of fake tensors
+    lands in a fake mode of its own, which the forward cannot mix with the model's. Copy modules instead as new
+    parameters of the same shape and dtype made in the current mode (what deepcopy allocates), anything else as
+    deepcopy does."""
+    import copy
+
+    original = copy.deepcopy
+
+    def fresh(module: nn.Module) -> nn.Module:
+        new = copy.copy(module)
+        new._parameters = {k: None if p is None else nn.Parameter(torch.empty_like(p), requires_grad=p.requires_grad)
+                           for k, p in module._parameters.items()}
+        new._buffers = {k: None if b is None else torch.empty_like(b) for k, b in module._buffers.items()}
+        new._modules = {k: None if m is None else fresh(m) for k, m in module._modules.items()}
+        return new
+
+    copy.deepcopy = lambda x, *a, **k: fresh(x) if isinstance(x, nn.Module) else original(x, *a, **k)
+    try:
+        yield
+    finally:
+        copy.deepcopy = original
+
+
+def _all_targets_matched(model: nn.Module, targets: Any) -> nn.Module:
+    """peft raises only when no name of a target list matches; a record must not silently leave one out."""
+    adapted = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    missing = sorted(set(targets) - adapted) if isinstance(targets, tuple) else []
+    if missing:
+        raise UnsupportedError(f"LoRA targets {missing} match no module of this model")
+    return model
 
 
 def _quantize_base(model: nn.Module, lora: LoraSpec, device: torch.device) -> None:

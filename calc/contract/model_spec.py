@@ -50,6 +50,19 @@ def default_lora_targets(family: str) -> str:
     """The LoRA targets a recommendation uses: every linear layer, or the attention projections where
     all-linear is refused (ALL_LINEAR_LORA_REFUSED)."""
     return "attention" if family in ALL_LINEAR_LORA_REFUSED else "all-linear"
+# The Hugging Face module name of each calc linear (the last component of its module path, which peft's
+# target_modules list matches), the Llama names, then each family's own (transformers 5.x modeling_<family>.py).
+HF_MODULE_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj",
+                   "q_a": "q_a_proj", "q_b": "q_b_proj", "kv_a": "kv_a_proj_with_mqa", "kv_b": "kv_b_proj",
+                   "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj",
+                   "shared_gate": "gate_proj", "shared_up": "up_proj", "shared_down": "down_proj",
+                   "router": "gate", "lm_head": "lm_head", "embed_tokens": "embed_tokens"}
+HF_FAMILY_MODULE_NAMES = {
+    "gpt2": {"qkv": "c_attn", "o": "c_proj", "up": "c_fc", "down": "c_proj", "embed_tokens": "wte"},
+    "gpt_oss": {"router": "router"}, "llama4_text": {"router": "router"},
+    "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h",
+                 "embed_tokens": "embed_in"},
+}
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
@@ -84,14 +97,19 @@ class Linear(NamedTuple):
         weight = [(lead + (self.out_features, self.in_features), n)]
         return weight + ([(lead + (self.out_features,), n)] if self.bias else [])
 
-    def lora_target(self, targets: str) -> bool:
+    def lora_target(self, targets: str | tuple[str, ...], module_name: str) -> bool:
         """peft's 'all-linear' wraps every nn.Linear / Conv1D but lm_head; 'attention' only the attention
-        projections (MLA's q_a / q_b / kv_a / kv_b / o). Shared experts: only the families whose all-linear
-        peft rewrites onto the routed experts have them (PEFT_EXPERT_ADAPTER_FAMILIES, refused there), and
-        that rewrite drops the gate_proj / up_proj / down_proj modules, so they are never targeted."""
-        if not self.module or self.expert or self.shared:
+        projections (MLA's q_a / q_b / kv_a / kv_b / o); a list of names every nn.Linear / Conv1D whose module
+        name (`module_name`, HF_MODULE_NAMES) it lists (peft's check_target_module_exists matches the last
+        component of the module path). Shared experts: only the families whose all-linear peft rewrites onto the
+        routed experts have them (PEFT_EXPERT_ADAPTER_FAMILIES, refused there), and that rewrite drops the
+        gate_proj / up_proj / down_proj modules, so a set never targets them (a list naming them is refused there
+        by the scenario)."""
+        if not self.module or self.expert:
             return False
-        return targets == "all-linear" or self.block == "attention"
+        if isinstance(targets, tuple):
+            return module_name in targets
+        return not self.shared and (targets == "all-linear" or self.block == "attention")
 
     def tp_in(self, tp: int) -> int:
         """Megatron tensor parallelism: o and down are row-parallel (input split), the rest column-parallel."""
@@ -322,24 +340,63 @@ class ModelSpec(BaseModel):
     def model_other_params(self) -> dict[str, int]:
         return {name: prod(shape) * n for name, (shape, n) in self.model_other_shapes().items()}
 
-    def lora_params_per_layer(self, rank: int, targets: str, tp: int = 1, dense: bool = False) -> int:
-        """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear ('all-linear' or
-        'attention'), with this GPU's tensor-parallel slice. `dense`: one of a MoE model's dense layers."""
-        return sum(rank * (lin.in_features // lin.tp_in(tp) + lin.out_features // lin.tp_out(tp)) * lin.count
-                   for lin in self.linear_layers(dense) if lin.lora_target(targets))
+    def module_name(self, name: str) -> str:
+        """The Hugging Face module name of the calc linear (or "lm_head" / "embed_tokens") called `name`."""
+        return HF_FAMILY_MODULE_NAMES.get(self.family, {}).get(name, HF_MODULE_NAMES[name])
 
-    def lora_params(self, rank: int, targets: str, tp: int = 1, layers: int | None = None, first: bool = True) -> int:
+    def linear_module_names(self) -> tuple[str, ...]:
+        """The module names of this model's nn.Linear / Conv1D layers (what a LoRA target list may name), in
+        the order a decoder layer runs them (a MoE model's dense layers first), then lm_head."""
+        kinds = [True, False] if self.dense_layers else [False]
+        names = [self.module_name(lin.name) for d in kinds for lin in self.linear_layers(d)
+                 if lin.module and not lin.expert]
+        return tuple(dict.fromkeys([*names, self.module_name("lm_head")]))
+
+    def lora_targeted(self, lin: Linear, targets: str | tuple[str, ...]) -> bool:
+        """Whether peft puts an adapter on this decoder-layer linear (Linear.lora_target)."""
+        return lin.lora_target(targets, self.module_name(lin.name))
+
+    def lora_on_lm_head(self, targets: str | tuple[str, ...]) -> bool:
+        """An adapter on lm_head: only when a target list names it (peft's all-linear leaves the output layer out)."""
+        return isinstance(targets, tuple) and self.module_name("lm_head") in targets
+
+    def lora_params_per_layer(self, rank: int, targets: str | tuple[str, ...], tp: int = 1,
+                              dense: bool = False) -> int:
+        """peft adapter weights per layer, r x (in + out) for each targeted nn.Linear, with this GPU's
+        tensor-parallel slice. `dense`: one of a MoE model's dense layers."""
+        return sum(rank * (lin.in_features // lin.tp_in(tp) + lin.out_features // lin.tp_out(tp)) * lin.count
+                   for lin in self.linear_layers(dense) if self.lora_targeted(lin, targets))
+
+    def lora_lm_head_params(self, rank: int, targets: str | tuple[str, ...], tp: int = 1) -> int:
+        """An adapter on lm_head (H in, V / tp out: vocab-parallel), or 0."""
+        return rank * (self.hidden_size + self.vocab_size // tp) if self.lora_on_lm_head(targets) else 0
+
+    def lora_params(self, rank: int, targets: str | tuple[str, ...], tp: int = 1, layers: int | None = None,
+                    first: bool = True, last: bool = True) -> int:
         """Adapter weights of `layers` layers (default all) counted from the first (a MoE model's dense
-        layers first, as in linear_layers)."""
+        layers first, as in linear_layers), and lm_head's adapter on the `last` stage."""
         layers = self.num_layers if layers is None else layers
         dense = min(layers, self.dense_layers) if first else 0
         return ((layers - dense) * self.lora_params_per_layer(rank, targets, tp)
-                + dense * self.lora_params_per_layer(rank, targets, tp, dense=True))
+                + dense * self.lora_params_per_layer(rank, targets, tp, dense=True)
+                + (self.lora_lm_head_params(rank, targets, tp) if last else 0))
 
-    def lora_target_names(self, targets: str) -> frozenset[str]:
-        """Names of the linears peft wraps in any kind of layer (a MoE model's dense and MoE layers)."""
+    def modules_to_save_shapes(self, names: tuple[str, ...], tp: int = 1, first: bool = True,
+                               last: bool = True) -> list[tuple[tuple[int, ...], int]]:
+        """The trainable copies peft's ModulesToSaveWrapper makes (copy.deepcopy of the module, beside the frozen
+        original; peft/utils/other.py ModulesToSaveWrapper.update) of lm_head (V / tp x H, the last stage) and the
+        token embedding (V / tp x H, the first stage). A deepcopy is a tensor of its own: with tied embeddings the
+        trainable copy is untied from the frozen original."""
+        wanted = {"lm_head": last, "embed_tokens": first}
+        return [((self.vocab_size // tp, self.hidden_size), 1) for calc_name, here in wanted.items()
+                if here and self.module_name(calc_name) in names]
+
+    def lora_target_names(self, targets: str | tuple[str, ...]) -> frozenset[str]:
+        """calc names of the linears peft wraps in any kind of layer (a MoE model's dense and MoE layers), and
+        "lm_head" when its adapter is asked for."""
         kinds = [False, True] if self.dense_layers else [False]
-        return frozenset(lin.name for d in kinds for lin in self.linear_layers(d) if lin.lora_target(targets))
+        names = {lin.name for d in kinds for lin in self.linear_layers(d) if self.lora_targeted(lin, targets)}
+        return frozenset(names | ({"lm_head"} if self.lora_on_lm_head(targets) else set()))
 
     def attention_params(self) -> int:
         """The attention block's linears (with biases), its q/k or latent norms and gpt-oss's sinks."""

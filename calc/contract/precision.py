@@ -71,6 +71,16 @@ def state_dtype_bytes(p: Precision) -> int:
     return BF16 if p == Precision.bf16 else FP32
 
 
+def adapter_bytes(p: Precision, base_weights: str = "bf16") -> int:
+    """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
+    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32). On an int8 base they stay
+    in torch's default fp32: peft casts new adapters only to a floating base dtype (a 4-bit base's compute_dtype;
+    peft/tuners/tuners_utils.py _move_adapter_to_device_of_base_layer)."""
+    if base_weights == "int8":
+        return 4
+    return 2 if p == Precision.bf16 or p.is_mixed else 4
+
+
 def optimizer_state_bytes(opt: Optimizer, p: Precision, shapes: list[tuple[tuple[int, ...], int]]) -> int:
     """Persistent optimizer state for the trainable tensors `shapes`.
 

@@ -163,6 +163,16 @@ class LoraConfig(BaseModel):
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, data: Any) -> Any:
+        """JSON arrays of names as tuples: the training block's own before-validator hands this one Python values,
+        which strict validation (records, scenario files) would otherwise refuse as lists."""
+        if not isinstance(data, dict):
+            return data
+        return {k: tuple(v) if k in ("targets", "modules_to_save") and isinstance(v, list) else v
+                for k, v in data.items()}
+
     @model_validator(mode="after")
     def _names(self) -> LoraConfig:
         for field in ("targets", "modules_to_save"):
@@ -345,8 +355,6 @@ _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("compile", True), ("activation_offload", True),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
-    ("dropout", "nonzero"),
-    ("targets", "list"), ("modules_to_save", "nonempty"),
 )
 
 
@@ -408,6 +416,52 @@ def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _lora_names_fit(lora: LoraConfig, spec: ModelSpec) -> None:
+    """A target list names the model's own linear modules (ModelSpec.linear_module_names; peft raises on a
+    name that matches nothing) and, on the MoE families whose MLP names peft rewrites onto the routed experts'
+    weights (PEFT_EXPERT_ADAPTER_FAMILIES), no MLP module; modules_to_save names lm_head or the embedding."""
+    names = spec.linear_module_names()
+    for name in lora.targets if isinstance(lora.targets, tuple) else ():
+        if name not in names:
+            raise UserError(T_("lora.targets: {name} is not a linear module of this model; its linear modules: "
+                               "{names}", name=name, names=", ".join(names)))
+    mlp = {spec.module_name(lin.name) for d in (False, True) for lin in spec.linear_layers(d) if lin.block == "mlp"}
+    attention = {spec.module_name(lin.name) for lin in spec.linear_layers() if lin.block == "attention"}
+    experts = isinstance(lora.targets, tuple) and spec.family in PEFT_EXPERT_ADAPTER_FAMILIES
+    for name in lora.targets if experts else ():
+        if name in mlp - attention:
+            raise UserError(T_("lora.targets: on {family}, peft moves {name} onto the routed experts' weights, "
+                               "which the estimate does not model; target the attention projections or lm_head",
+                               family=spec.family, name=name))
+    savable = (spec.module_name("lm_head"), spec.module_name("embed_tokens"))
+    for name in lora.modules_to_save:
+        if name not in savable:
+            raise UserError(T_("lora.modules_to_save: {name} is not modelled; the estimate trains {names} in full",
+                               name=name, names=" / ".join(savable)))
+
+
+def _lora_fits_training(t: TrainingConfig, spec: ModelSpec) -> None:
+    """No lm_head adapter under Liger's fused loss. modules_to_save is modelled where its 16-bit trainable copies
+    (peft does not upcast them) share the adapters' dtype (calc.contract.precision.adapter_bytes: bf16 and *-mixed)
+    or, beside fp32 adapters, without ZeRO; under FSDP2 in bf16 (measured; the root group holds the copies)."""
+    from calc.contract.precision import adapter_bytes  # calc.contract.precision imports this module
+
+    lora = t.lora
+    if lora is not None and t.cross_entropy == "liger-fused" and isinstance(lora.targets, tuple) \
+            and spec.module_name("lm_head") in lora.targets:
+        # Liger's fused loss reads lm_head.weight, which on peft's wrapped layer is the frozen base weight alone
+        raise UserError(T_("an adapter on lm_head does not run under liger-fused cross-entropy (it reads the "
+                           "base weight); use standard cross-entropy or leave lm_head out of lora.targets"))
+    if lora is None or not lora.modules_to_save:
+        return
+    if adapter_bytes(t.precision) != 2 and t.zero_stage:
+        raise UserError(T_("lora.modules_to_save with fp32 adapters (fp32, amp) is modelled without ZeRO: its "
+                           "16-bit copies and the fp32 adapters would share DeepSpeed's flat buffers; use zero_stage "
+                           "0, or precision bf16 / bf16-mixed"))
+    if t.sharding == "fsdp2" and t.zero_stage in (2, 3) and t.precision != Precision.bf16:
+        raise UserError(T_("lora.modules_to_save under sharding fsdp2 is modelled in precision bf16"))
 
 
 class InferenceConfig(BaseModel):
@@ -524,13 +578,19 @@ class Scenario(BaseModel):
             raise UserError(T_("LoRA all-linear on {family}: peft puts adapters on the routed experts' weights "
                                "and the router, which the estimate does not model; target attention",
                                family=spec.family))
+        if t.lora is not None:
+            _lora_names_fit(t.lora, spec)
+            _lora_fits_training(t, spec)
         if t.framework == "litgpt":
             self._litgpt_fits(spec, gpus)
         if t.framework == "torchtune":
             self._torchtune_builds(gpus)
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
-                raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
+            raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))
+        if quantized and t.sharding == "fsdp2" and t.zero_stage in (2, 3):
+            raise UserError(T_("quantized (int8/nf4/fp4) base weights are modelled with DeepSpeed or plain PyTorch, "
+                               "not under FSDP2 (which would shard the packed 4-bit storage)"))
         return self
 
     def _litgpt_fits(self, spec: ModelSpec, gpus: int) -> None:

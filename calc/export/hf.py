@@ -336,8 +336,14 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
         dtype = "float16"
     lora = None
     if t.lora is not None:
-        targets = "all-linear" if t.lora.targets == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        names = t.lora.targets
+        targets = list(names) if isinstance(names, tuple) else \
+            "all-linear" if names == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
         lora = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
+        if t.lora.dropout:
+            lora["lora_dropout"] = t.lora.dropout
+        if t.lora.modules_to_save:
+            lora["modules_to_save"] = list(t.lora.modules_to_save)
     quant = None
     if t.lora is not None and t.lora.base_weights in ("nf4", "fp4"):
         quant = {"load_in_4bit": True, "bnb_4bit_quant_type": t.lora.base_weights,

@@ -60,7 +60,9 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
     return Ctx(weight_elem_bytes=2, act_elem_bytes=2, residual_elem_bytes=2, amp=False, lora_rank=lora.rank,
                lora_targets=sc.spec.lora_target_names(lora.targets), frozen_base=True,
                adapter_bytes=adapter_bytes(p, lora.base_weights), adapter_amp=p.is_amp and adapter_bytes(p) == 4,
-               quantized_base=lora.base_weights if lora.quantized else "", **common)
+               quantized_base=lora.base_weights if lora.quantized else "", lora_dropout=lora.dropout,
+               lora_trained=frozenset(n for n in ("lm_head", "embed_tokens")
+                                      if sc.spec.module_name(n) in lora.modules_to_save), **common)
 
 
 def output_chunks(sc: Scenario) -> int:
@@ -102,9 +104,10 @@ def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
     frozen base, transformers' activation_checkpointing_enable (and peft when the model already
     checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
     checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
-    frozen projections record no autograd node and save nothing. torchtune sets no such hook (its non-reentrant
-    checkpoint needs none)."""
-    return not ctx.frozen_base or (ckpt == Checkpointing.full and ctx.framework != "torchtune")
+    frozen projections record no autograd node and save nothing. A trainable copy of the embedding (LoRA
+    modules_to_save) makes its output require grad. torchtune sets no such hook (its non-reentrant checkpoint
+    needs none)."""
+    return ctx.trains("embed_tokens") or (ckpt == Checkpointing.full and ctx.framework != "torchtune")
 
 
 # ---- block profiles --------------------------------------------------------------------------------------------------

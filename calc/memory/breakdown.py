@@ -35,7 +35,7 @@ def peak_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes:
                              formula=FLATTEN_EVENTS[event][1],
                              source=N_("DeepSpeed's source (calc.memory.train_timeline.optimizer_rows)")))
         return out + states_and_rest_components(sc, st, row, workspace_bytes)
-    gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p)
+    gb = precision.grad_bytes_per_param(p) if t.lora is None else adapter_bytes(p, t.lora.base_weights)
     fp32_copies = phase == "optimizer" and st.grad_fp32_step > 0
     both = fp32_copies and st.keeps_16bit_step_grads  # DeepSpeed ZeRO-0: the 16-bit grads stay beside them
     label = N_("Parameter gradients (.grad)")

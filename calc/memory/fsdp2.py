@@ -15,11 +15,17 @@ from calc.contract.architectures import ModelSpec
 from calc.contract.i18n import N_
 from calc.contract.scenario import Precision, Scenario
 from calc.memory.result import Component, words
-from calc.memory.states import Shapes, States
+from calc.memory.states import Shapes, States, adapter_bytes, lora_shapes
 from calc.sim.layers import Ctx
 
 
 def fsdp2_states(sc: Scenario) -> States:
+    """FSDP2's model states on one rank: full fine-tuning (fsdp2_full_states) or a peft LoRA model
+    (fsdp2_lora_states)."""
+    return fsdp2_full_states(sc) if sc.training.lora is None else fsdp2_lora_states(sc)
+
+
+def fsdp2_full_states(sc: Scenario) -> States:
     """PyTorch FSDP2 (fully_shard on every decoder layer and on the root), the ZeRO-3 analogue
     with reshard_after_forward=True and the ZeRO-2 analogue with False. Each parameter is sharded
     on dim 0, padded to a multiple of the world size N; gradients are reduce-scattered into the
@@ -143,3 +149,61 @@ def fsdp2_shard_shapes(spec: ModelSpec, n: int, ep: int) -> Shapes:
     return ([((-(-s[0] // n),) + s[1:], c) for s, c in rest]
             + [((-(-(s[0] // ep) // efsdp),) + s[1:], c) for s, c in routed])
 
+
+
+_LORA_SOURCE = N_("FSDP2 dim-0 sharding of the frozen base and the adapters, padded to a multiple of the world "
+                  "size; gradients and optimizer states for the adapters only")
+_LORA_MIXED_SOURCE = N_("FSDP2 dim-0 sharding of the frozen base and the adapters, padded to a multiple of the world "
+                        "size; gradients and optimizer states for the adapters only (with a mixed-precision policy: "
+                        "modelled from PyTorch's source, not measured)")
+
+
+def fsdp2_lora_states(sc: Scenario) -> States:
+    """FSDP2 (fully_shard per decoder layer and on the root) over a peft LoRA model: every parameter, the frozen
+    bf16 base and the adapters (peft's dtype, calc.memory.states.adapter_bytes) alike, is sharded on dim 0 and
+    padded to a multiple of the world size; the groups FSDP2 gathers hold the layer's base weights and its
+    adapters. Only parameters that require grad get a gradient: FSDPParamGroup.post_backward collects the
+    unsharded gradients of `fsdp_params_with_grad` (the frozen base has none), so the reduce-scatter input and the
+    sharded gradients are the adapters' alone, and the optimizer keeps states for the adapter shards only
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward, _fsdp_collectives.py foreach_reduce).
+    FSDP2 asks one dtype of a group's trainable parameters only (FSDPParamGroup._init_mp_dtypes), so fp32 adapters
+    shard beside the bf16 base as they are; measured on the CPU over the fake process group in bf16, amp-bf16 and
+    fp32 without a MixedPrecisionPolicy. *-mixed (a MixedPrecisionPolicy over 16-bit adapters) is modelled the
+    same way, not measured. Expert parallelism is not applied to LoRA runs (the adapters sit on the attention and
+    dense linears). modules_to_save's trainable copies belong to the root group (gathered with it, their
+    gradients and states sharded as the adapters'); measured in bf16."""
+    spec, t = sc.spec, sc.training
+    lora, ranks = t.lora, sc.data_parallel
+    assert lora is not None
+    ad = adapter_bytes(t.precision, t.lora.base_weights)
+    # modules_to_save's trainable copies (lm_head, the embedding) are the root group's, beside its frozen originals
+    adapters = lora_shapes(spec, lora.rank, lora.targets, spec.num_layers, 1) \
+        + spec.modules_to_save_shapes(lora.modules_to_save)
+    copies = sum(prod(s) * c for s, c in spec.modules_to_save_shapes(lora.modules_to_save))
+    base_params = sum(prod(s) * c for s, c in fsdp2_shard_shapes(spec, ranks, 1))
+    adapter_shards = [((-(-s[0] // ranks),) + s[1:], c) for s, c in adapters]
+    adapter_shard_params = sum(prod(s) * c for s, c in adapter_shards)
+    trainable = sum(prod(s) * c for s, c in adapters)
+    state_precision = Precision.bf16 if ad == 2 else Precision.fp32
+    layer_adapters = spec.lora_params_per_layer(lora.rank, lora.targets)
+    dense_adapters = spec.lora_params_per_layer(lora.rank, lora.targets, dense=True) if spec.dense_layers else 0
+    layer_bytes = spec.layer_params() * 2 + layer_adapters * ad
+    dense_layer_bytes = (spec.layer_params() + spec.dense_layer_delta()) * 2 + dense_adapters * ad \
+        if spec.dense_layers else 0
+    root_bytes = (spec.embedding_params() + spec.norm_params() + spec.lm_head_params() + copies) * 2 \
+        + spec.lora_lm_head_params(lora.rank, lora.targets) * ad
+    weights = Component(key="weights", category="parameters", label=N_("Model weights (FSDP2 shards)"),
+                        bytes=base_params * 2 + adapter_shard_params * ad,
+                        **words("formula", N_("{base} frozen base params x 2 B + {lora} LoRA params x {bytes} B, "
+                                              "/ {ranks} ranks"),
+                                base=f"{spec.total_params():,}", lora=f"{trainable:,}", bytes=ad, ranks=ranks),
+                        source=_LORA_MIXED_SOURCE if t.precision.is_mixed else _LORA_SOURCE)
+    return States(
+        weights=base_params * 2 + adapter_shard_params * ad, grads=adapter_shard_params * ad,
+        optimizer=precision.optimizer_state_bytes(t.optimizer, state_precision, adapter_shards), master=0,
+        opt_temp=precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, state_precision, adapter_shards),
+        grad_fp32_step=0, zero_buffers=0, trainable=trainable, params_local=spec.total_params() + trainable,
+        offloaded_cpu=0, offloaded_nvme=0, components=[weights], gathered_root=root_bytes,
+        gathered_layer=layer_bytes, reshard_after_forward=t.zero_stage == 3, forward_all_gather=layer_bytes,
+        reduce_scatter_input=layer_adapters * ad, reduce_scatter_kept=layer_adapters * ad,
+        gathered_dense_layer=dense_layer_bytes, reduce_scatter_dense=dense_adapters * ad)

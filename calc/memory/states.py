@@ -15,6 +15,7 @@ from typing import Any, Literal, NamedTuple
 from calc.contract import parallel, precision, quantized
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
+from calc.contract.precision import adapter_bytes
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
 from calc.sim.frameworks.litgpt import litgpt_param_numels
@@ -140,38 +141,32 @@ def _list_local_shapes(spec: ModelSpec, tp: int, layers: int) -> Shapes:
     return out
 
 
-def lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int, first: bool = True) -> Shapes:
+def lora_shapes(spec: ModelSpec, rank: int, targets: str | tuple[str, ...], layers: int, tp: int,
+                first: bool = True, last: bool = True) -> Shapes:
     """LoRA A (r x in) and B (out x r) for each targeted linear of each layer (peft; the layer list is
-    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice). Shared: treat as
-    read-only."""
-    return per_spec(spec, ("lora_shapes", rank, targets, layers, tp, first),
-                    lambda: _list_lora_shapes(spec, rank, targets, layers, tp, first))
+    ModelSpec.linear_layers of each kind of layer, this GPU's tensor-parallel slice), and lm_head's on the last
+    stage when a target list names it (A: r x H, B: V / tp x r). Shared: treat as read-only."""
+    return per_spec(spec, ("lora_shapes", rank, targets, layers, tp, first, last),
+                    lambda: _list_lora_shapes(spec, rank, targets, layers, tp, first, last))
 
 
-def _list_lora_shapes(spec: ModelSpec, rank: int, targets: str, layers: int, tp: int, first: bool) -> Shapes:
+def _list_lora_shapes(spec: ModelSpec, rank: int, targets: str | tuple[str, ...], layers: int, tp: int,
+                      first: bool, last: bool) -> Shapes:
     dense = min(layers, spec.dense_layers) if first else 0
     shapes: Shapes = []
     for kind, n in ((False, layers - dense), (True, dense)):
         for lin in spec.linear_layers(kind) if n else []:
-            if lin.lora_target(targets):
+            if spec.lora_targeted(lin, targets):
                 fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
                 shapes += [((rank, fin), lin.count * n), ((fout, rank), lin.count * n)]
+    if last and spec.lora_on_lm_head(targets):
+        shapes += [((rank, spec.hidden_size), 1), ((spec.vocab_size // tp, rank), 1)]
     return shapes
 
 
 def largest_tensor(spec: ModelSpec, shapes_key: tuple, shapes: Shapes) -> int:
     """Elements of the largest tensor among `shapes` (named `shapes_key` in the per-spec memo)."""
     return per_spec(spec, (shapes_key, "largest"), lambda: max((prod(s) for s, _ in shapes), default=0))
-
-
-def adapter_bytes(p: Precision, base_weights: str = "bf16") -> int:
-    """LoRA adapter dtype: peft upcasts adapters to fp32 (autocast_adapter_dtype) unless the run
-    keeps everything in 16 bits (pure bf16, or *-mixed whose master copies are fp32). On an int8 base they stay
-    in torch's default fp32: peft casts new adapters only to a floating base dtype (a 4-bit base's compute_dtype;
-    peft/tuners/tuners_utils.py _move_adapter_to_device_of_base_layer)."""
-    if base_weights == "int8":
-        return 4
-    return 2 if p == Precision.bf16 or p.is_mixed else 4
 
 
 # ---- the terms of model_states ---------------------------------------------------------------------------------------
@@ -187,12 +182,16 @@ class TrainableWeights(NamedTuple):
     shapes_key: tuple  # names `shapes` in the per-spec memo
     formula: dict[str, Any]  # the weights component's formula (words)
     source: str = WEIGHTS_SOURCE  # what the weights component rests on
+    # LoRA modules_to_save beside fp32 adapters: peft leaves its trainable copies in the base's bf16 (it upcasts
+    # only the adapters), so they keep bf16 gradients and states of their own (not among `shapes`)
+    bf16_copies: Shapes = []
+    bf16_copy_params: int = 0
 
 
 def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool, last: bool,
                       shard: parallel.Sharding) -> TrainableWeights:
     """Full fine-tuning trains every local parameter in the weights' dtype; LoRA trains its adapters (peft's
-    dtype, calc.memory.states.adapter_bytes) beside a frozen, possibly quantized base."""
+    dtype, calc.contract.precision.adapter_bytes) beside a frozen, possibly quantized base."""
     spec, t = sc.spec, sc.training
     p, tp = t.precision, t.tensor_parallel
     if t.lora is None:
@@ -204,18 +203,24 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
                                 precision.grad_bytes_per_param(p), p, local_shapes(spec, tp, layers, first, last),
                                 shapes_key, formula)
     lora = t.lora
-    shapes_key = ("lora", lora.rank, lora.targets, layers, tp, first)
-    shapes = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first)
-    trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in shapes))
+    per_adapter = adapter_bytes(p, lora.base_weights)
+    shapes_key = ("lora", lora.rank, lora.targets, lora.modules_to_save, per_adapter, layers, tp, first, last)
+    adapters = lora_shapes(spec, lora.rank, lora.targets, layers, tp, first, last)
+    copies = spec.modules_to_save_shapes(lora.modules_to_save, tp, first, last)
+    same_dtype = per_adapter == 2  # 16-bit adapters: the copies train as the adapters do
+    shapes = per_spec(spec, shapes_key, lambda: adapters + copies if same_dtype else adapters)
+    copy_params = sum(prod(s) * c for s, c in copies)
+    trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in adapters)) + copy_params
     base_bytes = quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first).total_bytes(
         params_local)
-    per_adapter = adapter_bytes(p, lora.base_weights)
     formula = words("formula", N_("{base} frozen base params = {base_bytes} B ({quant}) + {lora} LoRA params "
                                   "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:,}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)
-    weight_bytes = round(base_bytes * shard.weights) + per_adapter * trainable
-    return TrainableWeights(weight_bytes, trainable, per_adapter, p if per_adapter == 2 else Precision.fp32, shapes,
-                            shapes_key, formula, QUANTIZED_BASE_SOURCE if lora.quantized else WEIGHTS_SOURCE)
+    # the modules_to_save copies stay in the base's 16 bits (peft upcasts only the adapters)
+    weight_bytes = round(base_bytes * shard.weights) + per_adapter * (trainable - copy_params) + 2 * copy_params
+    return TrainableWeights(weight_bytes, trainable, per_adapter, p if same_dtype else Precision.fp32, shapes,
+                            shapes_key, formula, source=QUANTIZED_BASE_SOURCE if lora.quantized else WEIGHTS_SOURCE,
+                            bf16_copies=[] if same_dtype else copies, bf16_copy_params=0 if same_dtype else copy_params)
 
 
 class OptimizerBytes(NamedTuple):
@@ -236,10 +241,12 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
     master weights and step temporaries, each sharded as ZeRO shards it."""
     spec, t = sc.spec, sc.training
     p = t.precision
-    grads = round(w.trainable_params * w.grad_bytes_per_param * (shard.optimizer if zero12 else shard.gradients))
+    grad_bytes = w.trainable_params * w.grad_bytes_per_param - (w.grad_bytes_per_param - 2) * w.bf16_copy_params
+    grads = round(grad_bytes * (shard.optimizer if zero12 else shard.gradients))
     # sums over the parameter shapes, once per spec: a new batch shape or parallel layout does not change them
     states = per_spec(spec, (w.shapes_key, t.optimizer, w.state_precision),
-                      lambda: precision.optimizer_state_bytes(t.optimizer, w.state_precision, w.shapes))
+                      lambda: precision.optimizer_state_bytes(t.optimizer, w.state_precision, w.shapes)
+                      + precision.optimizer_state_bytes(t.optimizer, Precision.bf16, w.bf16_copies))
     master = round(w.trainable_params * precision.master_bytes_per_param(p) * shard.optimizer)
     if t.zero_stage >= 1 and not master:
         # DeepSpeed ZeRO-1/2/3 always hand the optimizer a clone of this rank's partition in the master
@@ -254,7 +261,8 @@ def optimizer_bytes(sc: Scenario, w: TrainableWeights, shard: parallel.Sharding,
     temp = per_spec(spec, (w.shapes_key, t.optimizer, t.optimizer_impl, w.state_precision, t.optimizer_in_backward,
                            bool(order)),
                     lambda: precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, w.state_precision,
-                                                           temp_shapes, order))
+                                                           temp_shapes, order)
+                    + precision.optimizer_temp_bytes(t.optimizer, t.optimizer_impl, Precision.bf16, w.bf16_copies))
     fp32_grads = round(w.trainable_params * 4 * shard.optimizer) if p.is_mixed else 0
     return OptimizerBytes(grads, round(states * shard.optimizer), master, round(temp * shard.optimizer), fp32_grads)
 

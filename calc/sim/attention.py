@@ -11,7 +11,7 @@ from __future__ import annotations
 from calc.contract.model_spec import GEMMA_FAMILIES
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
-from calc.sim.ops import dropout, linear, rms_norm
+from calc.sim.ops import dropout, linear, product_saves, rms_norm
 
 
 def rope(g: Graph, x: int, width: int, c: Ctx) -> int:
@@ -78,7 +78,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
         return _eager_with_sinks(g, q, k, v, c, ss, qw)
     if q_bshd or s.family == "gpt2":  # bmm gets a (saved) contiguous copy of q
         q = g.op(a * t * qw, ins=(q,), name="q contiguous for bmm")
-    scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
+    scores = g.op(a * ss, ins=(q, k), saves=product_saves(g, q, k), name="q @ k^T")
     scaled = g.op(a * ss, ins=(scores,), name="* scaling")
     if s.attn_logit_softcapping:
         d = g.op(a * ss, ins=(scaled,), name="/ softcap")
@@ -101,7 +101,7 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     g.held.append(probs)  # returned as attn_weights; the decoder layer's `_` holds it until it returns
     if vw != qw:  # MLA: v is a strided slice of kv_b's output; matmul's reshape copies it
         v = g.op(a * t * vw, ins=(v,), name="v contiguous for bmm")
-    o = g.op(a * t * vw, ins=(probs, v), saves=(probs, v), name="probs @ v")
+    o = g.op(a * t * vw, ins=(probs, v), saves=product_saves(g, probs, v), name="probs @ v")
     out = g.op(a * t * vw, ins=(o,), name="transpose contiguous")
     g.keep(k, v)
     return out
@@ -115,7 +115,7 @@ def _eager_with_sinks(g: Graph, q: int, k: int, v: int, c: Ctx, ss: int, qw: int
     rows = ss // c.seq
     ss1 = ss + rows
     mb = max(a, 4 if c.residual_elem_bytes == 4 else a)  # the float mask is in the model dtype (fp32 under autocast)
-    scores = g.op(a * ss, ins=(q, k), saves=(q, k), name="q @ k^T")
+    scores = g.op(a * ss, ins=(q, k), saves=product_saves(g, q, k), name="q @ k^T")
     scaled = g.op(a * ss, ins=(scores,), name="* scaling")
     masked = g.op(mb * ss, ins=(scaled,), name="+ mask")
     comb = g.op(mb * ss1, ins=(masked,), pgrad=0 if c.frozen_base else c.weight_elem_bytes * s.num_heads // c.tp,

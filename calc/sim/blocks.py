@@ -142,9 +142,11 @@ def embedding_block(c: Ctx) -> Graph:
     s = c.spec
     t, h = c.tokens, s.hidden_size
     g = Graph(input_bytes=0, input_requires_grad=False, round_to=512 if c.cuda else 1)
-    emb_grad = 0 if c.frozen_base else s.vocab_size * h * (4 if c.amp else c.weight_elem_bytes)
-    x = g.op(c.residual_elem_bytes * t * h, pgrad=0 if s.tie_word_embeddings else emb_grad,
-             ws_bwd=2 * emb_grad if s.tie_word_embeddings else 0, name="embed_tokens")
+    emb_grad = 0 if not c.trains("embed_tokens") else s.vocab_size * h * (4 if c.amp else c.weight_elem_bytes)
+    # LoRA's trainable copy of the embedding (modules_to_save) is untied from lm_head: no summed contribution
+    tied = s.tie_word_embeddings and not c.frozen_base
+    x = g.op(c.residual_elem_bytes * t * h, pgrad=0 if tied else emb_grad,
+             ws_bwd=2 * emb_grad if tied else 0, name="embed_tokens")
     if s.family == "gpt2":
         pos = g.op(c.residual_elem_bytes * t * h, pgrad=s.max_position_embeddings * h * c.weight_elem_bytes, name="wpe")
         x = g.op(c.residual_elem_bytes * t * h, ins=(x, pos), name="tok + pos")
@@ -222,7 +224,7 @@ def liger_head_block(c: Ctx) -> Graph:
     y, yb = final_norm(g, c)
     xb = 2 if c.amp else yb  # autocast runs the chunk matmuls in 16-bit
     w16 = g.op(2 * v * h, grad=False, name="autocast lm_head weight copy") if c.amp else None
-    gw = 0 if c.frozen_base else (4 if c.amp else c.weight_elem_bytes) * v * h
+    gw = 0 if not c.trains("lm_head") else (4 if c.amp else c.weight_elem_bytes) * v * h
     grad_in = g.op(yb * t * h, grad=False, name="grad_input buffer")
     grad_w = g.op(gw, grad=False, name="grad_weight buffer (filled in forward)")
     chunk = fixed(liger_chunk_tokens, t, h, v)  # no polynomial of the tokens: recorded per chunk size

@@ -31,6 +31,8 @@ class Ctx:
     adapter_bytes: int = 4  # LoRA adapter dtype: fp32 (peft's autocast_adapter_dtype) or 16-bit
     adapter_amp: bool = False  # LoRA under torch.autocast: fp32 adapters run their matmuls in 16-bit
     quantized_base: str = ""  # LoRA on a bitsandbytes base: "int8", "nf4" or "fp4" (calc.contract.quantized)
+    lora_dropout: float = 0.0  # LoRA: peft's lora_dropout on each adapter's input
+    lora_trained: frozenset[str] = frozenset()  # LoRA modules_to_save: "lm_head" / "embed_tokens" trained in full
     sliding: bool = True  # this layer attends through the spec's sliding window (Gemma 3's local layers)
     dense_mlp: bool = False  # a MoE model's dense layer (first_k_dense_replace)
     ep: int = 1  # expert parallelism: this rank runs num_experts / ep experts on tokens sent by all-to-all
@@ -77,6 +79,11 @@ class Ctx:
             fields.pop("shape_free", None)
         fields.update(changed)
         return new
+
+    def trains(self, module: str) -> bool:
+        """Whether a module's weight takes a gradient: every one in full fine-tuning; under LoRA only the trainable
+        copies of modules_to_save (lm_head, embed_tokens)."""
+        return not self.frozen_base or module in self.lora_trained
 
     @property
     def rope_elem_bytes(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from calc.sim.context import Ctx
 from calc.sim.graph import Graph
-from calc.sim.ops import activation, linear
+from calc.sim.ops import activation, linear, product_saves
 
 
 def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None, width: int | None = None,
@@ -28,7 +28,7 @@ def gated_mlp(g: Graph, y: int, c: Ctx, tokens: int | None = None, width: int | 
         gate = linear(g, y, h, i, c, bias=s.mlp_bias, name=f"{prefix}gate", tokens=t)
         act = activation(g, gate, t * i, c.act_elem_bytes * t * i, s.hidden_act, c)
         up = linear(g, y, h, i, c, bias=s.mlp_bias, name=f"{prefix}up", tokens=t)
-    prod = g.op(c.act_elem_bytes * t * i, ins=(act, up), saves=(act, up), name="act * up")
+    prod = g.op(c.act_elem_bytes * t * i, ins=(act, up), saves=product_saves(g, act, up), name="act * up")
     out = linear(g, prod, i, h, c, bias=s.mlp_bias, name=f"{prefix}down", tokens=t, x_bytes=c.act_elem_bytes)
     g.keep(y)  # forward(self, x): x stays referenced until the MLP returns
     return out

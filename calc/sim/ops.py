@@ -27,6 +27,14 @@ def dropout(g: Graph, x: int, elems: int, nbytes: int, p: float, c: Ctx) -> int:
 UNQUANTIZED_LINEARS = frozenset({"lm_head", "router"})  # left out by transformers' replace_with_bnb_linear
 
 
+def product_saves(g: Graph, a: int, b: int) -> tuple[int, ...]:
+    """What a product of two tensors (mul, matmul) saves: each factor only for the other's gradient
+    (torch/csrc/autograd derivatives.yaml, mul / mm: `other` if self requires grad, `self` if other does). Under
+    LoRA without checkpointing the first layer reads an input that requires no grad, so a product of a frozen
+    path and an adapted one keeps one factor."""
+    return tuple(x for x, other in ((b, a), (a, b)) if g.needs_grad[other])
+
+
 def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, name: str = "",
            tokens: int | None = None, x_bytes: int = 4) -> int:
     """nn.Linear: its node saves the input only when the weight needs a gradient (a frozen weight
@@ -36,7 +44,7 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     (x_bytes=2: an SDPA output, an MLP product) is used as it is."""
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
-    if c.frozen_base:
+    if not c.trains(name):
         y = _frozen_linear(g, x, in_f, out_f, t, c, name)
     elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
@@ -64,9 +72,12 @@ def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx
     """peft LoRA Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, then cast back
     to the base result's dtype. x is first cast to the adapter dtype (`_cast_input_dtype`); under
     autocast the fp32 adapters' matmuls run in 16-bit on a further cast of x. A keeps its input,
-    B keeps A's r-wide output (peft/tuners/lora/layer.py)."""
+    B keeps A's r-wide output (peft/tuners/lora/layer.py). With lora_dropout > 0 each adapted module has its own
+    nn.Dropout on the cast input: the dropped input is a new tensor, which A keeps, beside the dropout's mask
+    (CUDA) or noise (CPU), as `dropout` models them."""
     r, ad = c.lora_rank, c.adapter_bytes
     xa = x if ad == c.act_elem_bytes else g.op(ad * t * in_f, ins=(x,), name=f"{name} lora input cast")
+    xa = dropout(g, xa, t * in_f, ad * t * in_f, c.lora_dropout, c)
     if c.adapter_amp:
         xa = g.op(2 * t * in_f, ins=(xa,), name=f"{name} lora autocast input")
         la = _autocast_matmul(g, xa, 2 * t * r, r * in_f, f"{name} lora A")
