@@ -95,7 +95,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
         plan.append((T_("ZeRO-3"), T_("+ 16-bit weights sharded"), {"zero_stage": 3}, False))
     if not fsdp:
         plan += _offload_steps(no_offload_zero, pp1)
-    plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl, sc.spec.family)
+    plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl, sc.spec.family, t.sharding == "fsdp2")
     out: list[WaterfallStep] = []
     prev: Estimate | None = None
     for i, (name, change, upd, method) in enumerate(plan):
@@ -133,7 +133,7 @@ def _offload_steps(no_offload_zero: int, pp1: bool) -> list[tuple[Phrase, Phrase
 
 
 def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: Precision, impl: OptimizerImpl,
-                  family: str) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
+                  family: str, fsdp2: bool) -> list[tuple[Phrase, Phrase, dict[str, Any], bool]]:
     back = {"offload_optimizer": Offload.none, "offload_params": Offload.none, "zero_stage": no_offload_zero}
     bnb_impl = OptimizerImpl.foreach if impl == OptimizerImpl.for_loop else impl  # bitsandbytes has no for-loop
     lora, qlora = default_lora(family), default_lora(family, "nf4")
@@ -145,7 +145,9 @@ def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: P
         (T_("LoRA"), adapters,
          {**back, "optimizer": opt, "optimizer_impl": impl, "lora": lora, "precision": amp if no_offload_zero == 0 else mixed}, True),
         (T_("QLoRA"), T_("frozen base weights in 4-bit NF4 (not partitioned by ZeRO-3)"),
-         {**back, "optimizer": opt, "lora": qlora, "precision": amp, "zero_stage": min(no_offload_zero, 2)},
+         # FSDP2 would shard the packed 4-bit storage, which is not modelled: its QLoRA step replicates the model
+         {**back, "optimizer": opt, "lora": qlora, "precision": amp,
+          "zero_stage": 0 if fsdp2 else min(no_offload_zero, 2)},
          True),
     ]
 
