@@ -468,10 +468,30 @@ def train_step(w: Workload, tracker: Any) -> None:
 
 
 def inference_step(w: Workload, tracker: Any) -> None:
-    """model(input_ids) under no_grad with the config's use_cache (True): KV cache and logits alive together."""
+    """inference.new_tokens 0: model(input_ids) under no_grad with the config's use_cache (True): KV cache and
+    logits alive together. new_tokens > 0: greedy `model.generate` of exactly new_tokens tokens (min_new_tokens
+    too, so a random model's end-of-sequence token does not stop it early) with the scenario's cache."""
+    inf = w.scenario.inference
     with tracker.phase("forward"), torch.no_grad(), _autocast(w):
-        out = w.model(input_ids=w.input_ids)
+        out = w.model(input_ids=w.input_ids) if inf.new_tokens == 0 else _generate(w, tracker)
         del out
+
+
+def _generate(w: Workload, tracker: Any) -> Any:
+    """Greedy generation of exactly new_tokens tokens. MemTracker refuses a second call of the root module within
+    one iteration unless its module stats are reset: a forward hook (it runs after MemTracker's own global hook)
+    resets them after each of generate's forwards; the byte counts are not touched by the reset."""
+    inf = w.scenario.inference
+    reset = getattr(tracker, "reset_mod_stats", None)
+    hook = w.model.register_forward_hook(lambda *_: reset()) if reset is not None else None
+    try:
+        return w.model.generate(w.input_ids, attention_mask=torch.ones_like(w.input_ids),
+                                max_new_tokens=inf.new_tokens, eos_token_id=None, do_sample=False,
+                                cache_implementation="static" if inf.kv_cache == "static" else None,
+                                pad_token_id=0)
+    finally:
+        if hook is not None:
+            hook.remove()
 
 
 def run_steps(w: Workload, tracker: Any, steps: int) -> None:
