@@ -299,4 +299,9 @@ def _generate_entries() -> list[Entry]:
         gen("gemma2-generate-bf16", GEMMA2, training(attention="eager", seq_len=32, **bf16), new_tokens=64),
         gen("gemma3-generate-bf16", GEMMA3, training(seq_len=32, **bf16), new_tokens=64),
         gen("gemma3-generate-bf16-past-window-prompt", GEMMA3, training(**bf16), new_tokens=8),
+        # inference.weights plain: the model built in that dtype whatever the training precision says
+        gen("llama-generate-weights-fp32", L, training(precision="amp-bf16", seq_len=16), new_tokens=64,
+            weights="fp32"),
+        gen("llama-generate-weights-fp16", L, training(precision="amp-bf16", seq_len=16), new_tokens=64,
+            weights="fp16"),
     ]

@@ -257,7 +257,7 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     from transformers import AutoModelForCausalLM
 
     t = scenario.training
-    plan = precision_plan(t.precision)
+    plan = precision_plan(run_precision(scenario))
     lora = t.lora
     if lora is not None and lora.base_weights != "bf16" and device.type != "cuda":
         raise UnsupportedError(f"LoRA base_weights {lora.base_weights} (bitsandbytes) is unsupported on this device "
@@ -384,6 +384,16 @@ class Workload:
         return self.scenario.mode == Mode.train
 
 
+def run_precision(scenario: Scenario) -> Precision:
+    """The precision the step runs in: inference.weights' own (plain weights in their dtype) in mode inference."""
+    if scenario.mode != Mode.inference:
+        return scenario.training.precision
+    if scenario.inference.quantized:
+        raise UnsupportedError(f"inference.weights {scenario.inference.weights} is not measured by this workload: "
+                               "the quantization libraries' kernels need CUDA")
+    return scenario.inference.precision(scenario.training.precision)
+
+
 def build_workload(scenario: Scenario, device: torch.device, num_layers: int | None = None,
                    fake: bool = False) -> Workload:
     """Model and input on the device; no optimizer yet (see `prepare_optimizer`)."""
@@ -391,7 +401,7 @@ def build_workload(scenario: Scenario, device: torch.device, num_layers: int | N
     model = build_model(scenario, device, num_layers=num_layers, fake=fake)
     vocab = model.config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab, (t.micro_batch_size, t.seq_len), device=device)
-    return Workload(scenario, device, model, input_ids, precision_plan(t.precision), fake=fake)
+    return Workload(scenario, device, model, input_ids, precision_plan(run_precision(scenario)), fake=fake)
 
 
 def prepare_optimizer(w: Workload, tracker: Any) -> None:
@@ -482,6 +492,9 @@ def _generate(w: Workload, tracker: Any) -> Any:
     one iteration unless its module stats are reset: a forward hook (it runs after MemTracker's own global hook)
     resets them after each of generate's forwards; the byte counts are not touched by the reset."""
     inf = w.scenario.inference
+    if w.fake:
+        raise UnsupportedError("generation is unsupported on this device (fake): generate reads values of its "
+                               "tensors (the padding check, the stopping criteria) that fake tensors cannot answer")
     reset = getattr(tracker, "reset_mod_stats", None)
     hook = w.model.register_forward_hook(lambda *_: reset()) if reset is not None else None
     try:

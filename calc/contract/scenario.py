@@ -105,6 +105,7 @@ LoraTargetSet = Literal["all-linear", "attention"]
 BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 BASE_WEIGHTS: tuple[str, ...] = ("bf16", "fp16", "int8", "nf4", "fp4")
 InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
+PLAIN_WEIGHT_PRECISION = {"bf16": Precision.bf16, "fp16": Precision.fp16_mixed, "fp32": Precision.fp32}
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
 
@@ -331,6 +332,18 @@ class InferenceConfig(BaseModel):
         "precision's weight dtype. A pasted config.json's quantization_config sets it when the scenario does not")
     double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
                                "absmax constants quantized again (nf4 / fp4 only)")
+
+    @property
+    def quantized(self) -> bool:
+        """The weights are stored by a quantization library (not plain bf16 / fp16 / fp32)."""
+        return self.weights is not None and self.weights not in PLAIN_WEIGHT_PRECISION
+
+    def precision(self, training: Precision) -> Precision:
+        """The precision the inference run computes in: plain weights in their own dtype, quantized ones in 16 bits
+        (bf16, or fp16 where the training precision asks for fp16), else the training precision."""
+        if self.weights is None:
+            return training
+        return PLAIN_WEIGHT_PRECISION.get(self.weights) or training.for_inference(gpu_bf16=True)
 
     @model_validator(mode="after")
     def _double_quant(self) -> InferenceConfig:

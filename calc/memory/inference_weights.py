@@ -15,11 +15,10 @@ from dataclasses import replace
 from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.quantized import QUANTIZED_WEIGHTS, quantized_weight_bytes
-from calc.contract.scenario import Mode, Precision, Scenario
+from calc.contract.scenario import Mode, Scenario
 from calc.memory.result import Component, words
 from calc.memory.states import States
 
-PLAIN_PRECISION = {"bf16": Precision.bf16, "fp16": Precision.fp16_mixed, "fp32": Precision.fp32}
 COMPUTE_BYTES = 2  # the 16-bit dtype quantized models compute in and keep their unconverted weights in
 QUANTIZED_SOURCE = N_("modelled from the quantization library's source, not measured (its kernels need CUDA): "
                       "packed weights and their scales for every decoder-layer nn.Linear; embeddings, norms, biases, "
@@ -32,16 +31,15 @@ def weights_kind(sc: Scenario) -> str | None:
 
 
 def quantized(sc: Scenario) -> bool:
-    return weights_kind(sc) in QUANTIZED_WEIGHTS
+    return sc.mode == Mode.inference and sc.inference.quantized
 
 
 def inference_scenario(sc: Scenario) -> Scenario:
-    """The scenario the inference estimate runs: plain weights in their own dtype, quantized ones with 16-bit
-    compute (bf16, or fp16 where the precision asks for fp16); unchanged without inference.weights."""
-    kind = weights_kind(sc)
-    if kind is None:
+    """The scenario the inference estimate runs: the precision inference.weights computes in
+    (InferenceConfig.precision); unchanged without inference.weights."""
+    if weights_kind(sc) is None:
         return sc
-    p = PLAIN_PRECISION.get(kind) or sc.training.precision.for_inference(gpu_bf16=True)
+    p = sc.inference.precision(sc.training.precision)
     return sc if p == sc.training.precision else sc.with_training(precision=p)
 
 
