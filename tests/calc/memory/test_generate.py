@@ -155,3 +155,20 @@ def test_bnb_bytes_match_bitsandbytes(out_f, in_f):
     cb, scb, _ = functional.int8_vectorwise_quant(w.half())
     assert cb.numel() * cb.element_size() + scb.numel() * scb.element_size() == bnb_weight_bytes("int8", out_f, in_f,
                                                                                                  False)
+
+
+GEMMA3 = {"model_type": "gemma3_text", "vocab_size": 2000, "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+          "sliding_window": 64}
+
+
+@pytest.mark.parametrize("model", [SMALL, MISTRAL, GEMMA3], ids=["llama", "mistral", "gemma3"])
+@pytest.mark.parametrize("kv", ["dynamic", "static"])
+@pytest.mark.parametrize("new_tokens", [1, 2, 100])
+def test_fast_peak_is_the_largest_listed_moment(model, kv, new_tokens):
+    """The peak asked at the pieces' ends equals the largest of every listed moment (hybrid layers' caches differ
+    from layer to layer under a static cache)."""
+    from calc.memory.estimate import reference_estimate
+
+    sc = _gen(model, new_tokens=new_tokens, seq=96, kv_cache=kv)
+    assert estimate(sc, "cpu").peak_allocated_bytes == reference_estimate(sc, "cpu").peak_allocated_bytes
