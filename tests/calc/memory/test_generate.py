@@ -172,3 +172,21 @@ def test_fast_peak_is_the_largest_listed_moment(model, kv, new_tokens):
 
     sc = _gen(model, new_tokens=new_tokens, seq=96, kv_cache=kv)
     assert estimate(sc, "cpu").peak_allocated_bytes == reference_estimate(sc, "cpu").peak_allocated_bytes
+
+
+@pytest.mark.parametrize("inference", [{"new_tokens": -1}, {"new_tokens": 4_194_305}, {"new_tokens": "many"},
+                                       {"new_tokens": True}, {"kv_cache": "paged"}, {"weights": "int3"},
+                                       {"weights": "nf4", "double_quant": "yes"}, {"beams": 4}])
+def test_hostile_inference_values_are_refused(inference):
+    from calc.contract.boundary import validate
+
+    with pytest.raises(ValueError):
+        validate(Scenario, {"model": SMALL, "mode": "inference", "inference": inference}, "scenario")
+
+
+def test_the_longest_generation_is_estimated():
+    sc = _gen(new_tokens=4_194_304, seq=4_194_304, batch=1, kv_cache="static")
+    tl = estimate(sc).timeline
+    ctx = block_context(sc, "cuda")
+    decode = next(i for i, e in enumerate(tl.events) if e.startswith("decode"))
+    assert tl.activations[decode] == SMALL["num_hidden_layers"] * sum(cache_position_bytes(ctx)) * (2 * 4_194_304 - 1)
