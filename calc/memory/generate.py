@@ -27,16 +27,13 @@ Modelled from the transformers source and measured with real tensors on CPU (dat
 
 from __future__ import annotations
 
-from calc.contract.i18n import N_
 from calc.contract.scenario import Attention, Scenario
+from calc.memory.result import DECODE_CACHE_UPDATE, DECODE_LOGITS
 from calc.sim.blocks import final_norm
 from calc.sim.graph import Graph
 from calc.sim.layers import Ctx
 from calc.sim.ops import linear
 
-PREFILL_HEAD = N_("prefill: final norm + lm_head (last position)")
-DECODE_CACHE_UPDATE = N_("decode token {token}: cache update of layer {layer}")
-DECODE_LOGITS = N_("decode token {token}: next-token logits")
 INT64_BYTES = 8
 FP32_BYTES = 4
 

@@ -40,13 +40,20 @@ INFERENCE_LAYER = N_("layer {layer}")
 REDUCE_SCATTER_LAYER = N_("reduce-scatter layer {layer}")  # FSDP2
 ALL_GATHER_LAYER = N_("all-gather layer {layer}")  # FSDP2
 EXPERTS_REDUCE_LAYER = N_("reduce-scatter layer {layer} experts")  # FSDP2 + expert parallelism
+# generation (calc.memory.generate)
+PREFILL_HEAD = N_("prefill: final norm + lm_head (last position)")
+DECODE_CACHE_UPDATE = N_("decode token {token}: cache update of layer {layer}")
+DECODE_LOGITS = N_("decode token {token}: next-token logits")
 
 
 @cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
-    return tuple((re.compile(re.escape(t).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$"), t)
-                 for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
-                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER))
+    def pattern(template: str) -> re.Pattern[str]:
+        return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>\\d+)", re.escape(template)) + "$")
+
+    return tuple((pattern(t), t) for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER,
+                                           REDUCE_SCATTER_LAYER, ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER,
+                                           DECODE_CACHE_UPDATE, DECODE_LOGITS))
 
 
 def event_text(event: str) -> Text:
@@ -55,7 +62,7 @@ def event_text(event: str) -> Text:
     for pattern, msgid in _event_patterns():
         m = pattern.match(event)
         if m:
-            return Text.model_construct(msgid=msgid, fields={"layer": m["layer"]})
+            return Text.model_construct(msgid=msgid, fields=m.groupdict())
     return Text.model_construct(msgid=event, fields={})
 
 

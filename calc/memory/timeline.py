@@ -21,7 +21,6 @@ from calc.memory.activations import (
     model_level_bytes,
 )
 from calc.memory.generate import (
-    PREFILL_HEAD,
     cache_position_bytes,
     decode_rows,
     generating,
@@ -32,7 +31,14 @@ from calc.memory.generate import (
 )
 from calc.memory.inference_weights import dequantize_bytes
 from calc.memory.repeats import per_layer, piece_ends, pieces
-from calc.memory.result import BACKWARD_LAYER, FORWARD_LAYER, INFERENCE_LAYER, RECOMPUTED_LAYER, Timeline
+from calc.memory.result import (
+    BACKWARD_LAYER,
+    FORWARD_LAYER,
+    INFERENCE_LAYER,
+    PREFILL_HEAD,
+    RECOMPUTED_LAYER,
+    Timeline,
+)
 from calc.memory.states import States
 from calc.sim.layers import Ctx, inference_head_block, stack_locals_bytes
 from calc.sim.profiles import block_profile
