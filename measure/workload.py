@@ -206,8 +206,9 @@ def _lora(model: nn.Module, scenario: Scenario, plan: PrecisionPlan, fake: bool)
         nn.Module.to = original_to  # type: ignore[method-assign]
 
 
-def _quantize_base(model: nn.Module, kind: str) -> None:
-    """Replace every nn.Linear except lm_head by its bitsandbytes int8 / nf4 version (quantized on .cuda())."""
+def _quantize_base(model: nn.Module, kind: str, double_quant: bool = False) -> None:
+    """Replace every nn.Linear except lm_head by its bitsandbytes int8 / nf4 / fp4 version (quantized when moved to
+    a device: .cuda(), or .to("cpu") for bitsandbytes' CPU kernels)."""
     import bitsandbytes as bnb  # noqa: PLC0415  (only on the cuda path)
 
     for parent_name, parent in list(model.named_modules()):
@@ -222,8 +223,10 @@ def _quantize_base(model: nn.Module, kind: str) -> None:
                 new.weight = bnb.nn.Int8Params(child.weight.data, requires_grad=False, has_fp16_weights=False)
             else:
                 new = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=bias,
-                                        compute_dtype=torch.bfloat16, quant_type="nf4")
-                new.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type="nf4")
+                                        compute_dtype=torch.bfloat16, quant_type=kind,
+                                        compress_statistics=double_quant)
+                new.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type=kind,
+                                               compress_statistics=double_quant)
             if bias:
                 new.bias = nn.Parameter(child.bias.data, requires_grad=False)
             setattr(parent, child_name, new)

@@ -23,6 +23,9 @@ COMPUTE_BYTES = 2  # the 16-bit dtype quantized models compute in and keep their
 QUANTIZED_SOURCE = N_("modelled from the quantization library's source, not measured (its kernels need CUDA): "
                       "packed weights and their scales for every decoder-layer nn.Linear; embeddings, norms, biases, "
                       "lm_head and routed experts stay 16-bit")
+BNB_SOURCE = N_("bitsandbytes' packed weights and their constants for every decoder-layer nn.Linear, checked against "
+                "a model bitsandbytes quantized; embeddings, norms, biases, lm_head and routed experts stay 16-bit. "
+                "The matmuls' transients are modelled from its CUDA source, not measured")
 
 
 def weights_kind(sc: Scenario) -> str | None:
@@ -67,7 +70,7 @@ def quantized_states(sc: Scenario, st: States, layers: int, first: bool) -> Stat
                                   "({packed} B)"), rest=f"{st.weights - COMPUTE_BYTES * params:,}",
                     params=f"{params:,}", kind=kind, packed=f"{packed:,}")
     component = Component(key="weights", category="parameters", label=N_("Model weights"), bytes=weights,
-                          source=QUANTIZED_SOURCE, **formula)
+                          source=BNB_SOURCE if kind in ("int8", "nf4", "fp4") else QUANTIZED_SOURCE, **formula)
     return replace(st, weights=weights, components=[component])
 
 

@@ -114,8 +114,9 @@ def test_quantized_weights_replace_only_the_decoder_linears():
     assert _weights("fp8") < _weights("int8") < _weights("bf16")  # int8 keeps an fp32 scale per row
 
 
-def test_quantized_weights_say_they_are_modelled_not_measured():
-    est = estimate(_gen(new_tokens=0, weights="nf4"))
+@pytest.mark.parametrize("kind", ["nf4", "int8", "gptq-int4", "awq-int4", "fp8"])
+def test_quantized_weights_say_what_is_not_measured(kind):
+    est = estimate(_gen(new_tokens=0, weights=kind))
     weights = next(c for c in est.components if c.key == "weights")
     assert "not measured" in weights.source
 
@@ -190,3 +191,37 @@ def test_the_longest_generation_is_estimated():
     ctx = block_context(sc, "cuda")
     decode = next(i for i, e in enumerate(tl.events) if e.startswith("decode"))
     assert tl.activations[decode] == SMALL["num_hidden_layers"] * sum(cache_position_bytes(ctx)) * (2 * 4_194_304 - 1)
+
+
+def _stored_bytes(model) -> int:
+    """Every parameter's bytes with the bitsandbytes constants beside it (4-bit QuantState, int8 SCB)."""
+    total = 0
+    for p in model.parameters():
+        total += p.numel() * p.element_size()
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            total += sum(t.numel() * t.element_size()
+                         for t in [qs.absmax, qs.code] + ([qs.offset, qs.state2.absmax] if qs.nested else []))
+        scb = getattr(p, "SCB", None)
+        total += 0 if scb is None else scb.numel() * scb.element_size()
+    return total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "double"), [("nf4", False), ("nf4", True), ("fp4", False), ("int8", False)])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_quantized_weights_match_a_bitsandbytes_model(kind, double, family):
+    """The estimate's weights against a transformers model whose decoder linears bitsandbytes quantized (its CPU
+    kernels): the packed weights, their constants, and what stays 16-bit (embeddings, norms, biases, lm_head)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("bitsandbytes")
+    from measure.suite_models import LLAMA_GQA, QWEN2
+    from measure.workload import _quantize_base, build_model
+
+    cfg = {"llama": LLAMA_GQA, "qwen2": QWEN2}[family]
+    sc = Scenario.model_validate({"model": cfg, "mode": "inference", "training": {"precision": "bf16"},
+                                  "inference": {"weights": kind, "double_quant": double}})
+    model = build_model(sc.variant(inference={}), torch.device("cpu"))
+    _quantize_base(model, kind, double)
+    model = model.to("cpu")  # bitsandbytes quantizes when the weights move to a device
+    assert _stored_bytes(model) == estimate(sc, "cpu").breakdown.parameters
