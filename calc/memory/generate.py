@@ -102,9 +102,9 @@ def prefill_head_block(c: Ctx) -> Graph:
 
 def generate_loop_bytes(ctx: Ctx, positions: int) -> int:
     """generate's own tensors at a decode forward: input_ids and the attention mask at `positions` (int64, the
-    previous ones freed after the cat), the prompt's attention mask and position ids (int64, B x S, kept through
-    the call) and the previous step's next-token logits (the fp32 copy, B x V, a local of the loop)."""
-    return (2 * INT64_BYTES * ctx.batch * (positions + ctx.seq)
+    previous ones freed after the cat), the prompt's input_ids, attention mask and position ids (int64, B x S, kept
+    through the call) and the previous step's next-token logits (the fp32 copy, B x V, a local of the loop)."""
+    return (INT64_BYTES * ctx.batch * (2 * positions + 3 * ctx.seq)
             + FP32_BYTES * ctx.batch * (ctx.spec.vocab_size // ctx.tp))
 
 

@@ -175,8 +175,11 @@ def inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, workspac
     if static:
         mask = static_prefill_mask_bytes(sc, ctx, layers, mask)
     tl = StepTimeline()
-    # the prompt's input_ids; generate adds its attention mask and the position ids made from it (int64, B x S)
-    base = 8 * ctx.tokens * (3 if gen else 1) + rope + mask + workspace_bytes
+    if gen:  # generate's position ids are B x S (from the attention mask), so are the RoPE tables made from them
+        rope *= ctx.batch
+    # the prompt's input_ids; generate adds its attention mask and the position ids made from it with their copy
+    # for the forward (int64, B x S each: generation/utils.py prepare_inputs_for_generation)
+    base = 8 * ctx.tokens * (4 if gen else 1) + rope + mask + workspace_bytes
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
     # autocast caches a 16-bit copy of every fp32 weight that requires grad, even under no_grad,
     # until the autocast region ends (aten/src/ATen/autocast_mode.cpp, cached_cast)
