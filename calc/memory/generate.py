@@ -12,8 +12,10 @@ full length: the last layer's cache update, and the next-token logits after the 
   * DynamicLayer.update: `self.keys = torch.cat([self.keys, key_states])`: the new keys exist while the old are
     still referenced, so one layer's keys at the old length come on top (then the same for the values, the old
     keys freed by then);
-  * DynamicSlidingWindowLayer keeps a view of the last window - 1 tokens of the concatenation, so a sliding layer
-    holds min(tokens so far, window) positions (its prefill's whole concatenation until its first decode update);
+  * DynamicSlidingWindowLayer concatenates the keys and the values before it rebinds either, then keeps a view of
+    the last window - 1 tokens of each concatenation: a sliding layer holds min(tokens so far, window) positions
+    (its prefill's whole concatenation until its first decode update), and its old keys and values are alive
+    beside the new ones during the update;
   * StaticLayer writes with index_copy_ in place: no transient; attention reads every preallocated position;
   * SDPA attends the single query without repeating the keys and values (integrations/sdpa_attention.py pack_gqa);
     eager attention expands them to every head (repeat_kv) and adds its scores (fp32 softmax and its cast,
@@ -180,7 +182,7 @@ def decode_rows(sc: Scenario, ctx: Ctx, layers: int) -> list[tuple[str, int, int
     (the step's B x 1 x V logits, their new fp32 copy beside the previous step's). Under autocast attention
     reads 16-bit casts of the layer's fp32 cache and the lm_head's 16-bit copy stays cached."""
     n = sc.inference.new_tokens
-    k, _ = cache_position_bytes(ctx)
+    k, v = cache_position_bytes(ctx)
     before = ctx.seq + n - 2  # positions cached when the last decode step starts
     cache = final_cache_bytes(sc, ctx, layers, before + 1)
     window = window_of(ctx, layers - 1)
@@ -189,7 +191,9 @@ def decode_rows(sc: Scenario, ctx: Ctx, layers: int) -> list[tuple[str, int, int
         seen, update = full if window is None else min(window, full), 0
     else:
         seen = before + 1 if window is None else min(window, before + 1)
-        update = k * (before if window is None else min(window, before))  # the old keys beside the new
+        # DynamicLayer rebinds its keys before concatenating the values: the old keys beside the new; a sliding
+        # layer concatenates both before rebinding either: its old keys and values beside the new
+        update = k * before if window is None else (k + v) * min(window, before)
     loop = generate_loop_bytes(ctx, before + 1) + autocast_head_copy_bytes(ctx)
     vocab = ctx.batch * (ctx.spec.vocab_size // ctx.tp)
     # the old keys are freed when the update returns, before attention reads the cache
