@@ -83,6 +83,14 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
     (N_("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload"),
      N_("DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
      "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)")),
+    (N_("Quantized inference weights (inference.weights int8 / nf4 / fp4 / gptq-int4 / awq-int4 / fp8)"),
+     N_("bitsandbytes' stored bytes are checked against models bitsandbytes quantized on the CPU; its matmuls' "
+        "transients (the 4-bit weight dequantized before a matmul, int8's quantized input and int32 product), "
+        "GPTQ's and AWQ's packed tensors and FineGrainedFP8's weight and block scales are modelled from the "
+        "libraries' source: their kernels need CUDA")),
+    (N_("Gemma 2 generation"),
+     N_("its KV cache is counted at full length on every layer, an upper bound: transformers keeps only the "
+        "window on its sliding layers")),
 )
 
 # Per model family: what the committed records measure (CPU: small configs, real tensors; fake: full-size
