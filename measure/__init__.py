@@ -12,7 +12,9 @@ The reference workload (measure/workload.py) in short:
   step       loss = model(input_ids=x, labels=x).loss; loss.backward(); opt.step();
              opt.zero_grad(set_to_none=True); del loss  (x: randint(vocab, (batch, seq)), made once)
   optimizer  torch.optim AdamW/Adam/SGD/Adafactor, lr 1e-4, foreach / fused / for-loop set explicitly
-  inference  model.eval(); with no_grad: out = model(input_ids=x) (KV cache + logits alive); del out
+  inference  model.eval(); with no_grad: out = model(input_ids=x) (KV cache + logits alive); del out;
+             inference.new_tokens N > 0: out = model.generate(x, max_new_tokens=N, eos_token_id=None,
+             do_sample=False) (greedy, exactly N tokens; the static cache with kv_cache static)
 The cpu and fake devices count live tensor bytes with torch's MemTracker; cuda reads the allocator.
 
 Importing this package does not import torch (the records in calc.contract.record need only pydantic).

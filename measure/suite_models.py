@@ -19,11 +19,14 @@ class Entry:
     devices: tuple[str, ...] = SMALL
     extrapolate: bool = False  # fake: measure two short depths and extrapolate in the layer count
     hardware: dict[str, Any] | None = None
+    inference: dict[str, Any] | None = None  # mode inference: generation (new_tokens, kv_cache)
 
     def scenario(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model, "mode": self.mode, "training": self.training}
         if self.hardware:
             out["hardware"] = self.hardware
+        if self.inference:
+            out["inference"] = self.inference
         return out
 
 

@@ -18,6 +18,7 @@ from measure.suite_models import (
     LLAMA4,
     LLAMA_BIGVOCAB,
     LLAMA_GQA,
+    LLAMA_TIED,
     MISTRAL_WINDOW,
     MIXTRAL,
     PHI3,
@@ -33,7 +34,7 @@ from measure.suite_models import (
 def small_entries() -> list[Entry]:
     return (_family_entries() + _precision_entries() + _attention_checkpoint_entries() + _inference_lora_shape_entries()
             + _other_family_entries() + _adapter_and_heldout_entries() + _mask_entries() + _keep_outputs_entries()
-            + _gemma3_entries() + _loop_mechanism_entries())
+            + _gemma3_entries() + _loop_mechanism_entries() + _generate_entries())
 
 
 def _family_entries() -> list[Entry]:
@@ -342,3 +343,50 @@ def _loop_mechanism_entries() -> list[Entry]:
         ("fp32-adafactor", {"precision": "fp32", "optimizer": "adafactor"}),
         ("fp32-sgd-momentum", {"precision": "fp32", "optimizer": "sgd-momentum"}))]
     return out
+
+
+def _generate_entries() -> list[Entry]:
+    """model.generate: a prompt-dominated and a decode-dominated length, dynamic and static caches, eager, and the
+    families whose caches differ (GPT-2's fused projection, tied Qwen2, sliding-window Mistral, Gemma 2 and 3).
+    Short generations: MemTracker sees every op of every decode step (run them with --steps 1)."""
+    L, bf16 = LLAMA_GQA, {"precision": "bf16"}
+    long_decode = training(seq_len=16, **bf16)
+
+    def gen(name: str, model: dict, tr: dict, **inference: object) -> Entry:
+        return Entry(name, model, tr, mode="inference", inference={"new_tokens": 96, **inference})
+
+    return [
+        gen("llama-generate-bf16", L, training(**bf16), new_tokens=16),
+        gen("llama-generate-bf16-long-decode", L, long_decode),
+        gen("llama-generate-bf16-static", L, long_decode, kv_cache="static"),
+        gen("llama-generate-bf16-static-prompt", L, training(**bf16), new_tokens=16, kv_cache="static"),
+        gen("llama-generate-eager-b4", L, training(attention="eager", micro_batch_size=4, seq_len=32, **bf16),
+            new_tokens=64),
+        gen("llama-generate-fp32", L, training(precision="fp32", seq_len=16), new_tokens=64),
+        gen("llama-generate-amp-bf16", L, training(precision="amp-bf16", seq_len=16), new_tokens=64),
+        gen("gpt2-generate-bf16", GPT2, long_decode),
+        gen("qwen2-generate-bf16", QWEN2, long_decode),
+        gen("mistral-window-generate-bf16", MISTRAL_WINDOW, training(seq_len=32, **bf16), new_tokens=64),
+        gen("mistral-window-generate-bf16-static", MISTRAL_WINDOW, training(seq_len=32, **bf16), new_tokens=64,
+            kv_cache="static"),
+        gen("gemma2-generate-bf16", GEMMA2, training(attention="eager", seq_len=32, **bf16), new_tokens=64),
+        gen("gemma3-generate-bf16", GEMMA3, training(seq_len=32, **bf16), new_tokens=64),
+        gen("gemma3-generate-bf16-past-window-prompt", GEMMA3, training(**bf16), new_tokens=8),
+        # inference.weights plain: the model built in that dtype whatever the training precision says
+        gen("llama-generate-weights-fp32", L, training(precision="amp-bf16", seq_len=16), new_tokens=64,
+            weights="fp32"),
+        gen("llama-generate-weights-fp16", L, training(precision="amp-bf16", seq_len=16), new_tokens=64,
+            weights="fp16"),
+        # held out: measured once the generation model stood, not tuned on
+        gen("heldout-generate-qwen2-static-eager-b3", QWEN2, training(attention="eager", micro_batch_size=3,
+                                                                      seq_len=24, **bf16), new_tokens=40,
+            kv_cache="static"),
+        gen("heldout-generate-gpt2-fp32-static", GPT2, training(precision="fp32", seq_len=20), new_tokens=48,
+            kv_cache="static"),
+        gen("heldout-generate-phi3-window", PHI3_WINDOW, training(seq_len=24, **bf16), new_tokens=64),
+        gen("heldout-generate-llama-tied-amp-eager-b1", LLAMA_TIED, training(precision="amp-bf16", attention="eager",
+                                                                           micro_batch_size=1, seq_len=40),
+            new_tokens=48),
+        gen("heldout-generate-gemma3-static", GEMMA3, training(seq_len=32, **bf16), new_tokens=48, kv_cache="static"),
+        gen("heldout-generate-mixtral", MIXTRAL, training(seq_len=16, **bf16), new_tokens=32),
+    ]

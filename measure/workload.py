@@ -325,7 +325,7 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
     from transformers import AutoModelForCausalLM
 
     t = scenario.training
-    plan = precision_plan(t.precision)
+    plan = precision_plan(run_precision(scenario))
     lora = t.lora
     if lora is not None and lora.quantized and fake:
         raise UnsupportedError(f"LoRA base_weights {lora.base_weights} (bitsandbytes) is unsupported on this device "
@@ -576,6 +576,16 @@ class Workload:
         return self.scenario.mode == Mode.train
 
 
+def run_precision(scenario: Scenario) -> Precision:
+    """The precision the step runs in: inference.weights' own (plain weights in their dtype) in mode inference."""
+    if scenario.mode != Mode.inference:
+        return scenario.training.precision
+    if scenario.inference.quantized:
+        raise UnsupportedError(f"inference.weights {scenario.inference.weights} is not measured by this workload: "
+                               "the quantization libraries' kernels need CUDA")
+    return scenario.inference.precision(scenario.training.precision)
+
+
 def build_workload(scenario: Scenario, device: torch.device, num_layers: int | None = None,
                    fake: bool = False) -> Workload:
     """Model and input on the device; no optimizer yet (see `prepare_optimizer`)."""
@@ -589,7 +599,7 @@ def build_workload(scenario: Scenario, device: torch.device, num_layers: int | N
             raise UnsupportedError("activation_offload is unsupported on this device (fake): its host copies "
                                    "cannot be made outside the fake mode")
         offload = offload_decoder_activations(model, device)
-    return Workload(scenario, device, model, input_ids, precision_plan(t.precision), fake=fake, offload=offload)
+    return Workload(scenario, device, model, input_ids, precision_plan(run_precision(scenario)), fake=fake, offload=offload)
 
 
 def prepare_optimizer(w: Workload, tracker: Any) -> None:
@@ -686,10 +696,33 @@ def _step_in_backward(w: Workload, tracker: Any) -> None:
 
 
 def inference_step(w: Workload, tracker: Any) -> None:
-    """model(input_ids) under no_grad with the config's use_cache (True): KV cache and logits alive together."""
+    """inference.new_tokens 0: model(input_ids) under no_grad with the config's use_cache (True): KV cache and
+    logits alive together. new_tokens > 0: greedy `model.generate` of exactly new_tokens tokens (min_new_tokens
+    too, so a random model's end-of-sequence token does not stop it early) with the scenario's cache."""
+    inf = w.scenario.inference
     with tracker.phase("forward"), torch.no_grad(), _autocast(w):
-        out = w.model(input_ids=w.input_ids)
+        out = w.model(input_ids=w.input_ids) if inf.new_tokens == 0 else _generate(w, tracker)
         del out
+
+
+def _generate(w: Workload, tracker: Any) -> Any:
+    """Greedy generation of exactly new_tokens tokens. MemTracker refuses a second call of the root module within
+    one iteration unless its module stats are reset: a forward hook (it runs after MemTracker's own global hook)
+    resets them after each of generate's forwards; the byte counts are not touched by the reset."""
+    inf = w.scenario.inference
+    if w.fake:
+        raise UnsupportedError("generation is unsupported on this device (fake): generate reads values of its "
+                               "tensors (the padding check, the stopping criteria) that fake tensors cannot answer")
+    reset = getattr(tracker, "reset_mod_stats", None)
+    hook = w.model.register_forward_hook(lambda *_: reset()) if reset is not None else None
+    try:
+        return w.model.generate(w.input_ids, attention_mask=torch.ones_like(w.input_ids),
+                                max_new_tokens=inf.new_tokens, eos_token_id=None, do_sample=False,
+                                cache_implementation="static" if inf.kv_cache == "static" else None,
+                                pad_token_id=0)
+    finally:
+        if hook is not None:
+            hook.remove()
 
 
 def run_steps(w: Workload, tracker: Any, steps: int) -> None:

@@ -91,6 +91,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "gen": ("inference", "new_tokens"),
     "kv": ("inference", "kv_cache"),
     "wq": ("inference", "weights"),
+    "wdq": ("inference", "double_quant"),
 }
 # parameters whose value is a comma-separated list of module names (lora_t: unless all-linear or attention)
 LIST_PARAMS = {"lora_t", "lora_save"}

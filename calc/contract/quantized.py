@@ -13,6 +13,12 @@ Sources (bitsandbytes 0.50.2, transformers 5.23):
   plain nn.Linear and Conv1D except the modules get_keys_to_not_convert (quantizers/base.py) names: the output
   embeddings (lm_head), tied weights and the last parameter. Embeddings, norms, biases and MoE expert stacks
   (3-D nn.Parameters, not nn.Linear) stay in the model's torch dtype.
+- Inference weights, modelled from source, not measured (their kernels need CUDA): GPTQ (`gptq_weight_bytes`;
+  transformers' GPTQ integration through gptqmodel / auto-gptq's QuantLinear): qweight int32 (in / 8 x out),
+  qzeros int32 (in / group x out / 8), fp16 scales (in / group x out) and g_idx int32 (in); AWQ
+  (`awq_weight_bytes`; autoawq's WQLinear_GEMM): qweight int32 (in x out / 8), qzeros int32 (in / group x out / 8),
+  fp16 scales; FP8 (`fp8_weight_bytes`; transformers integrations/finegrained_fp8.py FP8Linear,
+  FineGrainedFP8Config): float8_e4m3 weight (out x in) and an fp32 weight_scale_inv per 128 x 128 block.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Literal, NamedTuple
 
 from calc.contract.model_spec import Linear, ModelSpec, per_spec
 from calc.contract.precision import BF16, FP32
+from calc.contract.quantization_config import FP8_BLOCK, INT4_GROUP
 
 BnbKind = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 SIXTEEN_BIT = BF16  # bf16 / fp16: the torch dtype the unquantized weights keep
@@ -29,6 +36,9 @@ BNB_NESTED_BLOCKSIZE = 256  # quantize_4bit(compress_statistics=True): quantize_
 BNB_4BIT_CODE_VALUES = 16  # get_4bit_type: the nf4 / fp4 code, fp32, one per quantized weight
 BNB_DYNAMIC_MAP_VALUES = 256  # create_dynamic_map: the 8-bit map the nested absmax state copies
 QUANTIZED_KINDS = ("int8", "nf4", "fp4")
+INT32_BYTES = 4
+FP16_BYTES = 2
+FP32_BYTES = 4
 DATA_BITS: dict[str, int] = {"bf16": 16, "fp16": 16, "int8": 8, "nf4": 4, "fp4": 4}  # per weight, without state
 
 
@@ -101,3 +111,40 @@ def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layer
                 stored += lin.count * n * bnb_weight_bytes(kind, fout, fin, double_quant)
                 elements += lin.count * n * fin * fout
     return FrozenBase(stored, elements)
+
+
+def gptq_weight_bytes(out_features: int, in_features: int, group_size: int = INT4_GROUP) -> int:
+    """GPTQ 4-bit QuantLinear: qweight, qzeros, scales and g_idx of one out x in weight."""
+    groups = _ceil_div(in_features, group_size)
+    return (INT32_BYTES * _ceil_div(in_features, 8) * out_features + INT32_BYTES * groups * _ceil_div(out_features, 8)
+            + FP16_BYTES * groups * out_features + INT32_BYTES * in_features)
+
+
+def awq_weight_bytes(out_features: int, in_features: int, group_size: int = INT4_GROUP) -> int:
+    """AWQ 4-bit WQLinear_GEMM: qweight, qzeros and scales of one out x in weight."""
+    groups = _ceil_div(in_features, group_size)
+    return (INT32_BYTES * in_features * _ceil_div(out_features, 8) + INT32_BYTES * groups * _ceil_div(out_features, 8)
+            + FP16_BYTES * groups * out_features)
+
+
+def fp8_weight_bytes(out_features: int, in_features: int) -> int:
+    """FineGrainedFP8 FP8Linear: the fp8 weight and its fp32 scale per 128 x 128 block."""
+    return out_features * in_features + FP32_BYTES * _ceil_div(out_features, FP8_BLOCK) * _ceil_div(in_features,
+                                                                                                  FP8_BLOCK)
+
+
+QUANTIZED_WEIGHTS = ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8")
+
+
+def quantized_weight_bytes(kind: str, out_features: int, in_features: int, double_quant: bool = False,
+                           group_size: int = INT4_GROUP) -> int:
+    """One weight's bytes for an inference.weights / lora.base_weights quantized kind."""
+    if kind in ("int8", "nf4", "fp4"):
+        return bnb_weight_bytes(kind, out_features, in_features, double_quant)  # type: ignore[arg-type]
+    if kind == "gptq-int4":
+        return gptq_weight_bytes(out_features, in_features, group_size)
+    if kind == "awq-int4":
+        return awq_weight_bytes(out_features, in_features, group_size)
+    if kind == "fp8":
+        return fp8_weight_bytes(out_features, in_features)
+    raise ValueError(f"not a quantized kind: {kind}")

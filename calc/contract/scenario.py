@@ -14,9 +14,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
-from calc.contract.i18n import T_
+from calc.contract.i18n import T_, Text
 from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
+from calc.contract.quantization_config import ConfigQuantization, config_quantization
 
 
 class Precision(str, Enum):
@@ -102,7 +103,9 @@ Framework = Literal["transformers", "torchtune", "litgpt", "torchtitan"]
 FRAMEWORKS: tuple[str, ...] = ("transformers", "torchtune", "litgpt", "torchtitan")
 LoraTargetSet = Literal["all-linear", "attention"]
 BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
+BASE_WEIGHTS: tuple[str, ...] = ("bf16", "fp16", "int8", "nf4", "fp4")
 InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
+PLAIN_WEIGHT_PRECISION = {"bf16": Precision.bf16, "fp16": Precision.fp16_mixed, "fp32": Precision.fp32}
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
 ModuleNames = tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...]  # a list of module names
@@ -475,14 +478,30 @@ class InferenceConfig(BaseModel):
         "dynamic", description="dynamic = grown as tokens arrive (HF DynamicCache); static = preallocated for "
         "prompt + new tokens (HF StaticCache, LitGPT's KV cache)")
     weights: InferenceWeights | None = Field(
-        None, description="how the weights are stored; null = the training precision's weight dtype")
+        None, description="how the weights are stored: plain bf16 / fp16 / fp32, bitsandbytes int8 / nf4 / fp4, "
+        "GPTQ or AWQ int4 (groups of 128), FineGrainedFP8 (fp8 with 128 x 128 block scales); null = the training "
+        "precision's weight dtype. A pasted config.json's quantization_config sets it when the scenario does not")
+    double_quant: bool = Field(False, description="bitsandbytes bnb_4bit_use_double_quant: the 4-bit blocks' "
+                               "absmax constants quantized again (nf4 / fp4 only)")
+
+    @property
+    def quantized(self) -> bool:
+        """The weights are stored by a quantization library (not plain bf16 / fp16 / fp32)."""
+        return self.weights is not None and self.weights not in PLAIN_WEIGHT_PRECISION
+
+    def precision(self, training: Precision) -> Precision:
+        """The precision the inference run computes in: plain weights in their own dtype, quantized ones in 16 bits
+        (bf16, or fp16 where the training precision asks for fp16), else the training precision."""
+        if self.weights is None:
+            return training
+        return PLAIN_WEIGHT_PRECISION.get(self.weights) or training.for_inference(gpu_bf16=True)
 
     @model_validator(mode="after")
-    def _modelled(self) -> InferenceConfig:
-        if self.new_tokens or self.kv_cache != "dynamic" or self.weights is not None:
-            raise UserError(T_("generation and quantized inference weights are not modelled by this version of "
-                               "the calculator"))
+    def _double_quant(self) -> InferenceConfig:
+        if self.double_quant and self.weights not in ("nf4", "fp4"):
+            raise UserError(T_("inference.double_quant applies to 4-bit weights (nf4 / fp4)"))
         return self
+
 
 
 class HardwareConfig(BaseModel):
@@ -523,6 +542,18 @@ class HardwareConfig(BaseModel):
         return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
 
 
+def _fill(data: dict[str, Any], key: str, q: ConfigQuantization, field: str = "weights") -> dict[str, Any]:
+    """`data` with data[key][field] (and double_quant) from the config's quantization unless data[key] states
+    them; a validated block (an object, not a dict) is kept as it is."""
+    block = data.get(key, {})
+    if not isinstance(block, dict) or field in block:
+        return data
+    filled = {**block, field: q.weights}
+    if q.double_quant and "double_quant" not in block:
+        filled["double_quant"] = True
+    return {**data, key: filled}
+
+
 def _cluster_gpus(cluster_id: str) -> int | None:
     """The GPU count of a cluster preset; None for an unknown id (resolve_hardware names it)."""
     from calc.contract.presets import cluster_presets
@@ -541,6 +572,46 @@ class Scenario(BaseModel):
     mode: Mode = Mode.train
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _config_quantization(cls, data: Any) -> Any:
+        """A pasted config.json's quantization_config sets how the weights are stored: inference.weights (and
+        double_quant) in mode inference, lora.base_weights when training with LoRA. A field the scenario states
+        wins (the notes say so); full fine-tuning trains 16-bit weights, so there it sets nothing."""
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            return data
+        q = config_quantization(data["model"])
+        if q is None:
+            return data
+        if data.get("mode", Mode.train) in (Mode.inference, "inference"):
+            return _fill(data, "inference", q)
+        training = data.get("training")
+        lora = training.get("lora") if isinstance(training, dict) else None
+        if not isinstance(lora, dict):
+            return data
+        if q.weights not in BASE_WEIGHTS:
+            raise UserError(T_("LoRA on {weights} base weights is not modelled by this version of the calculator; "
+                               "use a bitsandbytes (int8 / nf4 / fp4) or 16-bit checkpoint", weights=q.weights))
+        return {**data, "training": _fill(training, "lora", q, "base_weights")}
+
+    def quantization_note(self) -> Text | None:
+        """What the pasted config's quantization_config did to this scenario, for the pages and the estimate."""
+        q = config_quantization(self.model) if isinstance(self.model, dict) else None
+        if q is None:
+            return None
+        lora = self.training.lora
+        if self.mode == Mode.inference:
+            field, got = "inference.weights", self.inference.weights
+        elif lora is not None:
+            field, got = "lora.base_weights", lora.base_weights
+        else:
+            return T_("the config's quantization_config ({weights}) is not used: full fine-tuning trains 16-bit "
+                      "weights", weights=q.weights)
+        if got == q.weights:
+            return T_("the config's quantization_config sets {field} = {weights}", field=field, weights=q.weights)
+        return T_("{field} = {got} set in the scenario overrides the config's quantization_config ({weights})",
+                  field=field, got=got, weights=q.weights)
 
     @cached_property
     def spec(self) -> ModelSpec:
@@ -585,6 +656,9 @@ class Scenario(BaseModel):
             self._litgpt_fits(spec, gpus)
         if t.framework == "torchtune":
             self._torchtune_builds(gpus)
+        if t.lora is not None and self.mode == Mode.inference and self.inference.weights is not None:
+            raise UserError(T_("with LoRA the base model's storage is lora.base_weights; leave inference.weights "
+                               "unset"))
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
             raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

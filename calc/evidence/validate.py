@@ -91,6 +91,14 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
     (N_("bitsandbytes quantized bases on CUDA"),
      N_("the storage, the dequantized weights and int8's saved inputs are measured with bitsandbytes on CPU; its CUDA "
      "kernels' own workspaces are not")),
+    (N_("Quantized inference weights (inference.weights int8 / nf4 / fp4 / gptq-int4 / awq-int4 / fp8)"),
+     N_("bitsandbytes' stored bytes are checked against models bitsandbytes quantized on the CPU; its matmuls' "
+        "transients (the 4-bit weight dequantized before a matmul, int8's quantized input and int32 product), "
+        "GPTQ's and AWQ's packed tensors and FineGrainedFP8's weight and block scales are modelled from the "
+        "libraries' source: their kernels need CUDA")),
+    (N_("Gemma 2 generation"),
+     N_("its KV cache is counted at full length on every layer, an upper bound: transformers keeps only the "
+        "window on its sliding layers")),
 )
 
 # Per model family: what the committed records measure (CPU: small configs, real tensors; fake: full-size

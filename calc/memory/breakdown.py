@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from calc.contract import precision
 from calc.contract.i18n import N_
-from calc.contract.scenario import Scenario
+from calc.contract.scenario import Mode, Scenario
 from calc.memory.activations import block_context
 from calc.memory.result import Component, words
 from calc.memory.states import States, adapter_bytes
@@ -95,11 +95,17 @@ def states_and_rest_components(sc: Scenario, st: States, row: TimelineRow, works
                                                    params=f"{st.trainable:,}", bytes=4,
                                                    zero=zero_note(t.zero_stage, 1, sc)),
                              source=N_("ZeRO paper section 3.1 (mixed-precision training keeps fp32 copies)")))
-    out.append(Component(key="activations", category="activations", label=N_("Activations saved for backward"),
-                         bytes=row.activations,
-                         **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in calc.sim.layers)"),
-                                 event=event),
-                         source=activations_source(t.framework)))
+    if sc.mode == Mode.inference:  # an inference step saves nothing for backward: its activations are the KV cache
+        out.append(Component(key="activations", category="activations", label=N_("KV cache"), bytes=row.activations,
+                             **words("formula", N_("the layers' cached keys and values at '{event}'"), event=event),
+                             source=N_("transformers cache_utils.py (DynamicLayer, DynamicSlidingWindowLayer, "
+                                       "StaticLayer) and generation/utils.py; measured on CPU, forward and generate")))
+    else:
+        out.append(Component(key="activations", category="activations", label=N_("Activations saved for backward"),
+                             bytes=row.activations,
+                             **words("formula", N_("tensors autograd keeps at '{event}' (per-layer ops in "
+                                                   "calc.sim.layers)"), event=event),
+                             source=N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")))
     inputs = 8 * t.micro_batch_size * t.seq_len
     named = litgpt_named_terms(sc) if t.framework == "litgpt" else \
         [("inputs", N_("input_ids (int64)"), inputs, f"{t.micro_batch_size} x {t.seq_len} x 8 B",

@@ -23,6 +23,7 @@ from calc.memo import Memo
 from calc.memory.activations import Target, block_context
 from calc.memory.breakdown import peak_components
 from calc.memory.fsdp2 import fsdp2_states
+from calc.memory.inference_weights import inference_scenario, quantized, quantized_states
 from calc.memory.overhead import cublas_workspace_bytes, device_total
 from calc.memory.result import Estimate, Timeline, make_estimate
 from calc.memory.states import States, inference_states, model_states, param_count
@@ -135,6 +136,7 @@ def _estimate(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, target: Ta
     last; the layers between repeat the first's); `shape_free`: the memos' key of the states and the context
     (None: not memoized)."""
     sharding = sharding or sc.training.sharding
+    sc = inference_scenario(sc)  # inference.weights: plain weights in their dtype, quantized ones with 16-bit compute
     t, spec = sc.training, sc.spec
     pp = t.pipeline_parallel
     layers = parallel.layers_on_stage(spec.num_layers, pp)
@@ -145,7 +147,8 @@ def _estimate(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, target: Ta
     best: StagePeak | None = None
     for first, last in [(True, pp == 1)] if pp == 1 else [(True, False), (False, True)]:
         def make_states(first: bool = first, last: bool = last) -> States:
-            return fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
+            st = fsdp2_states(sc) if fsdp else model_states(sc, layers, first, last, target, sharding == "deepspeed")
+            return quantized_states(sc, st, layers, first) if quantized(sc) else st
 
         st = make_states() if shape_free is None else _states.get((shape_free, first, last), make_states)
         stage = _stage_peak(sc, st, ctx, layers, first, last, workspace_bytes, training, reference)
@@ -214,5 +217,5 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
                       "optimizer_states": row.optimizer_states, "activations": row.activations, "other": row.other},
         "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
         "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
-        "notes": [],
+        "notes": [str(note)] if (note := sc.quantization_note()) is not None else [],
     }

@@ -48,14 +48,21 @@ HOOK_STEP_LAYER = N_("optimizer step in layer {layer}'s gradient hook")  # optim
 
 @cache
 def _layer_pattern(template: str) -> re.Pattern[str]:
-    return re.compile(re.escape(template).replace(re.escape("{layer}"), r"(?P<layer>\d+)") + "$")
+    """An event template as a pattern: each {name} field a number (layer, token)."""
+    return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>\\d+)", re.escape(template)) + "$")
+
+
+# generation (calc.memory.generate)
+PREFILL_HEAD = N_("prefill: final norm + lm_head (last position)")
+DECODE_CACHE_UPDATE = N_("decode token {token}: cache update of layer {layer}")
+DECODE_LOGITS = N_("decode token {token}: next-token logits")
 
 
 @cache
 def _event_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return tuple((_layer_pattern(t), t)
                  for t in (FORWARD_LAYER, BACKWARD_LAYER, RECOMPUTED_LAYER, INFERENCE_LAYER, REDUCE_SCATTER_LAYER,
-                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER, HOOK_STEP_LAYER))
+                           ALL_GATHER_LAYER, EXPERTS_REDUCE_LAYER, HOOK_STEP_LAYER, DECODE_CACHE_UPDATE, DECODE_LOGITS))
 
 
 def is_hook_step_layer(event: str) -> bool:
@@ -69,7 +76,7 @@ def event_text(event: str) -> Text:
     for pattern, msgid in _event_patterns():
         m = pattern.match(event)
         if m:
-            return Text.model_construct(msgid=msgid, fields={"layer": m["layer"]})
+            return Text.model_construct(msgid=msgid, fields=m.groupdict())
     return Text.model_construct(msgid=event, fields={})
 
 

@@ -8,6 +8,7 @@ A training step's rows are composed in calc.memory.train_timeline; an inference 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 from typing import NamedTuple
 
 from calc.contract.scenario import Attention, Scenario
@@ -19,8 +20,25 @@ from calc.memory.activations import (
     layer_profile,
     model_level_bytes,
 )
+from calc.memory.generate import (
+    cache_position_bytes,
+    decode_rows,
+    generating,
+    prefill_cache_bytes,
+    prefill_head_block,
+    static_prefill_extra,
+    static_prefill_mask_bytes,
+)
+from calc.memory.inference_weights import dequantize_bytes
 from calc.memory.repeats import per_layer, piece_ends, pieces
-from calc.memory.result import BACKWARD_LAYER, FORWARD_LAYER, INFERENCE_LAYER, RECOMPUTED_LAYER, Timeline
+from calc.memory.result import (
+    BACKWARD_LAYER,
+    FORWARD_LAYER,
+    INFERENCE_LAYER,
+    PREFILL_HEAD,
+    RECOMPUTED_LAYER,
+    Timeline,
+)
 from calc.memory.states import States
 from calc.sim.layers import Ctx, inference_head_block, stack_locals_bytes
 from calc.sim.profiles import block_profile
@@ -139,32 +157,54 @@ def layer_names(layers: int) -> LayerNames:
 def inference_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, workspace_bytes: int,
                        replay: bool = False) -> StepTimeline:
     """no_grad forward with use_cache=True: weights + the KV cache growing layer by layer + one
-    layer's transients; at the end the logits (B x S x V in compute dtype) are returned. `workspace_bytes`: the
-    cuBLAS workspace bytes."""
+    layer's transients; at the end the logits (B x S x V in compute dtype) are returned. With inference.new_tokens
+    the forward is generate's prefill, followed by the decode steps' largest moment (calc.memory.generate).
+    `workspace_bytes`: the cuBLAS workspace bytes."""
     eager = sc.training.attention == Attention.eager
     _, emb, _ = block_profiles(ctx, eager, replay=replay)
     lay = per_layer(layer_ctxs(ctx, layers), lambda c: layer_profile(c, eager, replay))
     rope, mask = model_level_bytes(ctx, eager)
     s = ctx.spec
+    gen = generating(sc) and ctx.use_cache
     # the cache keeps k (RoPE dtype) and v promoted to it; the layer's own copies are in its peak
-    kv_layer = ctx.tokens * (s.kv_width // ctx.tp) * 2 * ctx.rope_elem_bytes if ctx.use_cache else 0
-    if s.mla and ctx.use_cache:  # the compressed latent and the rotary key
-        kv_layer = ctx.tokens * (s.kv_lora_rank * ctx.act_elem_bytes
-                                 + s.qk_rope_head_dim * max(ctx.act_elem_bytes, ctx.rope_elem_bytes))
+    kv = (prefill_cache_bytes(sc, ctx, layers) if gen
+          else [sum(cache_position_bytes(ctx)) * ctx.seq * ctx.use_cache] * layers)
+    held = prefix_sums_of(kv)
+    static = gen and sc.inference.kv_cache == "static"
+    own_extra = [static_prefill_extra(sc, ctx, i) if static else 0 for i in range(layers)]
+    if static:
+        mask = static_prefill_mask_bytes(sc, ctx, layers, mask)
     tl = StepTimeline()
-    base = 8 * ctx.tokens + rope + mask + workspace_bytes
+    if gen:  # generate's position ids are B x S (from the attention mask), so are the RoPE tables made from them
+        rope *= ctx.batch
+    # the prompt's input_ids; generate adds its attention mask and the position ids made from it with their copy
+    # for the forward (int64, B x S each: generation/utils.py prepare_inputs_for_generation)
+    base = 8 * ctx.tokens * (4 if gen else 1) + rope + mask + workspace_bytes
     tl.add("embedding", "inference", st.weights, 0, 0, 0, base + emb.fwd_peak_nosave)
     # autocast caches a 16-bit copy of every fp32 weight that requires grad, even under no_grad,
     # until the autocast region ends (aten/src/ATen/autocast_mode.cpp, cached_cast)
     cache = amp_cached_weight_bytes(s, ctx) if ctx.amp else 0
+    dequantized = dequantize_bytes(sc, ctx.tokens)  # a quantized linear's transient (inference.weights)
 
     def layer_rows(i: int) -> tuple[TimelineRow]:
-        o = base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i)
-        return (TimelineRow(INFERENCE_LAYER.format(layer=i), "inference", st.weights, 0, 0, i * kv_layer,
+        o = base + i * cache + lay[i].fwd_peak_nosave + stack_locals_bytes(ctx, i) + own_extra[i] + dequantized
+        return (TimelineRow(INFERENCE_LAYER.format(layer=i), "inference", st.weights, 0, 0, held[i],
                             o if o > 0 else 0),)
 
-    tl.run(range(layers), layer_rows, 1, pieces(lay))
-    head_peak = block_profile(inference_head_block, ctx, replay=replay).fwd_peak_nosave
-    tl.add("final norm + lm_head", "inference", st.weights, 0, 0, layers * kv_layer,
+    uniform = len(set(kv)) <= 1 and len(set(own_extra)) <= 1
+    tl.run(range(layers), layer_rows, 1, pieces(lay) if uniform else [range(i, i + 1) for i in range(layers)])
+    head = prefill_head_block if gen else inference_head_block
+    head_peak = block_profile(head, ctx, replay=replay).fwd_peak_nosave
+    tl.add(PREFILL_HEAD if gen else "final norm + lm_head", "inference", st.weights, 0, 0, held[layers],
            base - mask + layers * cache + head_peak)
+    if gen and sc.inference.new_tokens > 1:
+        decode_deq = dequantize_bytes(sc, ctx.batch)
+        for event, cache_bytes, other in decode_rows(sc, ctx, layers):
+            tl.add(event, "inference", st.weights, 0, 0, cache_bytes, other + layers * cache + workspace_bytes
+                   + decode_deq)
     return tl
+
+
+def prefix_sums_of(values: list[int]) -> list[int]:
+    """[0, v0, v0 + v1, ...]: what the layers before each one hold."""
+    return list(accumulate(values, initial=0))

@@ -1,0 +1,79 @@
+"""A pasted config.json's quantization_config: which stored weights it means (transformers' BitsAndBytesConfig,
+GPTQConfig, AwqConfig, FineGrainedFP8Config as save_pretrained writes them). Apart from calc.contract.quantized,
+whose byte counts need the precision tables: the scenario reads this module while it is itself being defined."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from calc.contract.boundary import excerpt
+from calc.contract.errors import UserError
+from calc.contract.i18n import T_
+
+INT4_GROUP = 128  # GPTQ / AWQ group_size default
+FP8_BLOCK = 128  # FineGrainedFP8Config weight_block_size (128, 128)
+
+
+# ---- a pasted config.json's quantization_config ------------------------------------------------------------------
+
+class ConfigQuantization(NamedTuple):
+    """What a config.json's quantization_config says about the stored weights."""
+
+    weights: str  # an InferenceWeights / lora.base_weights value
+    double_quant: bool = False
+
+
+QUANT_METHODS = ("bitsandbytes", "gptq", "awq", "fp8")
+
+
+def config_quantization(config: dict[str, Any]) -> ConfigQuantization | None:
+    """The weights a Hugging Face config's quantization_config stores (transformers' BitsAndBytesConfig, GPTQConfig,
+    AwqConfig, FineGrainedFP8Config, as saved by save_pretrained), None without one; UserError for a method or a
+    setting the estimate does not model."""
+    qc = config.get("quantization_config")
+    if qc is None:
+        return None
+    if not isinstance(qc, dict):
+        raise UserError(T_("the config's quantization_config must be an object"))
+    method = qc.get("quant_method")
+    if method == "bitsandbytes":
+        return _bitsandbytes(qc)
+    if method in ("gptq", "awq"):
+        _int4_groups(qc, method)
+        return ConfigQuantization(f"{method}-int4")
+    if method == "fp8":
+        block = qc.get("weight_block_size", [FP8_BLOCK, FP8_BLOCK])
+        if block not in ([FP8_BLOCK, FP8_BLOCK], (FP8_BLOCK, FP8_BLOCK)):
+            raise UserError(T_("the config's fp8 quantization_config is modelled for weight_block_size [128, 128], "
+                               "not {block}", block=excerpt(block)))
+        return ConfigQuantization("fp8")
+    raise UserError(T_("the config's quantization_config quant_method {method} is not modelled; modelled: {known}",
+                       method=excerpt(method), known=", ".join(QUANT_METHODS)))
+
+
+def _bitsandbytes(qc: dict[str, Any]) -> ConfigQuantization:
+    """BitsAndBytesConfig: load_in_4bit with bnb_4bit_quant_type (its default fp4) and bnb_4bit_use_double_quant,
+    or load_in_8bit."""
+    four, eight = qc.get("load_in_4bit") is True, qc.get("load_in_8bit") is True
+    if four == eight:
+        raise UserError(T_("the config's bitsandbytes quantization_config sets neither or both of load_in_4bit and "
+                           "load_in_8bit"))
+    if eight:
+        return ConfigQuantization("int8")
+    kind = qc.get("bnb_4bit_quant_type", "fp4")
+    if kind not in ("nf4", "fp4"):
+        raise UserError(T_("the config's bnb_4bit_quant_type {kind} is not nf4 or fp4", kind=excerpt(kind)))
+    double = qc.get("bnb_4bit_use_double_quant", False)
+    if not isinstance(double, bool):
+        raise UserError(T_("the config's bnb_4bit_use_double_quant must be true or false"))
+    return ConfigQuantization(kind, double)
+
+
+def _int4_groups(qc: dict[str, Any], method: str) -> None:
+    """GPTQ and AWQ are modelled for 4-bit weights in groups of 128 (their defaults)."""
+    bits = qc.get("bits", qc.get("w_bit", 4))
+    group = qc.get("group_size", qc.get("q_group_size", INT4_GROUP))
+    if bits != 4 or group != INT4_GROUP:
+        raise UserError(T_("the config's {method} quantization_config is modelled for bits 4 and group_size 128, "
+                           "not bits {bits} and group_size {group}", method=method, bits=excerpt(bits),
+                           group=excerpt(group)))
