@@ -245,7 +245,7 @@ def _all_targets_matched(model: nn.Module, targets: Any) -> nn.Module:
     return model
 
 
-def _quantize_base(model: nn.Module, lora: LoraSpec, device: torch.device) -> None:
+def quantize_base(model: nn.Module, lora: LoraSpec, device: torch.device) -> None:
     """What transformers' BitsAndBytesConfig does to the model (integrations/bitsandbytes.py
     replace_with_bnb_linear): every plain nn.Linear and Conv1D, except the modules get_keys_to_not_convert names
     (lm_head, tied weights, the last parameter), becomes a bitsandbytes Linear8bitLt (load_in_8bit, threshold
@@ -346,7 +346,7 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
         raise UnsupportedError(f"transformers cannot build this {cfg.get('model_type')} model: {msg}") from None
     if lora is not None and lora.quantized:
         try:
-            _quantize_base(model, lora, device)
+            quantize_base(model, lora, device)
         except ImportError:
             raise UnsupportedError(f"LoRA base_weights {lora.base_weights} needs bitsandbytes, which is not "
                                    "installed") from None

@@ -216,12 +216,12 @@ def test_quantized_weights_match_a_bitsandbytes_model(kind, double, family):
     torch = pytest.importorskip("torch")
     pytest.importorskip("bitsandbytes")
     from measure.suite_models import LLAMA_GQA, QWEN2
-    from measure.workload import _quantize_base, build_model
+    from measure.workload import build_model, quantize_base
 
     cfg = {"llama": LLAMA_GQA, "qwen2": QWEN2}[family]
     sc = Scenario.model_validate({"model": cfg, "mode": "inference", "training": {"precision": "bf16"},
                                   "inference": {"weights": kind, "double_quant": double}})
     model = build_model(sc.variant(inference={}), torch.device("cpu"))
     # bitsandbytes quantizes when the weights move to a device
-    _quantize_base(model, LoraConfig(base_weights=kind, double_quant=double), torch.device("cpu"))
+    quantize_base(model, LoraConfig(base_weights=kind, double_quant=double), torch.device("cpu"))
     assert _stored_bytes(model) == estimate(sc, "cpu").breakdown.parameters
