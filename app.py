@@ -13,7 +13,7 @@ from ui import calibration, compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
 from ui.first_screen import stop_after_first_screen
-from ui.language import _, current, tr
+from ui.language import _, current, say, tr
 from ui.widgets import MODE_LABELS, hardware_name, page_setup, scenario_or_stop
 
 page_setup("Calculator", ":material/calculate:")
@@ -165,8 +165,9 @@ if sources.open:
                                    size=fmt.gib(c.bytes), formula=c.formula_in(lang), source=c.source_in(lang))
                                  for c in est.components))
 
-for note in est.notes:
-    st.caption(note)
+note = sc.quantization_note()  # the estimate's notes hold it in English; say it in the reader's language
+if note is not None:
+    st.caption(fmt.literal(say(note)))
 scenario_json = st.expander(_("Scenario JSON (for `python -m calc estimate`)"), key="calc_json", on_change="rerun")
 if scenario_json.open:
     scenario_json.code(sc.model_dump_json(indent=2, exclude_defaults=True), language="json")

@@ -62,6 +62,12 @@ EXPERT_PARALLEL_LABEL = N_("Split the experts over this many GPUs (expert parall
 LORA_TARGET_LABELS = {"all-linear": N_("all linear layers"), "attention": N_("attention projections only")}
 LORA_BASE_LABELS = {"bf16": "bf16 (LoRA)", "fp16": "fp16 (LoRA)", "int8": "int8 (LLM.int8)",
                     "nf4": N_("nf4 4-bit (QLoRA)"), "fp4": N_("fp4 4-bit (bitsandbytes)")}
+LORA_LIST_LABEL = N_("modules I choose")
+KV_CACHE_LABELS = {"dynamic": N_("dynamic (grows per token)"), "static": N_("static (preallocated)")}
+INFERENCE_WEIGHT_LABELS = {"": N_("as the precision says"), "bf16": "bf16", "fp16": "fp16", "fp32": "fp32",
+                           "int8": "int8 (bitsandbytes LLM.int8)", "nf4": "nf4 (bitsandbytes)",
+                           "fp4": "fp4 (bitsandbytes)", "gptq-int4": "GPTQ int4", "awq-int4": "AWQ int4",
+                           "fp8": N_("FP8 (block scales)")}
 MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
 HW_KIND_LABELS = {"gpu": N_("GPU preset"), "cluster": N_("Cluster preset"), "custom": N_("Custom memory")}
 COMPARE_KIND_LABELS = {"cluster": N_("Cluster"), "gpu": N_("GPU x count")}

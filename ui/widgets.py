@@ -43,8 +43,11 @@ from ui.labels import (  # noqa: F401 - pages import some of them from here
     FRAMEWORK_LABELS,
     HW_KIND_LABELS,
     IMPL_LABELS,
+    INFERENCE_WEIGHT_LABELS,
     KEEP_OUTPUTS_LABEL,
+    KV_CACHE_LABELS,
     LORA_BASE_LABELS,
+    LORA_LIST_LABEL,
     LORA_TARGET_LABELS,
     MODE_LABELS,
     MODEL_SOURCE_LABELS,
@@ -72,6 +75,7 @@ MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB
 # Sidebar sections; a validation message goes to the first section whose keywords it mentions.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "framework": ("framework",),
+    "inference": ("inference.", "new_tokens", "kv_cache"),
     "model": ("model preset", "config", "model_type", "family", "vocab", "hidden_size", "attention heads"),
     "hardware": ("gpu preset", "cluster preset", "memory_bytes", "cpu_ram"),
     "lora": ("lora", "quantized", "base weights", "int8/nf4"),
@@ -195,8 +199,16 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_opt_bwd": t.optimizer_in_backward,
         "sc_lora": lora is not None,
         "sc_lora_rank": lora.rank if lora else 16,
-        "sc_lora_targets": lora.targets if lora else "all-linear",
+        "sc_lora_targets": (lora.targets if isinstance(lora.targets, str) else LIST_TARGETS) if lora else "all-linear",
+        "sc_lora_names": list(lora.targets) if lora and isinstance(lora.targets, tuple) else [],
+        "sc_lora_dropout": lora.dropout if lora else 0.0,
+        "sc_lora_save": list(lora.modules_to_save) if lora else [],
         "sc_lora_base": lora.base_weights if lora else "bf16",
+        "sc_lora_dq": lora.double_quant if lora else False,
+        "sc_gen": sc.inference.new_tokens,
+        "sc_kv": sc.inference.kv_cache,
+        "sc_wq": sc.inference.weights or "",
+        "sc_wdq": sc.inference.double_quant,
     }
 
 
@@ -339,8 +351,9 @@ def scenario_sidebar() -> Scenario | None:
     _precision_expander(tc, training, slots)
     _savers_expander(tc, training, slots)
     _parallel_expander(tc, current, training, model, slots)
-    _lora_expander(tc, base, current, slots)
-    return _validated(model, hardware, mode, tc, errors, slots)
+    _lora_expander(tc, base, current, model, slots)
+    inference = _inference_expander(slots) if not training else base["inference"]
+    return _validated(model, hardware, mode, tc, errors, slots, inference)
 
 
 def _hardware_expander(slots: dict[str, Any]) -> dict[str, Any]:
@@ -394,6 +407,11 @@ def _apply_framework_defaults() -> None:
         training = TrainingConfig.model_validate(data)
     except (ValidationError, ValueError):
         return  # the sidebar shows why under the section when the page runs
+    try:  # the whole scenario, fields without a widget (sharding) included; the widgets are seeded from it
+        state.set_scenario(current.variant(training=training))
+        return
+    except (ValidationError, ValueError):
+        pass  # this model or hardware does not suit the framework: show its defaults, and the reason, anyway
     shown = _widget_values(Scenario.model_construct(model=current.model, hardware=current.hardware,
                                                     mode=current.mode, training=training,
                                                     inference=current.inference))
@@ -503,27 +521,83 @@ def _parallel_expander(tc: dict[str, Any], current: Scenario, training: bool, mo
         slots["parallel"] = st.empty()
 
 
-def _lora_expander(tc: dict[str, Any], base: dict[str, Any], current: Scenario, slots: dict[str, Any]) -> None:
+LIST_TARGETS = "list"  # the Targets choice that opens the module multiselect
+
+
+def _model_modules(model: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The chosen model's linear module names (LoRA targets) and the modules peft can train in full beside the
+    adapters (its lm_head and token embedding), in the model's own naming; empty for a model that does not resolve."""
+    try:
+        spec = resolve_model(model)
+    except (ValueError, TypeError):
+        return (), ()
+    return spec.linear_module_names(), (spec.module_name("lm_head"), spec.module_name("embed_tokens"))
+
+
+def _lora_expander(tc: dict[str, Any], base: dict[str, Any], current: Scenario, model: Any,
+                   slots: dict[str, Any]) -> None:
     """The LoRA / QLoRA section, into `tc` (None when adapters are off)."""
     with st.sidebar.expander("LoRA / QLoRA", expanded=current.training.lora is not None, icon=":material/layers:"):
         if st.checkbox(_("Train LoRA adapters (frozen base model)"), key="sc_lora"):
             lora = dict(base["training"]["lora"] or {})
             lora["rank"] = int(st.number_input(_("Rank r"), 1, 4096, step=1, key="sc_lora_rank"))
-            lora["targets"] = _select(_("Targets"), LORA_TARGET_LABELS, "sc_lora_targets")
+            linears, savable = _model_modules(model)
+            targets = _select(_("Targets"), {**LORA_TARGET_LABELS, LIST_TARGETS: LORA_LIST_LABEL}, "sc_lora_targets")
+            if targets == LIST_TARGETS:
+                _keep_known("sc_lora_names", linears)
+                names = st.multiselect(_("Modules with adapters"), linears, key="sc_lora_names",
+                                       help=_("peft's target_modules, in this model's own names. PEFT's and "
+                                              "torchtune's usual choice is q_proj and v_proj."))
+                targets = names  # an empty list is refused by the scenario, with its reason
+            lora["targets"] = targets
+            lora["dropout"] = float(st.number_input(_("LoRA dropout"), 0.0, 0.99, step=0.05, key="sc_lora_dropout",
+                                                    help=_("peft's lora_dropout: above 0 each adapted layer keeps "
+                                                           "its dropped input and mask for backward.")))
+            _keep_known("sc_lora_save", savable)
+            lora["modules_to_save"] = st.multiselect(
+                _("Also train in full (modules_to_save)"), savable, key="sc_lora_save",
+                help=_("peft keeps the frozen original and trains a full copy: its weights, gradients and optimizer "
+                       "states count."))
             lora["base_weights"] = _select(_("Base weight precision"), LORA_BASE_LABELS, "sc_lora_base")
+            lora["double_quant"] = False
+            if lora["base_weights"] in ("nf4", "fp4"):
+                lora["double_quant"] = bool(st.checkbox(_("Double quantization (bnb_4bit_use_double_quant)"),
+                                                        key="sc_lora_dq"))
             tc["lora"] = lora
         else:
             tc["lora"] = None
         slots["lora"] = st.empty()
 
 
+def _keep_known(key: str, options: tuple[str, ...]) -> None:
+    """A multiselect's kept value must be among its options: a different model drops the names it lacks."""
+    ss = st.session_state
+    if key in ss:
+        ss[key] = [v for v in ss[key] if v in options]
+
+
+def _inference_expander(slots: dict[str, Any]) -> dict[str, Any]:
+    """The Generation section (mode inference): new tokens, the KV cache, how the weights are stored."""
+    with st.sidebar.expander(_("Generation"), expanded=True, icon=":material/chat:"):
+        new_tokens = int(st.number_input(_("New tokens to generate (0 = one prefill forward)"), 0, 4_194_304,
+                                         step=64, key="sc_gen"))
+        kv_cache = _radio(_("KV cache"), KV_CACHE_LABELS, "sc_kv")
+        weights = _select(_("Stored weights"), INFERENCE_WEIGHT_LABELS, "sc_wq",
+                          help=_("Quantized weights (bitsandbytes, GPTQ, AWQ, FP8) are modelled from the libraries' "
+                                 "source: their kernels need CUDA."))
+        double = bool(st.checkbox(_("Double quantization (bnb_4bit_use_double_quant)"), key="sc_wdq")) \
+            if weights in ("nf4", "fp4") else False
+        slots["inference"] = st.empty()
+    return {"new_tokens": new_tokens, "kv_cache": kv_cache, "weights": weights or None, "double_quant": double}
+
+
 def _validated(model: Any, hardware: dict[str, Any], mode: str, tc: dict[str, Any], errors: dict[str, str],
-               slots: dict[str, Any]) -> Scenario | None:
+               slots: dict[str, Any], inference: dict[str, Any]) -> Scenario | None:
     """The widgets' values as a Scenario (stored as current), or None with each problem shown under its section."""
     sc: Scenario | None = None
     if not errors:
         hw = {k: v for k, v in hardware.items() if v is not None}
-        data = {"model": model, "hardware": hw, "mode": mode, "training": tc}
+        data = {"model": model, "hardware": hw, "mode": mode, "training": tc, "inference": inference}
         try:
             sc = Scenario.model_validate(data)
         except (ValidationError, ValueError) as exc:
