@@ -159,8 +159,12 @@ def methods_for(sc: Scenario, group: Group, widen: bool) -> list[Method]:
     t = sc.training
     hw = sc.resolved_hardware()
     gpu = gpu_presets()[hw.gpu]
-    same_p, change_p = _precisions(gpu.bf16 and gpu.bf16_tflops > 0, t.precision)
+    bf16_ok = gpu.bf16 and gpu.bf16_tflops > 0
+    same_p, change_p = _precisions(bf16_ok, t.precision)
     amp = [p for p in same_p if p.is_amp] + [p for p in change_p if p == Precision.bf16]
+    if t.framework != "transformers":  # its recipes' dtypes: the scenario's, or bf16 throughout (LitGPT's bf16-true)
+        same_p = amp = [t.precision] + ([Precision.bf16] if bf16_ok and t.precision != Precision.bf16 else [])
+        change_p = []
     full_opt = Optimizer.adamw if t.optimizer == Optimizer.adamw_8bit else t.optimizer
     if sc.mode == Mode.inference:
         return [] if widen else [([t.precision], t.optimizer, t.lora)]
@@ -201,21 +205,23 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
     hw = sc.resolved_hardware()
     n = hw.num_gpus
     fsdp = t.sharding == "fsdp2"
+    # torchtune's and LitGPT's own recipes: one device in plain PyTorch, in the scenario's precision (their dtype)
+    native = t.framework != "transformers"
     tps = [d for d in _divisors(hw.gpus_in_node()) if spec.num_heads % d == 0 and spec.num_kv_heads % d == 0]
-    if fsdp:
+    if fsdp or native:
         tps = [1]  # FSDP2 is modelled for data parallelism only
     out: list[Combo] = []
     for precisions, opt, lora in methods:
         quant = lora is not None and lora.quantized
         for tp in tps:
-            for pp in ([1] if fsdp else _divisors(n // tp)):
+            for pp in ([1] if fsdp or native else _divisors(n // tp)):
                 if pp > spec.num_layers:
                     continue
                 dp = n // (tp * pp)
                 for p in precisions:
                     if quant and p.is_mixed:
                         continue
-                    stages = [0] if p.is_amp else ([0, 2, 3] if fsdp else [0, 1, 2, 3])
+                    stages = [0] if p.is_amp or native else ([0, 2, 3] if fsdp else [0, 1, 2, 3])
                     if sc.mode == Mode.inference:
                         stages = [0]
                     for z in stages:
@@ -223,7 +229,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
                             continue  # DeepSpeed's pipeline engine supports ZeRO-1 at most
                         if quant and z == 3:
                             continue  # quantized base weights are not partitioned by ZeRO-3
-                        if p == Precision.bf16 and z == 0 and sc.mode == Mode.train:
+                        if p == Precision.bf16 and z == 0 and sc.mode == Mode.train and not native:
                             continue  # DeepSpeed keeps bf16 optimizer states only with ZeRO 1-3
                         offs = [(Offload.none, Offload.none)] if z == 0 or fsdp else (
                             OFFLOADS_STAGE3 if z == 3 else OFFLOADS_STAGE12)

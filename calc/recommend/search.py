@@ -142,7 +142,8 @@ def _visit(s: SearchState, ranking: _Ranking, k: int) -> list[Found]:
         fr = s.frugal(c)
         if fr not in group_ok:
             f_fr = s.fit(fr, mbs[0], ga0)
-            group_ok[fr] = f_fr.ok or f_fr.host_only
+            # an invalid frugal member (LitGPT's path has no checkpointing) leaves each member to be judged
+            group_ok[fr] = f_fr.ok or f_fr.host_only or f_fr.invalid
             if not group_ok[fr]:
                 s.frugal_failures.append((fr, f_fr))
         if not group_ok[fr]:

@@ -29,11 +29,12 @@ class Fit:
     why (a Phrase). A fit decided by the states floor (`SearchState.fit`) does not fit for GPU memory; its
     estimate and reason are computed when first read, by `settle`."""
 
-    __slots__ = ("_est", "_reason", "floor", "ok", "settle")
+    __slots__ = ("_est", "_reason", "floor", "invalid", "ok", "settle")
 
     def __init__(self, est: Estimate | None, ok: bool, reason: Phrase | str = "", floor: int = 0,
-                 settle: Callable[[], Fit] | None = None) -> None:
+                 settle: Callable[[], Fit] | None = None, invalid: bool = False) -> None:
         self._est, self.ok, self._reason, self.floor, self.settle = est, ok, reason, floor, settle
+        self.invalid = invalid  # no valid scenario: says nothing about its group's other members
 
     def _settled(self) -> None:
         if self.settle is not None:
@@ -132,14 +133,15 @@ class SearchState:
         return fr
 
     def doomed(self, fr: Combo, mb: int, ga: int) -> bool:
-        """The group of its most frugal member `fr` cannot fit: fr is not a valid scenario, or its model states
-        alone exceed the usable memory (so `fit` would say so without an estimate)."""
+        """The group of its most frugal member `fr` cannot fit: its model states alone exceed the usable memory (so
+        `fit` would say so without an estimate). A frugal member that is no valid scenario (LitGPT's path has no
+        checkpointing) dooms nothing: each member is then judged on its own."""
         floor = self.floors.get(fr.states_key())
         if floor is None:
             try:
                 sc = scenario_for(self.base, fr, mb, ga)
             except (ValidationError, ValueError):
-                return True
+                return False
             floor = self.floors[fr.states_key()] = states_floor(sc)
         return floor > self.usable
 
@@ -179,7 +181,7 @@ class SearchState:
         try:
             sc = scenario_for(self.base, c, mb, ga)
         except (ValidationError, ValueError) as exc:
-            f = Fit(None, False, T_("invalid: {error}", error=str(exc)))
+            f = Fit(None, False, T_("invalid: {error}", error=str(exc)), invalid=True)
             self.cache[key] = f
             return f
         floor = self.floors.get(c.states_key())

@@ -379,3 +379,17 @@ def test_usable_bytes_is_the_one_rounding_of_the_safety_margin():
     sc = Scenario(model="gpt2", hardware={"gpu": "rtx-4090", "num_gpus": 1})
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=1))
     assert rec.usable_bytes == usable_bytes(rec.gpu_memory_bytes, DEFAULT_SAFETY_MARGIN)
+
+
+@pytest.mark.parametrize("framework", ["torchtune", "litgpt"])
+def test_a_framework_scenario_is_searched_within_its_recipes(framework):
+    """torchtune's and LitGPT's single-device recipes: the search keeps the framework and its plain-PyTorch
+    sharding, tries only their dtypes and what their paths model, and every candidate it ranks fits."""
+    base = Scenario(model="llama-3.1-8b", hardware={"gpu": "a100-80gb"},
+                    training={"framework": framework, "seq_len": 1024})
+    rec = recommend(RecommendRequest(scenario=base, global_batch_size=1, max_candidates=4))
+    assert rec.candidates, rec
+    for c in rec.candidates:
+        t = c.scenario.training
+        assert (t.framework, t.sharding, t.zero_stage, t.tensor_parallel) == (framework, "torch", 0, 1)
+        check_fits(c, rec.usable_bytes)
