@@ -151,7 +151,8 @@ def test_bnb_bytes_match_bitsandbytes(out_f, in_f):
     for double in (False, True):
         for kind in ("nf4", "fp4"):
             q, s = functional.quantize_4bit(w, quant_type=kind, compress_statistics=double)
-            tensors = [q, s.absmax, s.code] + ([s.offset, s.state2.absmax] if double else [])
+            # the nested state's 256-value code is a copy per weight (quantize_blockwise: code.to(device, copy=True))
+            tensors = [q, s.absmax, s.code] + ([s.offset, s.state2.absmax, s.state2.code] if double else [])
             assert sum(t.numel() * t.element_size() for t in tensors) == bnb_weight_bytes(kind, out_f, in_f, double)
     cb, scb, _ = functional.int8_vectorwise_quant(w.half())
     assert cb.numel() * cb.element_size() + scb.numel() * scb.element_size() == bnb_weight_bytes("int8", out_f, in_f,
@@ -201,7 +202,8 @@ def _stored_bytes(model) -> int:
         qs = getattr(p, "quant_state", None)
         if qs is not None:
             total += sum(t.numel() * t.element_size()
-                         for t in [qs.absmax, qs.code] + ([qs.offset, qs.state2.absmax] if qs.nested else []))
+                         for t in [qs.absmax, qs.code] + ([qs.offset, qs.state2.absmax, qs.state2.code] if qs.nested
+                                                          else []))
         scb = getattr(p, "SCB", None)
         total += 0 if scb is None else scb.numel() * scb.element_size()
     return total
