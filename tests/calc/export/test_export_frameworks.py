@@ -182,7 +182,10 @@ def _recipe_keys(recipe: str) -> set[str]:
 TORCHTUNE_CHECKED = [tt(TINY_LLAMA), tt(TINY_QWEN, cross_entropy="standard", activation_checkpointing="full"),
                      tt(TINY_LLAMA, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.1}),
                      tt({**TINY_LLAMA, "model_type": "mistral"}, lora={"rank": 4, "targets": ("q_proj", "lm_head")}),
-                     tt("llama-3.2-1b", optimizer_impl="fused"), tt("qwen2.5-0.5b", lora={"rank": 8})]
+                     tt("llama-3.2-1b", optimizer_impl="fused"), tt("qwen2.5-0.5b", lora={"rank": 8}),
+                     tt(TINY_LLAMA, optimizer="paged-adamw-8bit"), tt(TINY_QWEN, optimizer="sgd-momentum",
+                                                                    optimizer_impl="for-loop"),
+                     tt(TINY_LLAMA, optimizer_in_backward=True)]
 
 
 @pytest.mark.slow
@@ -211,6 +214,8 @@ def test_torchtune_parses_and_builds_the_config(sc):
     assert getattr(loss, "num_output_chunks", None) == cfg.loss.get("num_output_chunks")
     optimizer = config.instantiate(cfg.optimizer, [torch.nn.Parameter(torch.zeros(2))])
     assert optimizer.defaults["lr"] == ExportOptions().learning_rate
+    for key, value in cfg.optimizer.items():  # fused / foreach / momentum reach the optimizer as written
+        assert key == "_component_" or optimizer.defaults[key] == value
 
 
 @pytest.mark.slow
