@@ -89,6 +89,7 @@ def _verdict_and_speed() -> None:
                                       hardware=hardware_name(target)), detail)
 
 
+FRAMEWORK_NAMES = {"torchtune": "torchtune", "litgpt": "LitGPT"}
 FRAMEWORK_TITLES = {"torchtune": N_("torchtune recipe config (torchtune.yaml)"),
                     "litgpt": N_("LitGPT fine-tuning command (launch.sh)")}
 FRAMEWORK_CAPTIONS = {
@@ -104,7 +105,7 @@ def _framework_section(framework: str) -> None:
     try:
         files = framework_files(target, opts, lang)
     except ValueError as exc:
-        st.error(_("{framework} cannot express this scenario: {error}", framework=framework,
+        st.error(_("{framework} cannot express this scenario: {error}", framework=FRAMEWORK_NAMES[framework],
                    error=fmt.literal(state.error_text(exc))), icon=":material/error:")
         _verdict_and_speed()
         return

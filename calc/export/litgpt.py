@@ -12,7 +12,8 @@ import json
 import shlex
 from typing import Any
 
-from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.errors import UserError
+from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, translate
 from calc.contract.scenario import Precision, Scenario
 from calc.export.deepspeed import ExportOptions
 from calc.export.hf import hub_id
@@ -34,14 +35,16 @@ def lora_flags(lora: Any) -> dict[str, Any]:
     fused qkv's LoRAQKVLinear) and lora_projection; all-linear adds lora_mlp (lm_head stays without, as peft's
     all-linear leaves it); a list of Hugging Face names maps one to one (the MLP only as a whole)."""
     if lora.modules_to_save:
-        raise ValueError("LitGPT's LoRA fine-tuning trains no modules in full beside the adapters (modules_to_save)")
+        raise UserError(T_("LitGPT's LoRA fine-tuning trains no modules in full beside the adapters: leave "
+                           "modules_to_save empty"))
     flags = dict(lora_r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout)
     if lora.targets in ("attention", "all-linear"):
         return {**flags, "lora_query": True, "lora_key": True, "lora_value": True, "lora_projection": True,
                 "lora_mlp": lora.targets == "all-linear", "lora_head": False}
     names = set(lora.targets)
     if names - set(_LORA_NAMES) - _MLP_NAMES or (names & _MLP_NAMES and not names >= _MLP_NAMES):
-        raise ValueError(f"LitGPT's LoRA flags cannot adapt exactly {', '.join(sorted(lora.targets))}")
+        raise UserError(T_("LitGPT's LoRA flags cannot adapt exactly {targets} (the MLP only as a whole)",
+                           targets=", ".join(sorted(lora.targets))))
     return {**flags, **{flag: hf in names for hf, flag in _LORA_NAMES.items()}, "lora_mlp": names >= _MLP_NAMES}
 
 
@@ -50,10 +53,10 @@ def _check(sc: Scenario) -> None:
     if t.framework != "litgpt":
         raise ValueError("the LitGPT export is for framework litgpt")
     if t.cross_entropy_chunks not in (None, LITGPT_LOSS_CHUNK):
-        raise ValueError(f"LitGPT's fine-tuning scripts take the loss in {LITGPT_LOSS_CHUNK}-token chunks; "
-                         "their command line cannot change it")
+        raise UserError(T_("LitGPT's fine-tuning scripts take the loss in {chunk}-token chunks; their command "
+                           "line cannot change it: leave cross_entropy_chunks empty", chunk=LITGPT_LOSS_CHUNK))
     if t.lora is not None and float(t.lora.alpha) != int(t.lora.alpha):
-        raise ValueError("LitGPT's lora_alpha is an integer")
+        raise UserError(T_("LitGPT's lora_alpha is an integer: choose a whole-number alpha"))
 
 
 def litgpt_command(sc: Scenario, options: ExportOptions | None = None) -> str:

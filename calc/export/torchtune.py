@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.errors import UserError
+from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, translate
 from calc.contract.precision import BNB_OPTIMIZER_CLASSES
 from calc.contract.scenario import Checkpointing, Optimizer, OptimizerImpl, Precision, Scenario
 from calc.export.deepspeed import ExportOptions
@@ -66,7 +67,7 @@ def torchtune_builder_args(sc: Scenario, num_layers: int | None = None) -> tuple
     mistral -> torchtune.models.mistral. ValueError for a model no builder makes."""
     s = sc.spec
     if s.hidden_size != s.num_heads * s.head_dim:
-        raise ValueError("torchtune's builders take head_dim = embed_dim / num_heads")
+        raise UserError(T_("torchtune's builders take head_dim = embed_dim / num_heads"))
     cfg = model_config_dict(sc)
     args = dict(vocab_size=s.vocab_size, num_layers=num_layers or s.num_layers, num_heads=s.num_heads,
                 num_kv_heads=s.num_kv_heads, embed_dim=s.hidden_size, max_seq_len=s.max_position_embeddings,
@@ -87,7 +88,7 @@ def torchtune_builder_args(sc: Scenario, num_layers: int | None = None) -> tuple
         return "torchtune.models.qwen2._component_builders.qwen2", {**args, "tie_word_embeddings": s.tie_word_embeddings}
     if s.family == "mistral" and not s.tie_word_embeddings:
         return "torchtune.models.mistral._component_builders.mistral", args
-    raise ValueError(f"framework torchtune: no torchtune builder for the {s.family} family here")
+    raise UserError(T_("framework torchtune: no torchtune builder for the {family} family here", family=s.family))
 
 
 def torchtune_lora_args(lora: Any) -> dict[str, Any]:
@@ -95,14 +96,16 @@ def torchtune_lora_args(lora: Any) -> dict[str, Any]:
     output_proj, all-linear adds the MLP (apply_lora_to_mlp) but not the output projection, as peft's
     all-linear; a list of Hugging Face names maps one to one (the MLP only as a whole: torchtune adapts all three)."""
     if lora.modules_to_save:
-        raise ValueError("torchtune's LoRA recipe trains no modules in full beside the adapters (modules_to_save)")
+        raise UserError(T_("torchtune's LoRA recipe trains no modules in full beside the adapters: leave "
+                           "modules_to_save empty"))
     if lora.targets in ("attention", "all-linear"):
         attn, mlp, output = list(_ATTENTION_NAMES.values()), lora.targets == "all-linear", False
     else:
         names = set(lora.targets)
         unknown = names - set(_ATTENTION_NAMES) - _MLP_NAMES - {"lm_head"}
         if unknown or (names & _MLP_NAMES and not names >= _MLP_NAMES):
-            raise ValueError(f"torchtune's LoRA builders cannot adapt exactly {', '.join(sorted(lora.targets))}")
+            raise UserError(T_("torchtune's LoRA builders cannot adapt exactly {targets} (the MLP only as a whole)",
+                               targets=", ".join(sorted(lora.targets))))
         attn = [tt for hf, tt in _ATTENTION_NAMES.items() if hf in names]
         mlp, output = names >= _MLP_NAMES, "lm_head" in names
     return {"lora_attn_modules": attn, "apply_lora_to_mlp": mlp, "apply_lora_to_output": output,
@@ -132,7 +135,8 @@ def optimizer_class(sc: Scenario, options: ExportOptions) -> tuple[str, dict[str
     torch_class = {Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimizer.sgd: "SGD",
                    Optimizer.sgd_momentum: "SGD"}.get(t.optimizer)
     if torch_class is None:
-        raise ValueError(f"no torch.optim or bitsandbytes class for the {t.optimizer.value} optimizer")
+        raise UserError(T_("no torch.optim or bitsandbytes class for the {optimizer} optimizer",
+                           optimizer=t.optimizer.value))
     if t.optimizer == Optimizer.sgd_momentum:
         kwargs["momentum"] = options.momentum
     if t.optimizer_impl == OptimizerImpl.fused:
@@ -155,9 +159,10 @@ def _check(sc: Scenario) -> None:
     if t.framework != "torchtune":
         raise ValueError("the torchtune export is for framework torchtune")
     if t.checkpoint_every != 1:
-        raise ValueError("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1")
+        raise UserError(T_("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"))
     if t.lora is not None and t.optimizer_in_backward:
-        raise ValueError("lora_finetune_single_device has no optimizer_in_bwd")
+        raise UserError(T_("torchtune's LoRA recipe (lora_finetune_single_device) has no optimizer_in_bwd: turn "
+                           "optimizer_in_backward off"))
 
 
 def recipe_name(sc: Scenario) -> str:

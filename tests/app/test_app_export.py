@@ -173,3 +173,14 @@ def test_torchtune_export_speaks_chinese():
     assert translate("torchtune recipe config (torchtune.yaml)", "zh") in [s.value for s in at.subheader]
     zh_yaml = torchtune_yaml(TORCHTUNE_LORA, ExportOptions(), lang="zh").strip()
     assert zh_yaml in _codes(at, "yaml") and zh_yaml != torchtune_yaml(TORCHTUNE_LORA).strip()
+
+
+def test_what_torchtune_cannot_say_is_named_in_chinese():
+    from calc.contract.i18n import translate
+
+    sc = TORCHTUNE_LORA.model_copy(update={"training": TORCHTUNE_LORA.training.model_copy(
+        update={"checkpoint_every": 2})})
+    at = open_app("export", {**state.scenario_to_params(sc), "lang": "zh"})
+    reason = translate("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1", "zh")
+    assert reason != "torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"
+    assert any(reason in e.value for e in at.error)
