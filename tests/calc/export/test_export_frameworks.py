@@ -236,13 +236,16 @@ def test_each_preset_builder_has_the_presets_dims(preset):
 
 LITGPT_CHECKED = [lit(), lit(precision="bf16", optimizer_impl="fused"),
                   lit(precision="bf16", lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.05}),
-                  lit("llama-3.1-8b", precision="bf16", lora={"rank": 4, "targets": ("q_proj", "v_proj")})]
+                  lit("llama-3.1-8b", precision="bf16", lora={"rank": 4, "targets": ("q_proj", "v_proj")}),
+                  lit(optimizer="paged-adamw", optimizer_impl="fused")]
 
 
 @pytest.mark.slow
 def test_litgpt_parses_the_command_line():
+    import torch
     from jsonargparse import CLI, capture_parser
     from litgpt.__main__ import PARSER_DATA
+    from litgpt.utils import instantiate_torch_optimizer
 
     for sc in LITGPT_CHECKED:
         argv = litgpt_argv(sc)
@@ -252,7 +255,10 @@ def test_litgpt_parses_the_command_line():
         t = sc.training
         assert run.precision == FABRIC_PRECISION[t.precision]
         assert run.train.micro_batch_size == t.micro_batch_size and run.train.max_seq_length == t.seq_len
-        assert run.optimizer["init_args"].get("fused", False) is (t.optimizer_impl.value == "fused")
+        optimizer = instantiate_torch_optimizer(run.optimizer, [torch.nn.Parameter(torch.zeros(2))])
+        assert type(optimizer).__name__ == run.optimizer["class_path"].rsplit(".", 1)[1]
+        for key, value in run.optimizer["init_args"].items():  # the kernels and lr reach the optimizer
+            assert optimizer.defaults[key] == value
         if t.lora is not None:
             assert (run.lora_r, run.lora_alpha, run.lora_dropout) == (t.lora.rank, t.lora.alpha, t.lora.dropout)
         with pytest.raises(SystemExit):  # the same parser refuses what setup() does not take
