@@ -1,6 +1,7 @@
 """calc.export for framework torchtune and litgpt: the torchtune recipe config states the scenario's values and
 passes torchtune's own parser and builders (OmegaConf + torchtune.config.instantiate of the model and the loss,
-every key the installed recipe reads present); the LitGPT command line passes LitGPT's own jsonargparse CLI
+every key the installed recipe reads present, `tune validate`, the checkpointer loading a tiny Hugging Face
+checkpoint into the exported model); the LitGPT command line passes LitGPT's own jsonargparse CLI
 (litgpt/__main__.py) with the scenario's values; the CLI writes the files; what the frameworks cannot say is
 refused by name."""
 
@@ -263,3 +264,35 @@ def test_litgpt_parses_the_command_line():
             assert (run.lora_r, run.lora_alpha, run.lora_dropout) == (t.lora.rank, t.lora.alpha, t.lora.dropout)
         with pytest.raises(SystemExit):  # the same parser refuses what setup() does not take
             parser.parse_args([*argv[1:], "--lora_nonsense", "1"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sc", [tt(TINY_LLAMA), tt(TINY_QWEN, lora={"rank": 4, "targets": "all-linear"})],
+                         ids=["llama-full", "qwen2-tied-lora"])
+def test_torchtune_loads_a_hugging_face_checkpoint_through_the_exported_blocks(sc, tmp_path):
+    """The exported checkpointer (FullModelHFCheckpointer with the family's model_type) reads a tiny random
+    Hugging Face checkpoint written here, and the exported model block takes every weight: all the model's
+    keys but the LoRA adapters (which lora_finetune_single_device initialises) come from the checkpoint."""
+    import json as json_
+    import subprocess
+    import sys
+
+    import torch
+    import transformers
+
+    from calc.export.torchtune import CHECKPOINT_DIR
+
+    torch.manual_seed(0)
+    hf_class = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}[sc.spec.family]
+    config = transformers.AutoConfig.for_model(**sc.model)
+    hf_class(config).save_pretrained(tmp_path / "hf", safe_serialization=True)
+    text = torchtune_yaml(sc).replace(CHECKPOINT_DIR, str(tmp_path / "hf"))
+    text = text.replace(torchtune_config(sc)["output_dir"], str(tmp_path / "out"))
+    (tmp_path / TORCHTUNE_FILE).write_text(text)
+    run = subprocess.run([sys.executable, "-m", "tests.calc.export.torchtune_check", str(tmp_path / TORCHTUNE_FILE)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json_.loads(run.stdout.strip().splitlines()[-1])
+    assert result["unexpected"] == []
+    assert all(".lora_" in key for key in result["missing"])
+    assert bool(result["missing"]) is (sc.training.lora is not None)
