@@ -1,5 +1,6 @@
 """Export: the current (or recommended) scenario as a DeepSpeed config, launch lines, a Hugging Face
-Trainer script and an accelerate config (calc.export); and the reverse, "will my ds_config fit?"."""
+Trainer script and an accelerate config (calc.export), or for a torchtune / LitGPT scenario its recipe config
+and `tune run` line / its `litgpt finetune_*` command; and the reverse, "will my ds_config fit?"."""
 
 from __future__ import annotations
 
