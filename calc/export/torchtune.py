@@ -194,6 +194,7 @@ def torchtune_config(sc: Scenario, options: ExportOptions | None = None) -> dict
         "max_steps_per_epoch": options.total_num_steps,
         "gradient_accumulation_steps": t.gradient_accumulation_steps,
         "optimizer": {"_component_": optimizer_path, **optimizer_kwargs},
+        # the recipe configs' schedule (the only one torchtune 0.6.1 ships); the schedule holds no tensors
         "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
                          "num_warmup_steps": options.warmup_steps},
         "loss": _loss(sc),
