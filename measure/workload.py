@@ -71,12 +71,10 @@ def precision_plan(precision: Precision) -> PrecisionPlan:
 
 
 def hf_config_dict(scenario: Scenario) -> dict[str, Any]:
-    """The Hugging Face config dict of the scenario's model (a preset's `config`, or the dict itself)."""
-    if isinstance(scenario.model, str):
-        from calc.contract.presets import model_presets
+    """The Hugging Face config dict of the scenario's model (a preset's `config`, or the dict itself; a copy)."""
+    from calc.export.torchtune import model_config_dict
 
-        return copy.deepcopy(model_presets()[scenario.model].config)
-    return copy.deepcopy(scenario.model)
+    return model_config_dict(scenario)
 
 
 def layer_key(cfg: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """Export: the current (or recommended) scenario as a DeepSpeed config, launch lines, a Hugging Face
-Trainer script and an accelerate config (calc.export); and the reverse, "will my ds_config fit?"."""
+Trainer script and an accelerate config (calc.export), or for a torchtune / LitGPT scenario its recipe config
+and `tune run` line / its `litgpt finetune_*` command; and the reverse, "will my ds_config fit?"."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from calc.export import (
     ExportOptions,
     accelerate_config,
     export_deepspeed,
+    framework_files,
     launch_lines,
     launch_script,
     scenario_from_ds_config,
@@ -25,7 +27,8 @@ from ui.widgets import MAX_CONFIG_BYTES, hardware_name, page_setup, parse_config
 page_setup("Export", ":material/download:")
 st.title(_("Export the configuration"))
 st.caption(_("The same scenario the calculator estimates, written for DeepSpeed, the Hugging Face Trainer and "
-             "accelerate. The ZeRO bucket sizes in the config are the ones the estimate assumes."))
+             "accelerate, or for torchtune and LitGPT. The ZeRO bucket sizes in the config are the ones the estimate "
+             "assumes."))
 lang = current()
 
 sc = scenario_or_stop()
@@ -87,13 +90,48 @@ def _verdict_and_speed() -> None:
                                       hardware=hardware_name(target)), detail)
 
 
-try:
-    ds = export_deepspeed(target, opts)
-except ValueError as exc:
-    st.error(_("DeepSpeed cannot express this scenario: {error}", error=fmt.literal(state.error_text(exc))),
-             icon=":material/error:")
+FRAMEWORK_NAMES = {"torchtune": "torchtune", "litgpt": "LitGPT"}
+FRAMEWORK_TITLES = {"torchtune": N_("torchtune recipe config (torchtune.yaml)"),
+                    "litgpt": N_("LitGPT fine-tuning command (launch.sh)")}
+FRAMEWORK_CAPTIONS = {
+    "torchtune": N_("Fill in the checkpoint and tokenizer paths at the top of the file, then run launch.sh. The "
+                    "file was checked with torchtune's own config parser and model builders, not run end to end."),
+    "litgpt": N_("Put the model's LitGPT checkpoint where the command says; extra arguments to launch.sh (e.g. "
+                 "`--data ...`) are passed on. The command line was checked with LitGPT's own parser, not run end "
+                 "to end.")}
+
+
+def _framework_section(framework: str) -> None:
+    """torchtune / LitGPT: the framework's own files (calc.export.bundle.framework_files), no DeepSpeed."""
+    try:
+        files = framework_files(target, opts, lang)
+    except ValueError as exc:
+        st.error(_("{framework} cannot express this scenario: {error}", framework=FRAMEWORK_NAMES[framework],
+                   error=fmt.literal(state.error_text(exc))), icon=":material/error:")
+        _verdict_and_speed()
+        return
+    st.subheader(tr(FRAMEWORK_TITLES[framework]))
     _verdict_and_speed()
+    st.caption(tr(FRAMEWORK_CAPTIONS[framework]))
+    for name, text in (files or {}).items():
+        st.download_button(_("Download {file}", file=name), text, file_name=name,
+                           mime="text/yaml" if name.endswith(".yaml") else "text/x-shellscript",
+                           key=f"exp_download_{name}", on_click="ignore")
+        st.code(text, language="yaml" if name.endswith(".yaml") else "bash")
+
+
+framework = target.training.framework
+if framework in FRAMEWORK_TITLES:
+    _framework_section(framework)
     ds = None
+else:
+    try:
+        ds = export_deepspeed(target, opts)
+    except ValueError as exc:
+        st.error(_("DeepSpeed cannot express this scenario: {error}", error=fmt.literal(state.error_text(exc))),
+                 icon=":material/error:")
+        _verdict_and_speed()
+        ds = None
 
 if ds is not None:
     text = json.dumps(ds.config, indent=2) + "\n"

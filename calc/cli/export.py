@@ -26,7 +26,7 @@ def add_bundle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario")
     p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")
     p.add_argument("--lang", choices=["en", "zh"], default="en",
-                   help="language of the comments in train.py, launch.sh and accelerate.yaml, and of the notes")
+                   help="language of the comments in the written files, and of the notes")
     add_schedule_options(p)
 
 
@@ -46,8 +46,8 @@ def export_options(args: argparse.Namespace) -> ExportOptions:
 
 
 def run_bundle(args: argparse.Namespace) -> int:
-    """python -m calc export: ds_config.json, train.py, accelerate.yaml and launch.sh in the folder, each path
-    printed."""
+    """python -m calc export: ds_config.json, train.py, accelerate.yaml and launch.sh in the folder (torchtune.yaml
+    and launch.sh for framework torchtune, launch.sh for litgpt), each path printed."""
     from calc.export.bundle import LAUNCH_SCRIPT, export_bundle  # the export wing: imported by its commands only
 
     sc = load_scenario(args.scenario)

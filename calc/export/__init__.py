@@ -4,18 +4,20 @@ read back into a scenario ("will my config fit?").
 `deepspeed` writes ds_config.json with the buffer sizes the memory estimate assumes (and overlap_comm as the
 speed model does), so the estimate, the speed and the config describe the same run; `hf` writes the Hugging Face
 Trainer's TrainingArguments and train.py, and accelerate's config YAML; `bundle` puts them together with
-launch.sh (the launch lines the Export page shows); `ds_import` turns a ds_config.json back into a Scenario. The
+launch.sh (the launch lines the Export page shows); `ds_import` turns a ds_config.json back into a Scenario; `torchtune` writes
+the recipe config (torchtune.yaml) of a framework-torchtune scenario, `litgpt` the `litgpt finetune_*` command
+line of a framework-litgpt one (bundle.framework_files). The
 words in the generated files and notes speak the asked language; the JSON is the same in every language. The
 command line that writes these files to disk is calc.cli.export.
 
 May import calc.contract, calc.sim, calc.memory and calc.speed; never calc.recommend, calc.evidence or calc.cli.
 """
 
-from calc.export.bundle import export_bundle, launch_lines, launch_script
+from calc.export.bundle import export_bundle, framework_files, launch_lines, launch_script
 from calc.export.deepspeed import DeepSpeedExport, ExportOptions, deepspeed_config, export_deepspeed
 from calc.export.ds_import import scenario_from_ds_config
 from calc.export.hf import accelerate_config, trainer_arguments, trainer_snippet
 
 __all__ = ["DeepSpeedExport", "ExportOptions", "accelerate_config", "deepspeed_config", "export_bundle",
-           "export_deepspeed", "launch_lines", "launch_script", "scenario_from_ds_config", "trainer_arguments",
+           "export_deepspeed", "framework_files", "launch_lines", "launch_script", "scenario_from_ds_config", "trainer_arguments",
            "trainer_snippet"]

@@ -1,5 +1,7 @@
-"""Everything the Export page offers, as files: ds_config.json, train.py, accelerate.yaml, launch.sh
-(`python -m calc export SCENARIO -o DIR`). The launch lines are the ones the page shows."""
+"""Everything the Export page offers, as files (`python -m calc export SCENARIO -o DIR`): ds_config.json,
+train.py, accelerate.yaml, launch.sh for a transformers scenario; torchtune.yaml and launch.sh (`tune run`) for
+framework torchtune; launch.sh (`litgpt finetune_*`) for framework litgpt. The launch lines are the ones the page
+shows."""
 
 from __future__ import annotations
 
@@ -54,10 +56,29 @@ def launch_script(sc: Scenario, lang: Lang = DEFAULT_LANG) -> str:
             + translate(N_("# alternatives:"), lang) + "\n" + alternatives)
 
 
+def framework_files(sc: Scenario, options: ExportOptions | None = None,
+                    lang: Lang = DEFAULT_LANG) -> dict[str, str] | None:
+    """{file name: text} of a torchtune or LitGPT scenario, in its framework's own terms; None for the others.
+    ValueError where the framework's recipe or command line cannot say the scenario."""
+    framework = sc.training.framework
+    if framework == "torchtune":
+        from calc.export.torchtune import TORCHTUNE_FILE, torchtune_launch_script, torchtune_yaml
+
+        return {TORCHTUNE_FILE: torchtune_yaml(sc, options, lang), LAUNCH_SCRIPT: torchtune_launch_script(sc, lang)}
+    if framework == "litgpt":
+        from calc.export.litgpt import litgpt_launch_script
+
+        return {LAUNCH_SCRIPT: litgpt_launch_script(sc, options, lang)}
+    return None
+
+
 def export_bundle(sc: Scenario, options: ExportOptions | None = None,
                   lang: Lang = DEFAULT_LANG) -> tuple[dict[str, str], list[str]]:
     """({file name: text}, notes), the words in `lang` (ds_config.json is the same in every language).
-    ValueError when DeepSpeed cannot express the scenario."""
+    ValueError when DeepSpeed (or the scenario's framework) cannot express the scenario."""
+    files = framework_files(sc, options, lang)
+    if files is not None:
+        return files, []
     ds = export_deepspeed(sc, options)
     files = {DS_CONFIG_FILE: json.dumps(ds.config, indent=2) + "\n",
              TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),

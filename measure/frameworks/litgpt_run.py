@@ -23,6 +23,7 @@ import torch
 
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Precision, Scenario
+from calc.export.litgpt import FABRIC_PRECISION, lora_flags
 from measure.runner import (
     _optimizer_state_bytes,
     _peak_phase,
@@ -34,18 +35,6 @@ from measure.trackers import PhaseMemTracker
 from measure.workload import UnsupportedError, Workload, hf_config_dict, make_optimizer, precision_plan
 
 LITGPT_FAMILIES = ("llama", "mistral", "qwen2")  # RMSNorm, LLaMAMLP, one fused qkv, full RoPE
-# Lightning Fabric's precision for each scenario precision (lightning/fabric/plugins/precision: HalfPrecision
-# converts the module to bf16, MixedPrecision runs the forward under torch.autocast with fp32 weights)
-FABRIC_PRECISION = {Precision.bf16: "bf16-true", Precision.amp_bf16: "bf16-mixed", Precision.fp32: "32-true"}
-
-
-def lora_flags(lora: Any) -> dict[str, Any]:
-    """finetune/lora.py's LoRA arguments for the scenario's lora block: attention = lora_query / key / value (the
-    fused qkv's LoRAQKVLinear) and lora_projection; all-linear adds lora_mlp (lm_head stays without, as peft's
-    all-linear leaves it)."""
-    mlp = lora.targets == "all-linear"
-    return dict(lora_r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, lora_query=True, lora_key=True,
-                lora_value=True, lora_projection=True, lora_mlp=mlp, lora_head=False)
 
 
 def litgpt_config(hf: dict[str, Any], num_layers: int | None = None, lora: Any = None) -> Any:

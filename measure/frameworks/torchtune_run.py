@@ -30,12 +30,12 @@ from torch import nn
 
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Checkpointing, Mode, Precision, Scenario
+from calc.export.torchtune import torchtune_lora_args
 from measure.runner import measure_depths, memtracker_fields, unique_storage_bytes
 from measure.trackers import PhaseMemTracker
 from measure.workload import (
     UnsupportedError,
     default_dtype,
-    hf_config_dict,
     make_optimizer,
     precision_plan,
 )
@@ -44,33 +44,14 @@ IGNORE_INDEX = -100  # CEWithChunkedOutputLoss / CrossEntropyLoss default
 
 
 def torchtune_builder_args(sc: Scenario, num_layers: int | None) -> tuple[str, dict[str, Any]]:
-    """The torchtune component builder of the scenario's model and its arguments (the one place a model is
-    mapped to torchtune): llama with tied embeddings -> torchtune.models.llama3_2, untied -> llama3_1 (with
-    rope_scaling) or llama3; qwen2 -> torchtune.models.qwen2; mistral -> torchtune.models.mistral."""
-    s = sc.spec
-    if s.hidden_size != s.num_heads * s.head_dim:
-        raise UnsupportedError("torchtune's builders take head_dim = embed_dim / num_heads")
-    cfg = hf_config_dict(sc)
-    args = dict(vocab_size=s.vocab_size, num_layers=num_layers or s.num_layers, num_heads=s.num_heads,
-                num_kv_heads=s.num_kv_heads, embed_dim=s.hidden_size, max_seq_len=s.max_position_embeddings,
-                intermediate_dim=s.intermediate_size, norm_eps=cfg.get("rms_norm_eps", 1e-5))
-    if "rope_theta" in cfg:  # the memory does not depend on it; the builders' own default otherwise
-        args["rope_base"] = cfg["rope_theta"]
-    if s.family == "llama":
-        # the scaled and the plain RoPE keep the same tensors: the scale factor only changes the cache's values
-        scaling = (cfg.get("rope_scaling") or {}).get("factor")
-        scale = {} if scaling is None else {"scale_factor": scaling}
-        if s.tie_word_embeddings:
-            return "torchtune.models.llama3_2._component_builders.llama3_2", {**args, **scale,
-                                                                              "tie_word_embeddings": True}
-        if scaling is None:
-            return "torchtune.models.llama3._component_builders.llama3", args
-        return "torchtune.models.llama3_1._component_builders.llama3_1", {**args, **scale}
-    if s.family == "qwen2":
-        return "torchtune.models.qwen2._component_builders.qwen2", {**args, "tie_word_embeddings": s.tie_word_embeddings}
-    if s.family == "mistral" and not s.tie_word_embeddings:
-        return "torchtune.models.mistral._component_builders.mistral", args
-    raise UnsupportedError(f"framework torchtune: no torchtune builder for the {s.family} family here")
+    """The torchtune component builder of the scenario's model and its arguments (calc.export.torchtune, the one
+    place a model is mapped to torchtune; its export writes the same builder into the recipe config)."""
+    from calc.export import torchtune as tt
+
+    try:
+        return tt.torchtune_builder_args(sc, num_layers)
+    except ValueError as exc:
+        raise UnsupportedError(str(exc)) from None
 
 
 def build_torchtune_model(sc: Scenario, num_layers: int | None) -> nn.Module:
@@ -86,9 +67,7 @@ def build_torchtune_model(sc: Scenario, num_layers: int | None) -> nn.Module:
     t = sc.training
     if t.lora is not None:  # the LoRA builder of the same family (lora_llama3_2, lora_qwen2, ...)
         name = f"lora_{name}"
-        args = {**args, "lora_attn_modules": ["q_proj", "k_proj", "v_proj", "output_proj"],
-                "apply_lora_to_mlp": t.lora.targets == "all-linear", "lora_rank": t.lora.rank,
-                "lora_alpha": t.lora.alpha}
+        args = {**args, **torchtune_lora_args(t.lora)}
     builder = getattr(importlib.import_module(module), name)
     torch.manual_seed(0)
     with default_dtype(precision_plan(t.precision).weights):

@@ -122,3 +122,65 @@ def test_import_errors_name_the_key():
     at.run()
     assert_clean(at)
     assert any("the limit is 1 MiB" in e.value for e in at.error)
+
+
+TORCHTUNE_LORA = Scenario.model_validate({"model": "llama-3.2-1b", "training": {
+    "framework": "torchtune", "activation_checkpointing": "full", "lora": {"rank": 8, "alpha": 16}}})
+LITGPT_FULL = Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"}, "training": {
+    "framework": "litgpt", "precision": "bf16", "micro_batch_size": 2, "seq_len": 1024}})
+
+
+def test_torchtune_scenario_exports_its_recipe_config_not_deepspeed():
+    from calc.export.torchtune import torchtune_launch_script, torchtune_yaml
+
+    at = open_app("export", state.scenario_to_params(TORCHTUNE_LORA))
+    assert_clean(at)
+    assert torchtune_yaml(TORCHTUNE_LORA, ExportOptions()).strip() in _codes(at, "yaml")
+    assert torchtune_launch_script(TORCHTUNE_LORA).strip() in _codes(at, "bash")
+    assert not _codes(at, "json") and not _codes(at, "python")
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Download torchtune.yaml", "Download launch.sh"} <= set(labels)
+    assert "Download ds_config.json" not in labels
+    est = estimate(TORCHTUNE_LORA)
+    assert f"device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU" in all_text(at)
+
+
+def test_litgpt_scenario_exports_its_command_line():
+    from calc.export.litgpt import litgpt_launch_script
+
+    at = open_app("export", state.scenario_to_params(LITGPT_FULL))
+    assert_clean(at)
+    assert litgpt_launch_script(LITGPT_FULL, ExportOptions()).strip() in _codes(at, "bash")
+    assert "litgpt finetune_full" in _codes(at, "bash")[0]
+    assert [b.label for b in at.get("download_button")] == ["Download launch.sh"]
+
+
+def test_what_torchtune_cannot_say_is_named_on_the_page():
+    sc = TORCHTUNE_LORA.model_copy(update={"training": TORCHTUNE_LORA.training.model_copy(
+        update={"checkpoint_every": 2})})
+    at = open_app("export", state.scenario_to_params(sc))
+    assert any("torchtune cannot express this scenario" in e.value and "checkpoint_every" in e.value
+               for e in at.error)
+    assert not _codes(at, "yaml")
+
+
+def test_torchtune_export_speaks_chinese():
+    from calc.contract.i18n import translate
+    from calc.export.torchtune import torchtune_yaml
+
+    at = open_app("export", {**state.scenario_to_params(TORCHTUNE_LORA), "lang": "zh"})
+    assert_clean(at)
+    assert translate("torchtune recipe config (torchtune.yaml)", "zh") in [s.value for s in at.subheader]
+    zh_yaml = torchtune_yaml(TORCHTUNE_LORA, ExportOptions(), lang="zh").strip()
+    assert zh_yaml in _codes(at, "yaml") and zh_yaml != torchtune_yaml(TORCHTUNE_LORA).strip()
+
+
+def test_what_torchtune_cannot_say_is_named_in_chinese():
+    from calc.contract.i18n import translate
+
+    sc = TORCHTUNE_LORA.model_copy(update={"training": TORCHTUNE_LORA.training.model_copy(
+        update={"checkpoint_every": 2})})
+    at = open_app("export", {**state.scenario_to_params(sc), "lang": "zh"})
+    reason = translate("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1", "zh")
+    assert reason != "torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"
+    assert any(reason in e.value for e in at.error)
