@@ -94,16 +94,6 @@ def _qwen3(case: PublishedCase, *parts: str) -> bool:
 TIED_EMBEDDING_QWEN3 = ("qwen3-0.6b-", "qwen3-1.7b-", "qwen3-4b-")  # tie_word_embeddings: true in their configs
 ERROR_CAUSES = (  # hand-written findings; the first cause an entry matches lists it
     ErrorCause(
-        "FP8 MoE experts are stored in fp8 by the run, in bf16 by the estimate",
-        "The estimate converts only the nn.Linear layers outside the routed experts and keeps the experts' "
-        "weights 16-bit (calc/memory/inference_weights.py). Transformers 4.51.3, the benchmark's version, builds "
-        "Qwen3MoeSparseMoeBlock.experts as an nn.ModuleList of Qwen3MoeMLP, whose gate/up/down nn.Linear layers "
-        "integrations/finegrained_fp8.py replace_with_fp8_linear converts like any other (transformers 5 does "
-        "the same for its fused 3-D experts with FP8Experts). Qwen3-30B-A3B has 48 x 128 experts x 3 x 768 x "
-        "2048 = 28,991,029,248 expert weights: one byte each in fp8 instead of two, 27.0 GiB less, against a gap "
-        "of 26.6 GiB at every input length. Without it the prompt-1 entry would be about 1 % under the figure.",
-        lambda c: _qwen3(c, "a3b-fp8")),
-    ErrorCause(
         "FP8 checkpoints of the tied-embedding models hold a second vocabulary matrix",
         "Qwen3-0.6B, 1.7B and 4B tie lm_head to embed_tokens, and the estimate keeps that one bf16 matrix. "
         "Their FP8 figures sit above the bf16 ones' weights-plus-cache pattern by one vocab x hidden bf16 matrix "

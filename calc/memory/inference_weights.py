@@ -4,7 +4,9 @@ Plain bf16 / fp16 / fp32 weights run the model in that dtype (the estimate takes
 weights (bitsandbytes int8 / nf4 / fp4, GPTQ and AWQ int4, FineGrainedFP8) replace every decoder layer's nn.Linear
 weight by the library's packed tensors (calc.contract.quantized); what transformers leaves out of the conversion
 stays 16-bit: the embeddings, the norms, the biases, lm_head (quantizers/base.py get_keys_to_not_convert: the output
-embedding and tied weights) and a MoE model's routed experts (3-D nn.Parameters, no nn.Linear). Activations run in
+embedding and tied weights) and a MoE model's routed experts (3-D nn.Parameters, no nn.Linear), except under
+FineGrainedFP8, which converts the experts too (integrations/finegrained_fp8.py FP8Experts: fp8 stacks with a
+scale per 128 x 128 block of each expert). Activations run in
 the 16-bit compute dtype. Modelled from the libraries' source and not measured: their kernels need CUDA.
 """
 
@@ -21,8 +23,8 @@ from calc.memory.states import States
 
 COMPUTE_BYTES = 2  # the 16-bit dtype quantized models compute in and keep their unconverted weights in
 QUANTIZED_SOURCE = N_("modelled from the quantization library's source, not measured (its kernels need CUDA): "
-                      "packed weights and their scales for every decoder-layer nn.Linear; embeddings, norms, biases, "
-                      "lm_head and routed experts stay 16-bit")
+                      "packed weights and their scales for every decoder-layer nn.Linear (under FP8 the routed "
+                      "experts too); embeddings, norms, biases and lm_head stay 16-bit")
 BNB_SOURCE = N_("bitsandbytes' packed weights and their constants for every decoder-layer nn.Linear, checked against "
                 "a model bitsandbytes quantized; embeddings, norms, biases, lm_head and routed experts stay 16-bit. "
                 "The matmuls' transients are modelled from its CUDA source, not measured")
@@ -46,13 +48,15 @@ def inference_scenario(sc: Scenario) -> Scenario:
     return sc if p == sc.training.precision else sc.with_training(precision=p)
 
 
-def quantized_linears(spec: ModelSpec, layers: int, first: bool, tp: int) -> list[tuple[int, int, int]]:
-    """(out_features / tp, in_features, how many) of each nn.Linear the quantizer converts on this stage."""
+def quantized_linears(spec: ModelSpec, layers: int, first: bool, tp: int,
+                      experts: bool = False) -> list[tuple[int, int, int]]:
+    """(out_features / tp, in_features, how many) of each weight the quantizer converts on this stage: every
+    nn.Linear, and with `experts` (FineGrainedFP8) each routed expert's matrix of the 3-D stacks."""
     dense = min(layers, spec.dense_layers) if first else 0
     out: list[tuple[int, int, int]] = []
     for is_dense, n in ((False, layers - dense), (True, dense)):
         for lin in spec.linear_layers(is_dense) if n else []:
-            if lin.module and not lin.expert:
+            if (lin.module and not lin.expert) or (experts and lin.expert):
                 out.append((lin.out_features // tp, lin.in_features, n * lin.count))
     return out
 
@@ -61,8 +65,9 @@ def quantized_states(sc: Scenario, st: States, layers: int, first: bool) -> Stat
     """The stage's weights with its decoder-layer linears stored quantized (inference.weights)."""
     kind, t = sc.inference.weights, sc.training
     assert kind is not None
-    linears = per_spec(sc.spec, ("quantized linears", layers, first, t.tensor_parallel),
-                       lambda: quantized_linears(sc.spec, layers, first, t.tensor_parallel))
+    experts = kind == "fp8"  # FP8Experts converts the routed experts' stacks too
+    linears = per_spec(sc.spec, ("quantized linears", layers, first, t.tensor_parallel, experts),
+                       lambda: quantized_linears(sc.spec, layers, first, t.tensor_parallel, experts))
     params = sum(o * i * n for o, i, n in linears)
     packed = sum(quantized_weight_bytes(kind, o, i, sc.inference.double_quant) * n for o, i, n in linears)
     weights = st.weights - COMPUTE_BYTES * params + packed

@@ -227,3 +227,18 @@ def test_quantized_weights_match_a_bitsandbytes_model(kind, double, family):
     # bitsandbytes quantizes when the weights move to a device
     quantize_base(model, LoraConfig(base_weights=kind, double_quant=double), torch.device("cpu"))
     assert _stored_bytes(model) == estimate(sc, "cpu").breakdown.parameters
+
+
+def test_fp8_converts_the_routed_experts_too():
+    """FineGrainedFP8 replaces the routed experts' 3-D stacks by fp8 ones with block scales (transformers
+    integrations/finegrained_fp8.py FP8Experts); bitsandbytes leaves them 16-bit (no nn.Linear)."""
+    def weights(kind: str | None) -> int:
+        sc = Scenario.model_validate({"model": "qwen3-30b-a3b", "mode": "inference", "training": {"precision": "bf16"},
+                                      "inference": {"weights": kind}})
+        return next(c.bytes for c in estimate(sc).components if c.key == "weights")
+
+    spec = Scenario(model="qwen3-30b-a3b").spec
+    experts = spec.routed_expert_params_per_layer() * spec.num_layers
+    bf16, fp8, nf4 = weights("bf16"), weights("fp8"), weights("nf4")
+    assert bf16 - fp8 > 0.99 * experts  # each expert weight 2 B -> 1 B, plus its fp32 block scales
+    assert bf16 - nf4 < 0.1 * experts  # the stacks stay bf16 under bitsandbytes
