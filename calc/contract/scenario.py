@@ -347,6 +347,8 @@ def _torchtune_supported(t: TrainingConfig) -> None:
     if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
         raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
                            "bf16)"))
+    if t.lora is not None and t.lora.modules_to_save:  # torchtune's recipes train adapters only
+        raise UserError(T_("framework torchtune trains LoRA adapters only: its recipes have no modules_to_save"))
     if t.cross_entropy == "liger-fused":
         raise UserError(T_("framework torchtune computes its own loss: choose cross_entropy chunked or standard"))
 
@@ -359,6 +361,16 @@ _UNMODELLED: tuple[tuple[str, Any], ...] = (
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
 )
+
+
+def _litgpt_lora_sets(t: TrainingConfig) -> None:
+    """LitGPT's LoRA path is modelled and measured for adapters on q, k and v together (LoRAQKVLinear without its
+    zero_pad), the projection and the MLP, without dropout: a list of some projections, LoRAQKVLinear's dropout on
+    its input and modules trained in full (no LitGPT option) are not."""
+    lora = t.lora
+    if lora is not None and (isinstance(lora.targets, tuple) or lora.dropout or lora.modules_to_save):
+        raise UserError(T_("framework {framework}: LoRA is modelled with targets attention or all-linear, without "
+                           "dropout or modules_to_save", framework="litgpt"))
 
 
 def _litgpt_training_fits(t: TrainingConfig) -> None:
@@ -379,6 +391,7 @@ def _litgpt_training_fits(t: TrainingConfig) -> None:
     if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
         raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
                            "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
+    _litgpt_lora_sets(t)
     if (t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1
             or t.gradient_accumulation_steps > 1):
         raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
