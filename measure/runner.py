@@ -90,20 +90,20 @@ def measure_on_cuda(w: Workload, dev: torch.device, steps: int, baseline: int) -
 def memtracker_fields(mt: Any) -> dict[str, Any]:
     """The record fields a finished PhaseMemTracker run yields: per-phase and per-step peaks and the
     categories (and raw MemTracker snapshot) at the peak phase."""
-    phase = _peak_phase(mt.phase_peak)
+    phase = peak_phase(mt.phase_peak)
     return {"phase": dict(mt.phase_peak), "steps_phase": list(mt.step_peaks),
             "categories": mt.phase_peak_categories[phase], "categories_by_phase": dict(mt.phase_peak_categories),
             "raw": mt.phase_peak_raw[phase], "raw_by_phase": dict(mt.phase_peak_raw),
             "memtracker_peak_bytes": mt.peak_total()}
 
 
-def _weights_bytes(w: Workload) -> int:
+def weights_bytes(w: Workload) -> int:
     round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
     tensors = list(w.model.parameters()) + list(w.model.buffers()) + quantization_state_tensors(w.model)
     return unique_storage_bytes(tensors, round_to)
 
 
-def _optimizer_state_bytes(w: Workload) -> int | None:
+def optimizer_state_bytes(w: Workload) -> int | None:
     if w.optimizer is None:
         return None
     round_to = CUDA_BLOCK_BYTES if w.device.type == "cuda" else 1
@@ -115,7 +115,7 @@ def _phase_peaks(d: dict[str, int]) -> PhasePeaks:
     return PhasePeaks(**{k: v for k, v in d.items() if k in PHASES})
 
 
-def _peak_phase(phase_peak: dict[str, int]) -> str:
+def peak_phase(phase_peak: dict[str, int]) -> str:
     return max(PHASES, key=lambda p: phase_peak.get(p, -1))  # ties: the earliest phase
 
 
@@ -162,7 +162,7 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             warm_up_cuda(dev)
             baseline = torch.cuda.memory_allocated(dev)
             w = build_workload(scenario, dev, num_layers=num_layers)
-            out["weights_bytes"] = _weights_bytes(w)
+            out["weights_bytes"] = weights_bytes(w)
             out.update(measure_on_cuda(w, dev, steps, baseline))
             out["peak_allocated_bytes"] = max(out["phase"].values())
         else:
@@ -172,12 +172,12 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
             mt.track_parameters(*quantization_state_tensors(w.model))
             with mt:
                 prepare_optimizer(w, mt)
-                out["weights_bytes"] = _weights_bytes(w)
+                out["weights_bytes"] = weights_bytes(w)
                 out["initial_allocated_bytes"] = mt.current_total()
                 run_steps(w, mt, steps)
             out.update(memtracker_fields(mt))
-            out["peak_allocated_bytes"] = mt.phase_peak[_peak_phase(mt.phase_peak)]
-        out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
+            out["peak_allocated_bytes"] = mt.phase_peak[peak_phase(mt.phase_peak)]
+        out["optimizer_state_bytes"] = optimizer_state_bytes(w)
         out["num_params"] = sum(p.numel() for p in w.model.parameters())
         out["trainable_params"] = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
         out["notes"] = workload_notes(w, device)
@@ -198,7 +198,7 @@ def measurement_record(scenario: Scenario, device: str, steps: int, raw: dict[st
                        name: str | None, layers: list[int] | None, engine: str = "torch-single",
                        sharding: Sharding | None = None) -> MeasurementRecord:
     """The record of a run from its raw fields (measure_once's, or a sharded or DeepSpeed run's)."""
-    phase = _peak_phase(raw["phase"])
+    phase = peak_phase(raw["phase"])
     notes = list(raw["notes"])
     if raw.get("baseline_allocated_bytes"):
         notes.append(f"raw allocator bytes: they include {raw['baseline_allocated_bytes']} allocated before the "
@@ -284,7 +284,7 @@ def extrapolate(ra: dict[str, Any], rb: dict[str, Any], k: int) -> dict[str, Any
     out["phase"] = {p: _lin(ra["phase"][p], rb["phase"][p], k) for p in ra["phase"]}
     out["steps_phase"] = [{p: _lin(sa[p], sb[p], k) for p in sa} for sa, sb in zip(ra["steps_phase"], rb["steps_phase"],
                                                                                strict=True)]
-    phase = _peak_phase(out["phase"])
+    phase = peak_phase(out["phase"])
     out["peak_allocated_bytes"] = out["phase"][phase]
     for key in ("weights_bytes", "initial_allocated_bytes", "optimizer_state_bytes", "num_params", "trainable_params"):
         out[key] = _lin(ra[key], rb[key], k)

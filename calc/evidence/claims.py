@@ -29,7 +29,7 @@ from calc.speed import estimate_speed, hardware_of
 CLAIMS_PATH = Path(__file__).resolve().parents[2] / "data" / "claims.yaml"
 ARTICLES = {
     "000": N_("Why GPU memory is the hard bottleneck of DNN training (为什么GPU显存成了DNN训练的硬瓶颈)"),
-    "001": N_("Dissecting LLM memory (the text carries no title; the name is the seeds README's)"),
+    "001": N_("Dissecting LLM memory (大模型显存需求拆解)"),
 }
 Verdict = Literal["holds", "partly holds", "does not hold", "not modelled"]
 VERDICT_WORDS: dict[str, str] = {"holds": N_("holds"), "partly holds": N_("partly holds"),

@@ -25,11 +25,11 @@ from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Precision, Scenario
 from calc.export.litgpt import FABRIC_PRECISION, lora_flags
 from measure.runner import (
-    _optimizer_state_bytes,
-    _peak_phase,
-    _weights_bytes,
     measure_depths,
     memtracker_fields,
+    optimizer_state_bytes,
+    peak_phase,
+    weights_bytes,
 )
 from measure.trackers import PhaseMemTracker
 from measure.workload import UnsupportedError, Workload, hf_config_dict, make_optimizer, precision_plan
@@ -132,14 +132,14 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
     with mt:
         w.params = [p for p in w.model.parameters() if p.requires_grad]
         w.optimizer = fabric.setup_optimizers(make_optimizer(w.params, scenario, "cpu"))
-        out["weights_bytes"] = _weights_bytes(w)
+        out["weights_bytes"] = weights_bytes(w)
         out["initial_allocated_bytes"] = mt.current_total()
         for _ in range(steps):
             _step(fabric, w, targets, mt)
             mt.step_done()
     out.update(memtracker_fields(mt))
-    out["peak_allocated_bytes"] = mt.phase_peak[_peak_phase(mt.phase_peak)]
-    out["optimizer_state_bytes"] = _optimizer_state_bytes(w)
+    out["peak_allocated_bytes"] = mt.phase_peak[peak_phase(mt.phase_peak)]
+    out["optimizer_state_bytes"] = optimizer_state_bytes(w)
     out["num_params"] = sum(p.numel() for p in w.model.parameters())
     out["trainable_params"] = sum(p.numel() for p in w.params)
     out["notes"] = ["peak = MemTracker's live tensor bytes (no 512-byte rounding, no allocator cache); CPU kernels",

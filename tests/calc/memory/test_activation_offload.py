@@ -41,7 +41,7 @@ def _run(offload: bool):
 def test_offload_moves_the_decoders_saved_tensors_to_the_host_and_back():
     import torch
 
-    from measure.workload import ActivationOffload
+    from measure.activation_offload import ActivationOffload
 
     plain_w, _, plain = _run(False)
     w, hooks, mt = _run(True)
