@@ -101,6 +101,19 @@ def _autocast_matmul(g: Graph, x: int, out_bytes: int, n_w: int, name: str) -> i
     return g.op(out_bytes, ins=(x, w16), saves=(x, w16), name=name)
 
 
+def rms_normalise(g: Graph, x: int, x_bytes: int, t: int, w: int) -> tuple[int, int, int]:
+    """The fp32 core every RMSNorm here shares (transformers', LitGPT's): x in fp32 (the input itself when
+    already fp32), its square's mean + eps, rsqrt (saved as its output), x * rsqrt (saves both). Returns the ids of
+    the fp32 input, the rsqrt and the normalised tensor."""
+    n = t * w
+    h = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm to fp32")
+    sq = g.op(4 * n, ins=(h,), saves=(h,), name="norm pow")
+    var = g.op(4 * t, ins=(sq,), name="norm mean")
+    ve = g.op(4 * t, ins=(var,), name="norm +eps")
+    rs = g.op(4 * t, ins=(ve,), saves=(OUT,), name="norm rsqrt")
+    return h, rs, g.op(4 * n, ins=(h, rs), saves=(h, rs), name="norm scale")
+
+
 def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens: int | None = None,
              width: int | None = None) -> tuple[int, int]:
     """LlamaRMSNorm: h = x.to(fp32); h * rsqrt(mean(h^2) + eps); weight * h.to(input dtype).
@@ -112,12 +125,7 @@ def rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, gemma: bool = False, tokens
     t = c.tokens if tokens is None else tokens
     w = c.spec.hidden_size if width is None else width
     n = t * w
-    h = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm to fp32")
-    sq = g.op(4 * n, ins=(h,), saves=(h,), name="norm pow")
-    var = g.op(4 * t, ins=(sq,), name="norm mean")
-    ve = g.op(4 * t, ins=(var,), name="norm +eps")
-    rs = g.op(4 * t, ins=(ve,), saves=(OUT,), name="norm rsqrt")
-    n32 = g.op(4 * n, ins=(h, rs), saves=(h, rs), name="norm scale")
+    h, rs, n32 = rms_normalise(g, x, x_bytes, t, w)
     if gemma:
         y32 = g.op(4 * n, ins=(n32,), saves=() if c.frozen_base else (n32,),
                    pgrad=0 if c.frozen_base else c.weight_elem_bytes * w, ws_bwd=4 * n, name="norm weight")

@@ -15,7 +15,7 @@ from calc.contract.model_spec import ModelSpec
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
-from calc.sim.ops import activation, linear
+from calc.sim.ops import activation, linear, rms_normalise
 from calc.sim.symbolic import fixed
 
 LITGPT_CHUNK_TOKENS = 128  # chunked_cross_entropy's chunk_size default (litgpt/utils.py)
@@ -29,12 +29,7 @@ def litgpt_rms_norm(g: Graph, x: int, x_bytes: int, c: Ctx, tokens: int | None =
     t = c.tokens if tokens is None else tokens
     w = c.spec.hidden_size
     n = t * w
-    xf = x if x_bytes == 4 else g.op(4 * n, ins=(x,), name="norm x.float()")
-    sq = g.op(4 * n, ins=(xf,), saves=(xf,), name="norm x * x")
-    mean = g.op(4 * t, ins=(sq,), name="norm mean")
-    eps = g.op(4 * t, ins=(mean,), name="norm + eps")
-    rs = g.op(4 * t, ins=(eps,), saves=(OUT,), name="norm rsqrt")
-    normed = g.op(4 * n, ins=(xf, rs), saves=(xf, rs), name="norm x * rsqrt")
+    xf, rs, normed = rms_normalise(g, x, x_bytes, t, w)
     wb = c.weight_elem_bytes
     if c.frozen_base:  # LoRA: a frozen weight's copy is kept for the normalised tensor's gradient
         wf = g.op(4 * w if wb != 4 else 0, grad=False, name="norm weight.float()")
