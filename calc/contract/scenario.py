@@ -16,6 +16,7 @@ from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
 from calc.contract.i18n import T_, Text
 from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
+from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
 
@@ -364,18 +365,21 @@ _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
 
 
 def _litgpt_lora_sets(t: TrainingConfig) -> None:
-    """LitGPT's LoRA path is modelled and measured for adapters on q, k and v together (LoRAQKVLinear without its
-    zero_pad), the projection and the MLP, without dropout: a list of some projections, LoRAQKVLinear's dropout on
-    its input and modules trained in full (no LitGPT option) are not."""
+    """What LitGPT's flags can say (calc.contract.litgpt_lora), less the adapter on its chunked lm_head, which the
+    engine does not model: q, k and v in any subset (LoRAQKVLinear with its zero_pad), the projection, the MLP as a
+    whole, each with lora_dropout on the adapter's input."""
     lora = t.lora
-    if lora is not None and (isinstance(lora.targets, tuple) or lora.dropout or lora.modules_to_save):
-        raise UserError(T_("framework {framework}: LoRA is modelled with targets attention or all-linear, without "
-                           "dropout or modules_to_save", framework="litgpt"))
+    if lora is None:
+        return
+    litgpt_lora_flags(lora)
+    if isinstance(lora.targets, tuple) and "lm_head" in lora.targets:
+        raise UserError(T_("framework {framework}: an adapter on lm_head (lora_head) is not modelled; leave "
+                           "lm_head out of lora.targets", framework="litgpt"))
 
 
 def _litgpt_training_fits(t: TrainingConfig) -> None:
     """What the LitGPT path models: finetune/full.py's and finetune/lora.py's steps on one device (chunked loss,
-    no checkpointing or accumulation), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
+    no checkpointing), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
     bf16-true only, where the frozen base is bf16 as lora.base_weights says), and CausalSelfAttention's
     F.scaled_dot_product_attention (litgpt/model.py; no eager path without softcapping)."""
     if t.cross_entropy != "chunked":
@@ -392,10 +396,8 @@ def _litgpt_training_fits(t: TrainingConfig) -> None:
         raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
                            "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
     _litgpt_lora_sets(t)
-    if (t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1
-            or t.gradient_accumulation_steps > 1):
-        raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
-                           "gradient accumulation"))
+    if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
+        raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch)"))
 
 
 def unmodelled_values() -> dict[str, tuple[Any, ...]]:
@@ -686,9 +688,11 @@ class Scenario(BaseModel):
         if spec.family not in LITGPT_FAMILIES or spec.tie_word_embeddings or spec.sliding_window is not None:
             raise UserError(T_("framework litgpt is modelled for Llama, Mistral and Qwen2 configs without tied "
                                "embeddings or a sliding window"))
-        if gpus > 1 or self.mode != Mode.train:
-            raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch) without "
-                               "gradient accumulation"))
+        if gpus > 1:
+            raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch)"))
+        if self.mode != Mode.train:
+            raise UserError(T_("framework litgpt is modelled for its fine-tuning scripts (finetune_full, "
+                               "finetune_lora), not for its generation"))
 
     def _torchtune_builds(self, gpus: int) -> None:
         """torchtune's builders make Llama 3, Qwen2 and Mistral decoders with head_dim = hidden / heads (only Qwen2

@@ -2,8 +2,7 @@
 ...` or `litgpt finetune_lora ...` (litgpt/__main__.py's jsonargparse CLI over litgpt/finetune/full.py's and
 lora.py's `setup`), with the arguments that state what the estimate assumed: --precision (bf16-true for bf16,
 bf16-mixed for amp-bf16), --devices 1, --train.micro_batch_size, --train.global_batch_size (micro x devices: no
-accumulation), --train.max_seq_length, the optimizer and its kernels, the LoRA flags (`lora_flags`, the one place
-lora.targets is mapped to LitGPT; measure/frameworks/litgpt_run.py builds its measured models with it).
+accumulation), --train.max_seq_length, the optimizer and its kernels, the LoRA flags (calc.contract.litgpt_lora).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Any
 
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, translate
+from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.scenario import Precision, Scenario
 from calc.export.deepspeed import ExportOptions
 from calc.export.hf import hub_id
@@ -24,30 +24,6 @@ from calc.export.torchtune import optimizer_class
 FABRIC_PRECISION = {Precision.bf16: "bf16-true", Precision.amp_bf16: "bf16-mixed", Precision.fp32: "32-true"}
 LITGPT_LOSS_CHUNK = 128  # finetune/*.py call chunked_cross_entropy (chunk_size=128) and lm_head_chunk_size=128
 CHECKPOINT_PLACEHOLDER = "checkpoints/YOUR_MODEL"
-# Hugging Face module names -> finetune/lora.py's flags
-_LORA_NAMES = {"q_proj": "lora_query", "k_proj": "lora_key", "v_proj": "lora_value", "o_proj": "lora_projection",
-               "lm_head": "lora_head"}
-_MLP_NAMES = frozenset({"gate_proj", "up_proj", "down_proj"})
-
-
-def lora_flags(lora: Any) -> dict[str, Any]:
-    """finetune/lora.py's LoRA arguments for the scenario's lora block: attention = lora_query / key / value (the
-    fused qkv's LoRAQKVLinear) and lora_projection; all-linear adds lora_mlp (lm_head stays without, as peft's
-    all-linear leaves it); a list of Hugging Face names maps one to one (the MLP only as a whole)."""
-    if lora.modules_to_save:
-        raise UserError(T_("LitGPT's LoRA fine-tuning trains no modules in full beside the adapters: leave "
-                           "modules_to_save empty"))
-    flags = dict(lora_r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout)
-    if lora.targets in ("attention", "all-linear"):
-        return {**flags, "lora_query": True, "lora_key": True, "lora_value": True, "lora_projection": True,
-                "lora_mlp": lora.targets == "all-linear", "lora_head": False}
-    names = set(lora.targets)
-    if names - set(_LORA_NAMES) - _MLP_NAMES or (names & _MLP_NAMES and not names >= _MLP_NAMES):
-        raise UserError(T_("LitGPT's LoRA flags cannot adapt exactly {targets} (the MLP only as a whole)",
-                           targets=", ".join(sorted(lora.targets))))
-    return {**flags, **{flag: hf in names for hf, flag in _LORA_NAMES.items()}, "lora_mlp": names >= _MLP_NAMES}
-
-
 def _check(sc: Scenario) -> None:
     t = sc.training
     if t.framework != "litgpt":
@@ -83,7 +59,7 @@ def litgpt_argv(sc: Scenario, options: ExportOptions | None = None) -> list[str]
     if options.gradient_clipping:
         args["train.max_norm"] = options.gradient_clipping
     if t.lora is not None:
-        flags = lora_flags(t.lora)
+        flags = litgpt_lora_flags(t.lora)
         args.update({**flags, "lora_alpha": int(flags["lora_alpha"])})
     command = "finetune_full" if t.lora is None else "finetune_lora"
     checkpoint = f"checkpoints/{hub_id(sc)}" if isinstance(sc.model, str) else CHECKPOINT_PLACEHOLDER

@@ -13,7 +13,12 @@ from calc.memory.activations import block_context
 from calc.memory.result import Component, words
 from calc.memory.states import States, adapter_bytes
 from calc.memory.timeline import TimelineRow
-from calc.sim.frameworks.litgpt import litgpt_batch_bytes, litgpt_logits_bytes, litgpt_rope_cache_bytes
+from calc.sim.frameworks.litgpt import (
+    litgpt_batch_bytes,
+    litgpt_logits_bytes,
+    litgpt_lora_index_bytes,
+    litgpt_rope_cache_bytes,
+)
 
 
 def peak_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes: int) -> list[Component]:
@@ -149,11 +154,17 @@ def activations_source(framework: str) -> str:
 
 
 def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
-    """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers and the fp32 logits."""
+    """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers, the fp32 logits and, with
+    LoRA on some of q, k and v, LoRAQKVLinear's index buffers."""
     t = sc.training
     ctx = block_context(sc, "cuda")
     b, s = t.micro_batch_size, t.seq_len
-    return [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
+    index = litgpt_lora_index_bytes(ctx)
+    index_term = [("lora_index", N_("LoRA qkv column index buffers"), index,
+                   f"{sc.spec.num_layers} layers x {index // 8 // sc.spec.num_layers} x 8 B",
+                   N_("litgpt.lora.LoRAQKVLinear.lora_ind: int64 per adapted column, kept from the first forward"))
+                  ] if index else []
+    return index_term + [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
              N_("the batch LitGPT's fine-tuning scripts feed the step")),
             ("rope_cache", N_("RoPE cos / sin buffers"), litgpt_rope_cache_bytes(ctx),
              f"2 x {s} x {sc.spec.rotary_dim} x {ctx.weight_elem_bytes} B",

@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
+from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Precision, Scenario
-from calc.export.litgpt import FABRIC_PRECISION, lora_flags
+from calc.export.litgpt import FABRIC_PRECISION
 from measure.runner import (
     measure_depths,
     memtracker_fields,
@@ -60,17 +61,17 @@ def litgpt_config(hf: dict[str, Any], num_layers: int | None = None, lora: Any =
         intermediate_size=hf["intermediate_size"], rotary_percentage=1.0, parallel_residual=False,
         bias=False, attn_bias=bool(hf.get("attention_bias", family == "qwen2")),
         norm_class_name="RMSNorm", norm_eps=hf.get("rms_norm_eps", 1e-5), mlp_class_name="LLaMAMLP",
-        rope_base=int(hf.get("rope_theta", 10000)), **(lora_flags(lora) if lora is not None else {}))
+        rope_base=int(hf.get("rope_theta", 10000)), **(litgpt_lora_flags(lora) if lora is not None else {}))
 
 
 def _check(scenario: Scenario) -> None:
     t = scenario.training
     if t.precision not in FABRIC_PRECISION:
         raise UnsupportedError(f"framework litgpt measures precisions {', '.join(p.value for p in FABRIC_PRECISION)}")
-    if t.activation_checkpointing.value != "none" or t.gradient_accumulation_steps != 1:
-        raise UnsupportedError("framework litgpt: training without checkpointing or accumulation is measured")
-    if t.lora is not None and (t.precision != Precision.bf16 or isinstance(t.lora.targets, tuple)):
-        raise UnsupportedError("framework litgpt: LoRA is measured in bf16-true on the attention or all linear layers")
+    if t.activation_checkpointing.value != "none":
+        raise UnsupportedError("framework litgpt: training without checkpointing is measured")
+    if t.lora is not None and t.precision != Precision.bf16:
+        raise UnsupportedError("framework litgpt: LoRA is measured in bf16-true")
     if t.cross_entropy != "chunked" or t.keep_outputs:
         raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy")
     if scenario.resolved_hardware().num_gpus != 1 or scenario.mode.value != "train":
@@ -100,23 +101,27 @@ def _build(scenario: Scenario, num_layers: int | None) -> tuple[Any, Workload, t
 
 
 def _step(fabric: Any, w: Workload, targets: torch.Tensor, tracker: Any) -> None:
-    """finetune/full.py's step (fit), or finetune/lora.py's with LoRA, one optimizer step."""
+    """finetune/full.py's step (fit), or finetune/lora.py's with LoRA, one optimizer step: gradient_accumulation_steps
+    micro-steps, each backward of loss / accumulation (fit's `fabric.backward(loss / ...)`), then the step."""
     from litgpt.utils import chunked_cross_entropy
 
-    chunk = w.scenario.training.cross_entropy_chunks  # None: the function's default, 128 rows
+    t = w.scenario.training
+    chunk = t.cross_entropy_chunks  # None: the function's default, 128 rows
     kwargs = {} if chunk is None else {"chunk_size": chunk}
-    with tracker.phase("forward"):
-        # fit's local `logits` (fp32: Fabric's convert_output) stays bound through backward and the step until
-        # the next forward returns
-        if w.scenario.training.lora is None:
-            w.outputs = w.model(w.input_ids)
-            loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:], **kwargs)
-        else:  # finetune/lora.py: the lm_head in 128-token chunks, the last one shortened by a token
-            w.outputs = w.model(w.input_ids, lm_head_chunk_size=chunk or 128)
-            w.outputs[-1] = w.outputs[-1][..., :-1, :]
-            loss = chunked_cross_entropy(w.outputs, targets[..., 1:], **kwargs)
-    with tracker.phase("backward"):
-        fabric.backward(loss)
+    accumulation = t.gradient_accumulation_steps
+    for _ in range(accumulation):
+        with tracker.phase("forward"):
+            # fit's local `logits` (fp32: Fabric's convert_output) stays bound through backward and the step until
+            # the next forward returns
+            if t.lora is None:
+                w.outputs = w.model(w.input_ids)
+                loss = chunked_cross_entropy(w.outputs[..., :-1, :], targets[..., 1:], **kwargs)
+            else:  # finetune/lora.py: the lm_head in 128-token chunks, the last one shortened by a token
+                w.outputs = w.model(w.input_ids, lm_head_chunk_size=chunk or 128)
+                w.outputs[-1] = w.outputs[-1][..., :-1, :]
+                loss = chunked_cross_entropy(w.outputs, targets[..., 1:], **kwargs)
+        with tracker.phase("backward"):
+            fabric.backward(loss / accumulation if accumulation > 1 else loss)
     with tracker.phase("optimizer"):
         w.optimizer.step()
         w.optimizer.zero_grad()

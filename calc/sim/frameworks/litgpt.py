@@ -15,7 +15,7 @@ from calc.contract.model_spec import ModelSpec
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
-from calc.sim.ops import activation, linear, rms_normalise
+from calc.sim.ops import activation, dropout, linear, rms_normalise
 from calc.sim.symbolic import fixed
 
 LITGPT_CHUNK_TOKENS = 128  # chunked_cross_entropy's chunk_size default (litgpt/utils.py)
@@ -55,26 +55,47 @@ def _litgpt_rope(g: Graph, x: int, width: int, c: Ctx) -> tuple[int, int]:
     return roped, g.op(a * t * width, ins=(roped,), name="cat(roped, pass-through)")
 
 
+def litgpt_qkv_adapted(c: Ctx) -> list[int]:
+    """The widths of the parts of the fused qkv that LoRAQKVLinear adapts (enable_lora), in q, k, v order."""
+    s = c.spec
+    widths = {"q": s.q_width, "k": s.kv_width, "v": s.kv_width}
+    return [w for part, w in widths.items() if c.lora_rank and part in c.lora_targets]
+
+
+def litgpt_lora_index_bytes(c: Ctx) -> int:
+    """LoRAQKVLinear's `_lora_ind`, registered on the first forward of a layer that adapts only some of q, k and v
+    (zero_pad's column index, int64 per adapted column) and kept as a buffer from then on."""
+    adapted = litgpt_qkv_adapted(c)
+    return 8 * sum(adapted) * c.spec.num_layers if 0 < len(adapted) < 3 else 0
+
+
 def litgpt_qkv(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
-    """The fused qkv Linear; with LoRA on q, k and v, litgpt.lora.LoRAQKVLinear: pretrained = linear(x);
-    after_A = F.linear(x, lora_A) (3r wide, keeps x); conv1d of its transposed view with lora_B (groups=3 when
-    every head has its own K/V, else one conv1d per chunk of r channels and a cat; each keeps its input); the
-    transposed result * scaling; pretrained + lora (zero_pad adds nothing when q, k and v all have adapters)."""
+    """The fused qkv Linear; with LoRA on any of q, k and v, litgpt.lora.LoRAQKVLinear: pretrained = linear(x);
+    after_A = F.linear(lora_dropout(x), lora_A) (r per adapted part, keeps its input: the dropped copy when
+    lora_dropout > 0); conv1d of its transposed view with lora_B (groups = the adapted parts when every head has its
+    own K/V, else one conv1d per part and a cat; each keeps its input); zero_pad when a part is left out
+    (new_zeros of the full width, index_copy_ of the adapted columns by a fresh clone of lora_ind, which the copy's
+    node keeps); * scaling; pretrained + lora."""
     s = c.spec
     t, h, a = c.tokens, s.hidden_size, c.act_elem_bytes
-    widths = (s.q_width, s.kv_width, s.kv_width)
-    out = sum(widths)
+    out = s.q_width + 2 * s.kv_width
     base = linear(g, y, h, out, c, bias=s.qkv_bias, name="qkv", x_bytes=y_bytes)
-    if not (c.lora_rank and {"q", "k", "v"} <= c.lora_targets):
+    adapted = litgpt_qkv_adapted(c)
+    if not adapted:
         return base
-    r, ad = c.lora_rank, c.adapter_bytes
-    after_a = g.op(a * t * 3 * r, ins=(y,), saves=(y,), pgrad=ad * 3 * r * h, name="qkv lora_A")
+    r, ad, lora_w = c.lora_rank, c.adapter_bytes, sum(adapted)
+    x = dropout(g, y, t * h, y_bytes * t * h, c.lora_dropout, c)
+    after_a = g.op(a * t * len(adapted) * r, ins=(x,), saves=(x,), pgrad=ad * len(adapted) * r * h,
+                   name="qkv lora_A")
     if s.num_heads == s.num_kv_heads:
-        lora = g.op(a * t * out, ins=(after_a,), saves=(after_a,), pgrad=ad * out * r, name="qkv lora_B conv1d")
+        lora = g.op(a * t * lora_w, ins=(after_a,), saves=(after_a,), pgrad=ad * lora_w * r, name="qkv lora_B conv1d")
     else:
         parts = tuple(g.op(a * t * w, ins=(after_a,), saves=(after_a,), pgrad=ad * w * r, name="qkv lora_B conv1d")
-                      for w in widths)
-        lora = g.op(a * t * out, ins=parts, name="cat(conv1d outputs)")
+                      for w in adapted)
+        lora = g.op(a * t * lora_w, ins=parts, name="cat(conv1d outputs)")
+    if len(adapted) < 3:  # IndexCopyBackward0 keeps the index and the source (the conv output's view)
+        index = g.op(8 * lora_w, grad=False, name="lora_ind.clone()")
+        lora = g.op(a * t * out, ins=(lora, index), saves=(lora, index), grad_ins=(lora,), name="zero_pad index_copy_")
     scaled = g.op(a * t * out, ins=(lora,), name="qkv lora * scaling")
     return g.op(a * t * out, ins=(base, scaled), name="qkv + lora")
 
@@ -187,8 +208,9 @@ def litgpt_rope_cache_bytes(c: Ctx) -> int:
 
 
 def litgpt_resident_bytes(c: Ctx) -> int:
-    """What the step keeps beside the model states throughout: the batch and the RoPE cache."""
-    return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c)
+    """What the step keeps beside the model states throughout: the batch, the RoPE cache and LoRA's qkv index
+    buffers."""
+    return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c) + litgpt_lora_index_bytes(c)
 
 
 def litgpt_lora_head_block(c: Ctx) -> Graph:

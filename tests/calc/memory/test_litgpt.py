@@ -83,7 +83,6 @@ def test_framework_defaults_fill_what_the_scenario_leaves_out():
     {"activation_checkpointing": "full"},
     {"lora": {"rank": 8, "alpha": 16, "targets": "attention"}},  # amp-bf16: LitGPT keeps the frozen base fp32
     {"precision": "bf16", "lora": {"rank": 8, "alpha": 16, "targets": "attention", "base_weights": "nf4"}},
-    {"gradient_accumulation_steps": 2},
     {"sharding": "deepspeed"},
 ])
 def test_what_the_litgpt_path_does_not_model_is_refused(training):
@@ -191,3 +190,42 @@ def test_a_litgpt_link_names_only_what_differs_from_its_defaults(training):
     assert params_to_scenario(params) == sc
     if not training:  # the recipe's defaults (precision, loss, sharding) are not repeated in the link
         assert set(params) == {"model", "gpu", "fw"}
+
+
+def _litgpt_lora_peak(**lora) -> int:
+    sc = Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "a100-80gb"},
+                                  "training": {"framework": "litgpt", "precision": "bf16", "lora": {"rank": 8, **lora}}})
+    return estimate(sc).peak_allocated_bytes
+
+
+def test_litgpt_default_lora_recipe_is_estimated_and_subsets_count_their_tensors():
+    """finetune/lora.py's defaults (lora_query and lora_value, lora_dropout 0.05) are what most LitGPT LoRA runs use:
+    estimated, with fewer adapted parts holding less, dropout adding its dropped input, and zero_pad's copy."""
+    qv = _litgpt_lora_peak(targets=["q_proj", "v_proj"])
+    assert _litgpt_lora_peak(targets=["q_proj"]) < qv
+    assert _litgpt_lora_peak(targets=["q_proj", "v_proj"], dropout=0.05) > qv
+    assert _litgpt_lora_peak(targets=["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]) > qv
+
+
+@pytest.mark.parametrize(("lora", "reason"), [
+    ({"targets": ["q_proj", "lm_head"]}, "lora_head"),
+    ({"targets": ["q_proj", "gate_proj"]}, "the MLP only as a whole"),
+    ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+])
+def test_litgpt_lora_refuses_what_its_flags_or_the_engine_cannot_say(lora, reason):
+    """LitGPT's flags adapt the MLP only as a whole and train no module in full; its chunked lm_head adapter is not
+    modelled: each refused with its reason, not estimated as if absent."""
+    with pytest.raises(ValueError, match=reason):
+        _litgpt_lora_peak(**lora)
+
+
+def test_the_records_cover_litgpt_lora_subsets_and_dropout():
+    loras = [r.scenario.training.lora for r in _records() if r.scenario.training.lora is not None]
+    assert any(isinstance(lo.targets, tuple) and {"q_proj", "v_proj"} <= set(lo.targets) and lo.dropout for lo in loras)
+    assert any(isinstance(lo.targets, tuple) and "k_proj" not in lo.targets for lo in loras)
+
+
+def test_the_records_cover_litgpt_gradient_accumulation():
+    """fit's micro-steps (loss / accumulation, gradients kept between them), full and LoRA."""
+    accumulating = [r for r in _records() if r.scenario.training.gradient_accumulation_steps > 1]
+    assert {r.scenario.training.lora is None for r in accumulating} == {True, False}

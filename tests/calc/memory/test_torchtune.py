@@ -177,15 +177,6 @@ def test_recorded_torchtune_blocks_equal_a_replay_of_each_shape(batch, seq, chun
 
 
 
-@pytest.mark.parametrize("lora", [{"targets": ["q_proj", "v_proj"]}, {"dropout": 0.05}, {"modules_to_save": ["lm_head"]}])
-def test_litgpt_lora_refuses_what_its_path_does_not_model(lora):
-    """A subset of q, k, v (LitGPT's zero-padded LoRAQKVLinear), LoRA dropout and modules trained in full are not
-    modelled on LitGPT's path: refused, not estimated as if absent."""
-    with pytest.raises(ValueError, match="framework litgpt: LoRA is modelled with targets attention"):
-        Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "a100-80gb"},
-                                 "training": {"framework": "litgpt", "precision": "bf16", "lora": {"rank": 8, **lora}}})
-
-
 def test_torchtune_lora_target_subsets_and_dropout_count_their_tensors():
     """torchtune's LoRALinear keeps what peft's does (dropout(x) -> lora_a -> lora_b, scaled): fewer targets hold
     fewer adapter activations, dropout adds its input and mask; modules_to_save is refused (adapters only)."""
