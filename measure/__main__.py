@@ -65,8 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     line = record.to_json_line()
     print(line)
     if args.output:
-        with open(args.output, "a") as f:
-            f.write(line + "\n")
+        from calc.contract.errors import UserError
+        from calc.contract.files import append_line
+
+        try:
+            append_line(args.output, line)
+        except UserError as exc:
+            return _fail(str(exc))
     return 0
 
 
