@@ -281,3 +281,25 @@ def test_gpus_that_do_not_fill_whole_nodes_are_refused_with_a_way_out(gpus, per_
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "start the same number of processes on every node" in err
     assert not (tmp_path / "run").exists()
+
+
+# ---- what the user said twice ------------------------------------------------------------------------
+
+def test_a_cluster_with_another_gpu_is_refused_not_overridden(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"model": "gpt2", "hardware": {"cluster": "8x-a100-80gb", "gpu": "rtx-4090"}}))
+    assert main(["estimate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gpu 'rtx-4090' contradicts cluster '8x-a100-80gb'" in err
+    path.write_text(json.dumps({"model": "gpt2", "hardware": {"cluster": "8x-a100-80gb", "gpu": "a100-80gb"}}))
+    assert main(["estimate", str(path)]) == 0  # the same GPU said twice agrees
+
+
+@pytest.mark.parametrize(("top", "listed"), [((), 2), (("--top", "1"), 1), (("--top", "10"), 10)])
+def test_a_request_files_max_candidates_holds_unless_top_is_given(tmp_path, capsys, top, listed):
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({"scenario": {"model": "gpt2", "hardware": {"gpu": "a100-80gb"}}, "max_candidates": 2}))
+    assert main(["recommend", str(path), "--format", "json", *top]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    groups = {c["group"] for c in rec["candidates"]}
+    assert max(sum(c["group"] == g for c in rec["candidates"]) for g in groups) == listed
