@@ -31,6 +31,7 @@ def assert_shown_as_written(at, text: str) -> list[str]:
     quoting = [t for t in texts(at, PROSE) if "e.vil" in t]
     for t in quoting:
         assert "[click](" not in t and "<b>" not in t and "$x^2$" not in t and "`code`" not in t, t
+        assert fmt.literal(text[:22]) in t, t  # "[click](https://e.vil)", escaped (a message quotes 60 characters)
     assert quoting, "the text is shown somewhere"
     return quoting
 
@@ -84,3 +85,50 @@ def test_the_export_page_says_why_gpus_that_fill_no_whole_nodes_cannot_launch():
     names = [b.proto.label for b in at.get("download_button")]
     assert "Download ds_config.json" in names and "Download launch.sh" not in names
     assert "Download accelerate.yaml" not in names
+
+
+# ---- every text box, upload and link parameter, fed Markdown --------------------------------------------
+
+CONFIGS = [{"model_type": MARKDOWN}, {"model_type": "llama", "hidden_size": MARKDOWN},
+           {"model_type": "llama", "hidden_size": 4096, "vocab_size": [MARKDOWN]}]
+
+
+def _box(at, key: str):
+    return [w for w in [*at.text_area, *at.text_input] if w.key == key][0]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["model_type", "hidden_size", "vocab_size"])
+def test_a_pasted_config_json_is_quoted_as_written(config):
+    at = open_app()
+    [r for r in at.radio if r.key == "sc_model_source"][0].set_value("config").run()
+    _box(at, "sc_config_text").set_value(json.dumps(config)).run()
+    assert_clean(at)
+    assert_shown_as_written(at, MARKDOWN)
+
+
+def _record(run, device_name: str = "NVIDIA A100-SXM4-80GB", name: str = "r") -> str:
+    doc = cuda_like(run)
+    doc["name"], doc["env"]["device_name"] = name, device_name
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(("page", "key", "text"), [
+    ("export", "exp_import_text", lambda run: json.dumps({"zero_optimization": {"stage": MARKDOWN}})),
+    ("validation", "val_paste", lambda run: _record(run, name=MARKDOWN)),
+    ("calculator", "cal_paste_0", lambda run: _record(run, device_name=MARKDOWN)),
+], ids=["ds_config", "validation record", "calibration record"])
+def test_pasted_files_are_quoted_as_written(page, key, text, run):
+    at = open_app(page, {"model": "gpt2", "gpu": "a100-80gb"})
+    _box(at, key).set_value(text(run)).run()
+    assert_clean(at)
+    assert_shown_as_written(at, MARKDOWN)
+
+
+@pytest.mark.parametrize(("params", "text"), [
+    ({"model": MARKDOWN}, MARKDOWN), ({"model": "gpt2", "gpu": MARKDOWN}, MARKDOWN),
+    ({"model": "gpt2", state.COMPARE_PARAM: f"g.{MARKDOWN}.2~z.0_c.8x-a100-80gb~z.0"}, MARKDOWN),
+], ids=["model", "gpu", "cmp"])  # cal= takes a GPU id by its pattern, never quoting it
+def test_link_parameters_are_quoted_as_written(params, text):
+    at = open_app("compare" if state.COMPARE_PARAM in params else "calculator", params)
+    assert_clean(at)
+    assert_shown_as_written(at, text)
