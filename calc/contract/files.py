@@ -28,11 +28,12 @@ __all__ = ["append_line", "check_no_link", "write_file", "write_files"]
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
-def write_files(folder: str, files: Mapping[str, str], executable: frozenset[str] = frozenset(),
+def write_files(folder: str, files: Mapping[str, str | bytes], executable: frozenset[str] = frozenset(),
                 force: bool = False, create_folder: bool = True) -> list[str]:
-    """Write {name: text} (UTF-8) into `folder` (created if missing when `create_folder`), the names in `executable`
-    with mode 0o755 (before the umask), the others 0o644; the paths written, in order. UserError, before anything is
-    written, when a symlink is on the way or a file would be replaced without `force`."""
+    """Write {name: text (as UTF-8) or bytes (e.g. a zip)} into `folder` (created if missing when `create_folder`),
+    the names in `executable` with mode 0o755 (before the umask), the others 0o644; the paths written, in order.
+    UserError, before anything is written, when a symlink is on the way or a file would be replaced without
+    `force`."""
     check_no_link(folder)
     existing = [name for name in files if _existing(folder, name)]
     if existing and not force:
@@ -47,7 +48,7 @@ def write_files(folder: str, files: Mapping[str, str], executable: frozenset[str
         raise UserError(f"cannot write {_shown(folder)}: {exc.strerror or exc.__class__.__name__}") from None
 
 
-def write_file(path: str, text: str, force: bool = False) -> str:
+def write_file(path: str, text: str | bytes, force: bool = False) -> str:
     """Write one file (its folder must exist), by write_files' rules."""
     folder, name = os.path.split(path)
     if not name:
@@ -103,14 +104,14 @@ def _existing(folder: str, name: str) -> bool:
     return True
 
 
-def _replace(folder: str, name: str, text: str, mode: int) -> str:
+def _replace(folder: str, name: str, text: str | bytes, mode: int) -> str:
     """Write `text` to a new temporary file beside `name`, then rename it over `name`."""
     path = os.path.join(folder, name)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temporary, _CREATE, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))  # UTF-8 under any locale (the comments may be Chinese)
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)  # UTF-8 under any locale
         os.replace(temporary, path)
     except BaseException:
         if os.path.lexists(temporary):

@@ -102,11 +102,12 @@ def test_one_existing_file_is_named_alone(tmp_path, scenario_file, capsys):
 def test_modes_come_from_creation_under_the_umask(tmp_path):
     old = os.umask(0o027)
     try:
-        write_files(str(tmp_path / "d"), {"a.sh": "#!/bin/sh\n", "b.txt": "b"}, executable=frozenset({"a.sh"}))
+        write_files(str(tmp_path / "d"), {"a.sh": "#!/bin/sh\n", "b.zip": b"PK\x05\x06"}, executable=frozenset({"a.sh"}))
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "d" / "a.sh").stat().st_mode) == 0o750
-    assert stat.S_IMODE((tmp_path / "d" / "b.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "d" / "b.zip").stat().st_mode) == 0o640
+    assert (tmp_path / "d" / "b.zip").read_bytes() == b"PK\x05\x06"  # bytes are written as they are
 
 
 def test_single_file_writers_follow_the_same_rules(tmp_path, scenario_file, capsys):
