@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping, Sequence
 
 from calc.contract.units import GB, GiB, MiB, to_gib
 from ui.language import _
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "table"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "plot_text",
+           "table"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -69,6 +71,13 @@ def literal(text: object) -> str:
     message stays plain text."""
     text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text))
     return plain(_AUTOLINK.sub("\\g<0>\u2060", text))
+
+
+def plot_text(text: object) -> str:
+    """Text for a Plotly label or hover (customdata in a hovertemplate), shown as written: Plotly draws its own
+    small HTML (`<b>`, `<br>`, `<a href>`) but not Markdown, and reads entities, so `&`, `<` and `>` become
+    `&amp;`, `&lt;` and `&gt;` (a backslash, literal's escape, would be drawn)."""
+    return html.escape(str(text), quote=False)
 
 
 def _cell(value: object) -> str:

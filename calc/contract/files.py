@@ -35,6 +35,8 @@ def write_files(folder: str, files: Mapping[str, str | bytes], executable: froze
     UserError, before anything is written, when a symlink is on the way or a file would be replaced without
     `force`."""
     check_no_link(folder)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise UserError(f"{_shown(folder)} exists and is not a folder")
     existing = [name for name in files if _existing(folder, name)]
     if existing and not force:
         raise UserError(f"{_shown(folder)} already holds {', '.join(map(_shown, existing))}: give --force to replace "

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from calc.contract.scenario import Scenario
-from tests.app.test_app_helpers import PROSE, assert_clean, open_app, scenario, texts
+from tests.app.test_app_helpers import PROSE, assert_clean, chart, open_app, scenario, texts
 from tests.calc.evidence.test_calibrate import cuda_like
 from ui import fmt, state
 
@@ -61,6 +61,8 @@ def test_a_validation_records_name_is_shown_as_written(run):
     at.run()
     assert_clean(at)
     assert_shown_as_written(at, MARKDOWN)
+    star = [t for t in chart(at, "val_scatter")["data"] if t.get("name") == "your record"][0]
+    assert star["customdata"][0][0] == fmt.plot_text(MARKDOWN) and "&lt;b&gt;bold&lt;/b&gt;" in fmt.plot_text(MARKDOWN)
 
 
 @pytest.mark.parametrize(("column", "says"), [("g.nope.2~z.0", "unknown GPU preset 'nope'"),

@@ -125,6 +125,8 @@ def test_single_file_writers_follow_the_same_rules(tmp_path, scenario_file, caps
     (tmp_path / "sub").mkdir()
     with pytest.raises(UserError, match="not a regular file"):
         write_file(str(tmp_path / "sub"), "x", force=True)
+    with pytest.raises(UserError, match="ds.json exists and is not a folder"):
+        write_files(str(out), {"a": "x"})
 
 
 def test_record_files_grow_by_lines_and_never_through_a_link(tmp_path):
