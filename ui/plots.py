@@ -239,7 +239,8 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log:
     for c in highlight:
         fig.add_scatter(x=[_gib(c.measured_bytes)], y=[_gib(c.predicted_bytes)], mode="markers", name=_("your record"),
                         marker=dict(size=18, symbol="star", color="#E45756", line=dict(color="black", width=1)),
-                        customdata=[[plot_text(c.name), f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct]],
+                        customdata=[[plot_text(c.name), f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}",
+                                     c.error_pct]],
                         hovertemplate=f"<b>{_cd(0)}</b><br>{errors}")
     allc = list(cases) + list(highlight)
     if allc:

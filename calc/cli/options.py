@@ -42,7 +42,7 @@ def finite_positive(text: str) -> float:
 
 
 def force_option(p: argparse.ArgumentParser) -> None:
-    """--force of a command that writes files (calc.cli.files: nothing is replaced without it)."""
+    """--force of a command that writes files (calc.contract.files: nothing is replaced without it)."""
     p.add_argument("--force", action="store_true", help="replace files the output already holds")
 
 

@@ -6,9 +6,9 @@ and uploads (config.json, ds_config.json, measurement records), a link's query p
 (`config=` is zlib-compressed JSON) and the validation data loader (calc.contract.record). They bound
 size before reading, nesting depth before `json.loads` recurses, decompressed size before it is
 allocated, and reject what JSON parsers let through but no field of ours can mean: NaN, Infinity,
-1e400, integers beyond int64, and a key given twice in one object (readers disagree on which counts). Pydantic models are then validated in strict mode (no bool as an
-int, no 4096.7 truncated to 4096, no "false" as a boolean). Messages quote at most a short excerpt
-of the input.
+1e400, integers beyond int64, and a key given twice in one object (readers disagree on which one
+counts). Pydantic models are then validated in strict mode (no bool as an int, no 4096.7 truncated
+to 4096, no "false" as a boolean). Messages quote at most a short excerpt of the input.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 import string
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -231,7 +232,7 @@ def _hooks(found: list[_Unfit]) -> dict[str, Any]:
     return dict(parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
 
 
-def _no_duplicate_keys(where: str) -> Any:
+def _no_duplicate_keys(where: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     """json.loads' object hook that refuses a key given twice in one object: Python's json keeps the last, other
     readers the first or an error, so `{"zero_stage": 3, "zero_stage": 0}` would mean different things to them."""
     def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

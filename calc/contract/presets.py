@@ -198,8 +198,8 @@ def resolve_hardware(hw: Any) -> Any:
             raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
                                "of them", num_gpus=hw.num_gpus, cluster=excerpt(hw.cluster), count=c.num_gpus))
         if hw.gpu is not None and hw.gpu != c.gpu:  # the cluster's GPU is part of what it is: neither silently wins
-            raise UserError(T_("gpu {gpu} contradicts cluster {cluster}, whose GPUs are {cluster_gpu}; give one of them",
-                               gpu=excerpt(hw.gpu), cluster=excerpt(hw.cluster), cluster_gpu=c.gpu))
+            raise UserError(T_("gpu {gpu} contradicts cluster {cluster}, whose GPUs are {cluster_gpu}; give one of "
+                               "them", gpu=excerpt(hw.gpu), cluster=excerpt(hw.cluster), cluster_gpu=c.gpu))
         update = {"gpu": c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                   "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
                   "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}

@@ -19,5 +19,5 @@ from calc.export.ds_import import scenario_from_ds_config
 from calc.export.hf import accelerate_config, node_layout_problem, trainer_arguments, trainer_snippet
 
 __all__ = ["DeepSpeedExport", "ExportOptions", "accelerate_config", "deepspeed_config", "export_bundle",
-           "export_deepspeed", "framework_files", "launch_lines", "launch_script", "node_layout_problem", "scenario_from_ds_config", "trainer_arguments",
-           "trainer_snippet"]
+           "export_deepspeed", "framework_files", "launch_lines", "launch_script", "node_layout_problem",
+           "scenario_from_ds_config", "trainer_arguments", "trainer_snippet"]

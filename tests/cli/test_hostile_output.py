@@ -102,7 +102,8 @@ def test_one_existing_file_is_named_alone(tmp_path, scenario_file, capsys):
 def test_modes_come_from_creation_under_the_umask(tmp_path):
     old = os.umask(0o027)
     try:
-        write_files(str(tmp_path / "d"), {"a.sh": "#!/bin/sh\n", "b.zip": b"PK\x05\x06"}, executable=frozenset({"a.sh"}))
+        write_files(str(tmp_path / "d"), {"a.sh": "#!/bin/sh\n", "b.zip": b"PK\x05\x06"},
+                    executable=frozenset({"a.sh"}))
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "d" / "a.sh").stat().st_mode) == 0o750
@@ -247,7 +248,8 @@ def test_duplicate_keys_are_refused_with_the_key_named(tmp_path, capsys):
 
 def layout(num_gpus: int, gpus_per_node: int | None = None) -> Scenario:
     hw = {"gpu": "a100-80gb", "num_gpus": num_gpus} | ({"gpus_per_node": gpus_per_node} if gpus_per_node else {})
-    return Scenario.model_validate({**SCENARIO, "hardware": hw, "training": {"zero_stage": 3, "precision": "bf16-mixed"}})
+    training = {"zero_stage": 3, "precision": "bf16-mixed"}
+    return Scenario.model_validate({**SCENARIO, "hardware": hw, "training": training})
 
 
 @pytest.mark.parametrize(("gpus", "per_node", "nodes"), [(1, None, 1), (8, None, 1), (16, None, 2), (12, 6, 2),
