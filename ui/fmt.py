@@ -6,6 +6,7 @@ import html
 import re
 from collections.abc import Mapping, Sequence
 
+from calc.contract.output import for_terminal
 from calc.contract.units import GB, GiB, MiB, to_gib
 from ui.language import _
 
@@ -68,8 +69,9 @@ def literal(text: object) -> str:
     """Text that Streamlit's Markdown (st.error, st.markdown, ...) shows as written: the marks that
     would start a link, an image, HTML, emphasis, code, math or a directive are backslash-escaped
     (CommonMark), so a `[link](url)` or `![image](url)` in a model_type, a file name or an error
-    message stays plain text."""
-    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text))
+    message stays plain text. Control characters are shown as escapes first (calc.contract.output.for_terminal,
+    line breaks kept): a right-to-left override reorders the text after it in a browser as on a terminal."""
+    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), for_terminal(text, lines=True))
     return plain(_AUTOLINK.sub("\\g<0>\u2060", text))
 
 

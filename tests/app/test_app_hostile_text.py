@@ -18,6 +18,11 @@ from ui import fmt, state
 MARKDOWN = "[click](https://e.vil) ![i](https://e.vil/i.png) <b>bold</b> $x^2$ `code` **loud** www.e.vil"
 
 
+def test_literal_shows_controls_and_markdown_as_written():
+    assert fmt.literal("a\u202eb\x1bc\nd") == "a\\\\u202eb\\\\u001bc\nd"  # the escape's backslash escaped in turn
+    assert fmt.literal("[x](y)") == "\\[x\\](y)"
+
+
 @pytest.fixture(scope="module")
 def run():
     from calc.evidence.validate import compare, load_all
