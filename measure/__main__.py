@@ -12,7 +12,9 @@ import sys
 
 
 def _fail(msg: str, code: int = 2) -> int:
-    print(f"error: {' '.join(msg.split())}", file=sys.stderr)
+    from calc.contract.output import for_terminal  # what the terminal would obey in a file name, made visible
+
+    print(f"error: {for_terminal(' '.join(msg.split()), limit=300)}", file=sys.stderr)
     return code
 
 
@@ -62,11 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except torch.OutOfMemoryError as exc:
         return _fail(f"out of device memory: {str(exc).splitlines()[0]}", code=3)
+    from calc.contract.output import for_terminal
+
     line = record.to_json_line()
-    print(line)
+    print(for_terminal(line))  # one JSON line: its strings' control characters as JSON escapes
     if args.output:
-        with open(args.output, "a") as f:
-            f.write(line + "\n")
+        from calc.contract.errors import UserError
+        from calc.contract.files import append_line
+
+        try:
+            append_line(args.output, line)
+        except UserError as exc:
+            return _fail(str(exc))
     return 0
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calc.contract.files import append_line
 from calc.contract.record import MeasurementRecord, Sharding
 from calc.contract.scenario import Mode, Scenario
 from measure.runner import measurement_record
@@ -310,14 +311,12 @@ def suite_scenarios(entries: list | None = None) -> list[tuple[str, Scenario]]:
 def run_suite(output: str, only: list[str] | None = None, heldout: bool = False) -> int:
     """python -m measure.deepspeed_run --suite data/measured_deepspeed.jsonl [NAME ...]
     (--heldout-suite data/measured_deepspeed_heldout.jsonl for the held-out entries)"""
-    with open(output, "a") as fh:
-        for name, sc in suite_scenarios(HELDOUT if heldout else None):
-            if only and name not in only:
-                continue
-            rec = measure_deepspeed_record(sc, 3, name)
-            fh.write(rec.to_json_line() + "\n")
-            fh.flush()
-            print(f"{name}: {rec.peak_allocated_bytes:,} B ({rec.wall_seconds:.0f} s)", flush=True)
+    for name, sc in suite_scenarios(HELDOUT if heldout else None):
+        if only and name not in only:
+            continue
+        rec = measure_deepspeed_record(sc, 3, name)
+        append_line(output, rec.to_json_line())
+        print(f"{name}: {rec.peak_allocated_bytes:,} B ({rec.wall_seconds:.0f} s)", flush=True)
     return 0
 
 

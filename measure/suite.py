@@ -14,6 +14,7 @@ import argparse
 import sys
 import time
 
+from calc.contract.files import append_line
 from measure.suite_large import preset_entries, sharded_entries
 from measure.suite_models import Entry
 from measure.suite_qlora import qlora_entries
@@ -95,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         line = rec.to_json_line()
         if args.output:
-            with open(args.output, "a") as f:
-                f.write(line + "\n")
+            append_line(args.output, line)
         else:
             print(line, flush=True)
         print(f"[{i}/{len(chosen)}] {e.name}: peak {rec.peak_allocated_bytes / 2**20:.2f} MiB in {rec.peak_phase}"

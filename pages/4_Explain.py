@@ -375,7 +375,8 @@ st.markdown("\n" + _("The articles' advice: cheapest first. Mixed precision, the
 try:
     steps = compute.waterfall(key) if sc.mode.value == "train" else []
 except ValueError as exc:
-    st.warning(_("calc.recommend cannot build the waterfall for this scenario: {error}", error=state.error_text(exc)))
+    st.warning(_("calc.recommend cannot build the waterfall for this scenario: {error}",
+                 error=fmt.literal(state.error_text(exc))))
     steps = []
 if steps:
     st.markdown(fmt.table([{_("step"): fmt.plain(f"{s.step}. {say(s.name)}"), _("turns on"): fmt.plain(say(s.change)),

@@ -4,11 +4,10 @@ and `tune run` line / its `litgpt finetune_*` command; and the reverse, "will my
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from calc.contract.i18n import N_
+from calc.contract.output import strict_json
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -16,6 +15,7 @@ from calc.export import (
     framework_files,
     launch_lines,
     launch_script,
+    node_layout_problem,
     scenario_from_ds_config,
     trainer_snippet,
 )
@@ -134,7 +134,7 @@ else:
         ds = None
 
 if ds is not None:
-    text = json.dumps(ds.config, indent=2) + "\n"
+    text = strict_json(ds.config)
     st.subheader(_("DeepSpeed config (ds_config.json)"))
     _verdict_and_speed()
     st.download_button(_("Download ds_config.json"), text, file_name="ds_config.json", mime="application/json",
@@ -144,9 +144,14 @@ if ds is not None:
         st.caption(_("Note: {note}", note=say(note)))
 
     st.subheader(_("Launch"))
-    st.download_button(_("Download launch.sh"), launch_script(target, lang), file_name="launch.sh",
-                       mime="text/x-shellscript", key="exp_download_sh", on_click="ignore")
-    st.code(launch_lines(target, lang), language="bash")
+    layout_problem = node_layout_problem(target)
+    if layout_problem is not None:
+        st.error(_("No launch line can start these GPUs: {error}", error=fmt.literal(say(layout_problem))),
+                 icon=":material/error:")
+    else:
+        st.download_button(_("Download launch.sh"), launch_script(target, lang), file_name="launch.sh",
+                           mime="text/x-shellscript", key="exp_download_sh", on_click="ignore")
+        st.code(launch_lines(target, lang), language="bash")
 
     st.subheader(_("Hugging Face Trainer (train.py)"))
     _verdict_and_speed()
@@ -158,11 +163,12 @@ if ds is not None:
     with st.expander(_("Show train.py")):
         st.code(snippet, language="python", wrap_lines=True)
 
-    st.subheader(_("accelerate config (accelerate.yaml)"))
-    acc = accelerate_config(target, lang=lang)
-    st.download_button(_("Download accelerate.yaml"), acc, file_name="accelerate.yaml", mime="text/yaml",
-                       key="exp_download_yaml", on_click="ignore")
-    st.code(acc, language="yaml")
+    if layout_problem is None:
+        st.subheader(_("accelerate config (accelerate.yaml)"))
+        acc = accelerate_config(target, lang=lang)
+        st.download_button(_("Download accelerate.yaml"), acc, file_name="accelerate.yaml", mime="text/yaml",
+                           key="exp_download_yaml", on_click="ignore")
+        st.code(acc, language="yaml")
 
 # ---- import ------------------------------------------------------------------------------
 st.header(_("Will my DeepSpeed config fit?"))

@@ -128,8 +128,8 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
         _clear_button()
         return
     _verdict(ce)
-    st.caption(_("Applied: {corrections}.", corrections=_("; ").join(map(say, ce.applied_texts)))
-               + "".join(_(" Not applied: {what}.", what=say(n)) for n in ce.not_applied_texts))
+    st.caption(_("Applied: {corrections}.", corrections=_("; ").join(fmt.literal(say(t)) for t in ce.applied_texts))
+               + "".join(_(" Not applied: {what}.", what=fmt.literal(say(n))) for n in ce.not_applied_texts))
     _metrics(ce)
     st.dataframe(comparison_rows(est, ce), hide_index=True, key="cal_table",
                  column_config={tr(UNCALIBRATED): st.column_config.NumberColumn(format="%.2f"),
@@ -148,7 +148,7 @@ def _results(cal: Calibration, sc: Scenario, est: Estimate) -> None:
 
 def _verdict(ce: CalibratedEstimate) -> None:
     dt = ce.device_total_bytes
-    verdict_ui.box(st, ce.verdict, _("Calibrated on **{machine}**", machine=ce.machine),
+    verdict_ui.box(st, ce.verdict, _("Calibrated on **{machine}**", machine=fmt.literal(ce.machine)),
                    _("device total {expected} expected, {low} to {high}", expected=fmt.gib(dt.expected),
                      low=fmt.gib(dt.low), high=fmt.gib(dt.high)))
 

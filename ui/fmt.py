@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping, Sequence
 
+from calc.contract.output import for_terminal
 from calc.contract.units import GB, GiB, MiB, to_gib
 from ui.language import _
 
-__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "table"]
+__all__ = ["GB", "GiB", "MiB", "bytes_exact", "gb", "gib", "gib_signed", "literal", "percent", "plain", "plot_text",
+           "table"]
 
 
 def gib(n_bytes: int | float | None, digits: int = 2) -> str:
@@ -66,9 +69,17 @@ def literal(text: object) -> str:
     """Text that Streamlit's Markdown (st.error, st.markdown, ...) shows as written: the marks that
     would start a link, an image, HTML, emphasis, code, math or a directive are backslash-escaped
     (CommonMark), so a `[link](url)` or `![image](url)` in a model_type, a file name or an error
-    message stays plain text."""
-    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), str(text))
+    message stays plain text. Control characters are shown as escapes first (calc.contract.output.for_terminal,
+    line breaks kept): a right-to-left override reorders the text after it in a browser as on a terminal."""
+    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), for_terminal(text, lines=True))
     return plain(_AUTOLINK.sub("\\g<0>\u2060", text))
+
+
+def plot_text(text: object) -> str:
+    """Text for a Plotly label or hover (customdata in a hovertemplate), shown as written: Plotly draws its own
+    small HTML (`<b>`, `<br>`, `<a href>`) but not Markdown, and reads entities, so `&`, `<` and `>` become
+    `&amp;`, `&lt;` and `&gt;` (a backslash, literal's escape, would be drawn)."""
+    return html.escape(str(text), quote=False)
 
 
 def _cell(value: object) -> str:

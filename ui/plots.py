@@ -15,6 +15,7 @@ from calc.contract.i18n import N_
 from calc.contract.units import GiB
 from calc.memory.result import CATEGORIES, Estimate, event_text, phase_name
 from calc.memory.verdict import headline, short
+from ui.fmt import plot_text
 from ui.language import _, current, say, tr
 
 COLORS: dict[str, str] = {
@@ -232,13 +233,14 @@ def validation_scatter(cases: Sequence[Any], highlight: Sequence[Any] = (), log:
         fig.add_scatter(
             x=[_gib(c.measured_bytes) for c in sel], y=[_gib(c.predicted_bytes) for c in sel], mode="markers",
             name=fam, marker=dict(size=9, opacity=0.8),
-            customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct, c.device]
+            customdata=[[plot_text(c.name), f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct, c.device]
                         for c in sel],
             hovertemplate=f"<b>{_cd(0)}</b> ({_cd(4)})<br>{errors}")
     for c in highlight:
         fig.add_scatter(x=[_gib(c.measured_bytes)], y=[_gib(c.predicted_bytes)], mode="markers", name=_("your record"),
                         marker=dict(size=18, symbol="star", color="#E45756", line=dict(color="black", width=1)),
-                        customdata=[[c.name, f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}", c.error_pct]],
+                        customdata=[[plot_text(c.name), f"{c.measured_bytes:,}", f"{c.predicted_bytes:,}",
+                                     c.error_pct]],
                         hovertemplate=f"<b>{_cd(0)}</b><br>{errors}")
     allc = list(cases) + list(highlight)
     if allc:

@@ -23,6 +23,7 @@ from calc.contract.boundary import decompress, error_message, excerpt, parse_jso
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, T_, Lang
 from calc.contract.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
+from calc.contract.presets import cluster_presets, gpu_presets
 from calc.contract.scenario import FRAMEWORK_DEFAULTS, HardwareConfig, LoraConfig, Offload, Scenario
 from calc.evidence.calibrate import Calibration
 
@@ -262,6 +263,20 @@ class CompareColumn(BaseModel):
     @classmethod
     def _blank_is_none(cls, v: str | None) -> str | None:
         return v or None
+
+    @field_validator("cluster")
+    @classmethod
+    def _known_cluster(cls, v: str | None) -> str | None:
+        if v is not None and v not in cluster_presets():  # else the page would draw its first cluster instead
+            raise UserError(T_("unknown cluster preset {preset}", preset=excerpt(v)))
+        return v
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str | None) -> str | None:
+        if v is not None and v not in gpu_presets():  # else the page would draw its first GPU instead
+            raise UserError(T_("unknown GPU preset {preset}", preset=excerpt(v)))
+        return v
 
     def hardware(self, host: HardwareConfig | None = None) -> HardwareConfig:
         """The column's hardware; a GPU x count column keeps `host`'s RAM / NVMe per node (the sidebar's),

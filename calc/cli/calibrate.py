@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from calc.cli.options import force_option
+from calc.contract.files import write_file
 from calc.contract.units import GiB, MiB
 
 if TYPE_CHECKING:
@@ -17,19 +18,17 @@ if TYPE_CHECKING:
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("records", nargs="+", help="records from `python -m measure ... --device cuda` (JSON or JSON lines)")
     p.add_argument("-o", "--output", help="write the calibration JSON here (default: print it)")
+    force_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
     # the evidence wing: imported by this command only
-    from calc.evidence.calibrate import CalibrationError, disagreement_warnings, fit, read_observations
+    from calc.evidence.calibrate import disagreement_warnings, fit, read_observations
 
     cal = fit(read_observations(args.records))
     text = cal.model_dump_json(indent=2)
     if args.output:
-        try:
-            Path(args.output).write_text(text + "\n")
-        except OSError as exc:
-            raise CalibrationError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_file(args.output, text + "\n", force=args.force)
         print(format_summary(cal))
         print(f"wrote {args.output}")
     else:  # JSON on stdout for a pipe; what a reader must not miss on stderr

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from calc.cli.options import lang_option
 from calc.contract.boundary import load_scenario, read_text
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
 from calc.contract.units import fmt_gib
 from calc.memory.engine import estimate
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         data = est.model_dump(mode="json", exclude={"timeline"} if not args.timeline else None)
         if calibrated is not None:
             data["calibrated"] = calibrated.model_dump(mode="json")
-        print(json.dumps(data, indent=2))
+        print(strict_json(data), end="")
     else:
         print(format_table(est, args.lang))
         if calibrated is not None:

@@ -4,20 +4,20 @@ run a scenario (calc.export), written where the options say; the export's notes 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from typing import TYPE_CHECKING
 
+from calc.cli.options import finite_positive, force_option
 from calc.contract.boundary import load_scenario
-from calc.contract.errors import UserError
+from calc.contract.files import write_file, write_files
+from calc.contract.output import strict_json
 
 if TYPE_CHECKING:
     from calc.export.deepspeed import ExportOptions
 
 
 def add_schedule_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--learning-rate", type=float, help="peak learning rate (default 5e-5)")
+    p.add_argument("--learning-rate", type=finite_positive, help="peak learning rate (default 5e-5)")
     p.add_argument("--warmup-steps", type=int, help="linear warm-up steps (default 0)")
     p.add_argument("--total-steps", type=int, help="linear decay to 0 at this step (at least the warm-up)")
 
@@ -25,6 +25,7 @@ def add_schedule_options(p: argparse.ArgumentParser) -> None:
 def add_bundle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario")
     p.add_argument("-o", "--output", required=True, help="folder to write (created if missing)")
+    force_option(p)
     p.add_argument("--lang", choices=["en", "zh"], default="en",
                    help="language of the comments in the written files, and of the notes")
     add_schedule_options(p)
@@ -32,7 +33,8 @@ def add_bundle_options(p: argparse.ArgumentParser) -> None:
 
 def add_deepspeed_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario")
-    p.add_argument("-o", "--output")
+    p.add_argument("-o", "--output", help="file to write (default: print the JSON)")
+    force_option(p)
     add_schedule_options(p)
 
 
@@ -52,17 +54,8 @@ def run_bundle(args: argparse.Namespace) -> int:
 
     sc = load_scenario(args.scenario)
     files, notes = export_bundle(sc, export_options(args), lang=args.lang)
-    try:
-        os.makedirs(args.output, exist_ok=True)
-        for name, text in files.items():
-            path = os.path.join(args.output, name)
-            with open(path, "w", encoding="utf-8") as fh:  # Chinese comments under any locale
-                fh.write(text)
-            if name == LAUNCH_SCRIPT:
-                os.chmod(path, 0o755)
-            print(path)
-    except OSError as exc:
-        raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+    for path in write_files(args.output, files, executable=frozenset({LAUNCH_SCRIPT}), force=args.force):
+        print(path)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     return 0
@@ -74,13 +67,9 @@ def run_deepspeed(args: argparse.Namespace) -> int:
 
     sc = load_scenario(args.scenario)
     exp = export_deepspeed(sc, export_options(args))
-    text = json.dumps(exp.config, indent=2) + "\n"
+    text = strict_json(exp.config)
     if args.output:
-        try:
-            with open(args.output, "w") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_file(args.output, text, force=args.force)
     else:
         sys.stdout.write(text)
     for n in exp.notes:

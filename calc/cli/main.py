@@ -12,12 +12,13 @@ import gc
 import os
 import sys
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, NoReturn, TextIO, cast
 
 from pydantic import ValidationError
 
 from calc.cli import calibrate, estimate, export, fit, presets, recommend, table, validate
-from calc.contract.boundary import error_message
+from calc.contract.boundary import error_message, short
+from calc.contract.output import for_terminal
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "run_as_program"]
 
@@ -50,8 +51,32 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its error line cut to one short line: it quotes the bad argument, which may be a megabyte."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {short(message)}\n")
+
+
+class TerminalText:
+    """stdout or stderr with every character a terminal would obey made visible (calc.contract.output.for_terminal):
+    what a command prints quotes names, keys and fields of the user's files. JSON stays JSON (the escapes are
+    \\u001b-style inside its strings, and its serializers already escape line breaks there)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(for_terminal(text, lines=True))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m calc", description="GPU memory calculator (vramcalc)")
+    ap = Parser(prog="python -m calc", description="GPU memory calculator (vramcalc)")
     sub = ap.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help)
@@ -61,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = cast(TextIO, TerminalText(out)), cast(TextIO, TerminalText(err))
+    try:
+        return run_command(build_parser().parse_args(argv))
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command, its bad input as one line on stderr (exit code 2)."""
     if _PROGRAM:
         gc.freeze()  # pydantic and the engine, imported with the package: alive until the process exits
         # A command is one bounded piece of work and the process ends with it: what reference cycles it leaves is

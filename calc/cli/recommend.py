@@ -16,7 +16,8 @@ from calc.recommend.search import recommend
 
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario")
-    p.add_argument("--top", type=count, default=10, help="how many configurations to list (1-1000)")
+    p.add_argument("--top", type=count, help="how many configurations to list (1-1000; default: a request file's "
+                   "max_candidates, else 10)")
     p.add_argument("--format", choices=["json", "table"], default="table")
     lang_option(p)
 
@@ -29,7 +30,7 @@ def load_request(path: str, top: int | None = None) -> RecommendRequest:
             data = {**data, "max_candidates": top}
         return validate(RecommendRequest, data, "stdin" if path == "-" else path)
     sc = load_scenario(path, data)
-    return RecommendRequest(scenario=sc, max_candidates=top or 10)
+    return RecommendRequest(scenario=sc) if top is None else RecommendRequest(scenario=sc, max_candidates=top)
 
 
 def format_recommendation(rec: Recommendation, lang: Lang = DEFAULT_LANG) -> str:

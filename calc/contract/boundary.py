@@ -6,9 +6,9 @@ and uploads (config.json, ds_config.json, measurement records), a link's query p
 (`config=` is zlib-compressed JSON) and the validation data loader (calc.contract.record). They bound
 size before reading, nesting depth before `json.loads` recurses, decompressed size before it is
 allocated, and reject what JSON parsers let through but no field of ours can mean: NaN, Infinity,
-1e400 and integers beyond int64. Pydantic models are then validated in strict mode (no bool as an
-int, no 4096.7 truncated to 4096, no "false" as a boolean). Messages quote at most a short excerpt
-of the input.
+1e400, integers beyond int64, and a key given twice in one object (readers disagree on which one
+counts). Pydantic models are then validated in strict mode (no bool as an int, no 4096.7 truncated
+to 4096, no "false" as a boolean). Messages quote at most a short excerpt of the input.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 import string
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -231,6 +232,21 @@ def _hooks(found: list[_Unfit]) -> dict[str, Any]:
     return dict(parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
 
 
+def _no_duplicate_keys(where: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """json.loads' object hook that refuses a key given twice in one object: Python's json keeps the last, other
+    readers the first or an error, so `{"zero_stage": 3, "zero_stage": 0}` would mean different things to them."""
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise UserError(T_("{where}: the key {key} appears twice in one object; give it once", where=where,
+                                   key=excerpt(key, 40)))
+            obj[key] = value
+        return obj
+
+    return build
+
+
 def _path_of(value: Any, target: _Unfit) -> str:
     """'training.lora.alpha' / 'layers[3]': where `target` sits in the parsed value (depth <= 32)."""
     stack: list[tuple[Any, str]] = [(value, "")]
@@ -259,7 +275,7 @@ def parse_json(text: str | bytes, where: str, max_bytes: int = MAX_JSON_BYTES,
     check_depth(text, where, max_depth)
     found: list[_Unfit] = []
     try:
-        value = json.loads(text, **_hooks(found))
+        value = json.loads(text, object_pairs_hook=_no_duplicate_keys(where), **_hooks(found))
     except json.JSONDecodeError as exc:
         raise JsonSyntaxError(T_("{where}: not valid JSON ({reason} at line {line}, column {column})",
                                  where=where, reason=exc.msg, line=exc.lineno, column=exc.colno)) from None

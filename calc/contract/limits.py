@@ -18,6 +18,7 @@ MAX_JSON_INT_DIGITS = 19  # digits of MAX_JSON_INT: checked before int() builds 
 MAX_EXCERPT_CHARS = 60  # how much of a bad value an error message quotes
 MAX_MESSAGE_CHARS = 300  # one line on a terminal or beside a widget
 MAX_URL_PARAM_CHARS = 200  # a preset id or a number; config= has its own (compressed) limit
+MAX_PRESET_ID_CHARS = 100  # the longest preset id is ~30 characters; a file name may have 255 bytes
 
 # ---- model shapes (calc.contract.architectures.ModelSpec) ------------------------------------------------
 MAX_LAYERS = 1024  # deepest released decoders: Llama-3.1-405B 126, PaLM-540B 118, GPT-3 96; 8x that.

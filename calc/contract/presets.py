@@ -17,6 +17,7 @@ from calc.contract.architectures import ModelSpec, spec_from_hf_config
 from calc.contract.boundary import excerpt
 from calc.contract.errors import UserError
 from calc.contract.i18n import T_
+from calc.contract.limits import MAX_PRESET_ID_CHARS
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 
@@ -156,11 +157,18 @@ def cluster_presets() -> dict[str, ClusterPreset]:
     return clusters
 
 
+def is_preset_id(text: str) -> bool:
+    """Whether `text` could name a preset file: the id pattern and a bounded length, checked before any file is
+    looked up (a 300-character name is an OSError from the file system, not a missing preset)."""
+    return len(text) <= MAX_PRESET_ID_CHARS and re.fullmatch(ID_PATTERN, text) is not None
+
+
 @lru_cache(maxsize=256)
 def _spec_for_preset(preset_id: str) -> ModelSpec:
-    path = PRESETS_DIR / "models" / f"{preset_id}.yaml"
-    if not model_presets.cache_info().currsize and re.fullmatch(ID_PATTERN, preset_id) and path.is_file():
-        return _spec_of(_load_file(path, ModelPreset))  # one file, not all of them: a command about one model
+    if not model_presets.cache_info().currsize and is_preset_id(preset_id):
+        path = PRESETS_DIR / "models" / f"{preset_id}.yaml"
+        if path.is_file():
+            return _spec_of(_load_file(path, ModelPreset))  # one file, not all of them: a command about one model
     presets = model_presets()
     if preset_id not in presets:
         raise UserError(T_("unknown model preset {preset}; run `python -m calc presets` to list them",
@@ -189,7 +197,10 @@ def resolve_hardware(hw: Any) -> Any:
         if "num_gpus" in hw.model_fields_set and hw.num_gpus != c.num_gpus:  # e.g. gpu="8x-..." + num_gpus=3
             raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
                                "of them", num_gpus=hw.num_gpus, cluster=excerpt(hw.cluster), count=c.num_gpus))
-        update = {"gpu": hw.gpu or c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+        if hw.gpu is not None and hw.gpu != c.gpu:  # the cluster's GPU is part of what it is: neither silently wins
+            raise UserError(T_("gpu {gpu} contradicts cluster {cluster}, whose GPUs are {cluster_gpu}; give one of "
+                               "them", gpu=excerpt(hw.gpu), cluster=excerpt(hw.cluster), cluster_gpu=c.gpu))
+        update = {"gpu": c.gpu, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
                   "cpu_ram_bytes": hw.cpu_ram_bytes or c.cpu_ram_bytes_per_node,
                   "nvme_bytes": hw.nvme_bytes or c.nvme_bytes_per_node}
     gpu = update.get("gpu", hw.gpu)

@@ -5,9 +5,8 @@ shows."""
 
 from __future__ import annotations
 
-import json
-
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
 from calc.export.deepspeed import ExportOptions, export_deepspeed
 from calc.export.hf import DS_CONFIG_FILE, accelerate_config, node_shape, trainer_snippet, uses_deepspeed
@@ -80,7 +79,7 @@ def export_bundle(sc: Scenario, options: ExportOptions | None = None,
     if files is not None:
         return files, []
     ds = export_deepspeed(sc, options)
-    files = {DS_CONFIG_FILE: json.dumps(ds.config, indent=2) + "\n",
+    files = {DS_CONFIG_FILE: strict_json(ds.config),
              TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),
              ACCELERATE_FILE: accelerate_config(sc, lang=lang),
              LAUNCH_SCRIPT: launch_script(sc, lang)}

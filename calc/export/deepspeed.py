@@ -47,7 +47,7 @@ DS_OPTIMIZER_TYPES = {Optimizer.adamw: "AdamW", Optimizer.adam: "Adam", Optimize
 class ExportOptions(BaseModel):
     """Training hyper-parameters the scenario does not carry (defaults: Hugging Face TrainingArguments')."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # they are written into JSON
 
     learning_rate: float = Field(5e-5, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
 from calc.contract.presets import model_presets, resolve_hardware
 from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario, TrainingConfig
@@ -379,15 +380,36 @@ def script_notes(sc: Scenario, o: ExportOptions) -> list[Text]:
     return notes
 
 
+def node_layout_problem(sc: Scenario) -> Text | None:
+    """Why no launch line can start the scenario's GPUs, or None. accelerate (num_processes / num_machines per
+    machine), torchrun (--nproc_per_node) and DeepSpeed's launcher (--num_gpus per node) each start the same number
+    of processes on every node, so the GPUs must fill whole nodes: 12 GPUs at 8 per node (8 + 4) cannot be said,
+    and are not quietly exported as 2 x 6 either, since the estimate's speed (what stays inside a node) assumed 8."""
+    hw = resolve_hardware(sc.hardware)
+    per_node = hw.gpus_in_node()
+    if hw.num_gpus % per_node == 0:
+        return None
+    even = max(d for d in range(1, per_node + 1) if hw.num_gpus % d == 0)
+    return T_("{gpus} GPUs at {per_node} per node leave a node with {rest}: accelerate, torchrun and DeepSpeed's "
+              "launcher start the same number of processes on every node. Set GPUs per node to {even} "
+              "({nodes} nodes of {even}), or use a multiple of {per_node} GPUs", gpus=hw.num_gpus, per_node=per_node,
+              rest=hw.num_gpus % per_node, even=even, nodes=hw.num_gpus // even)
+
+
 def node_shape(sc: Scenario) -> tuple[int, int]:
-    """(processes per node, nodes): the cluster's node size, else up to 8 GPUs per node."""
+    """(processes per node, nodes): the cluster's node size, else up to 8 GPUs per node; UserError when the GPUs do
+    not fill whole nodes (node_layout_problem)."""
+    problem = node_layout_problem(sc)
+    if problem is not None:
+        raise UserError(problem)
     hw = resolve_hardware(sc.hardware)
     per_node = hw.gpus_in_node()
     return per_node, hw.num_gpus // per_node
 
 
 def accelerate_config(sc: Scenario, deepspeed_config_path: str = DS_CONFIG_FILE, lang: Lang = DEFAULT_LANG) -> str:
-    """accelerate's config.yaml (ClusterConfig fields) for the same number of machines and processes.
+    """accelerate's config.yaml (ClusterConfig fields) for the same number of machines and processes: num_processes
+    is accelerate's total over all machines (it starts num_processes / num_machines on each), so it equals the GPUs.
     With DeepSpeed the precision lives in the ds_config alone: accelerate refuses mixed_precision beside
     deepspeed_config_file (accelerate/utils/dataclasses.py, DeepSpeedPlugin)."""
     t = sc.training

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from calc.contract.files import append_line
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Checkpointing, Mode, Precision, Scenario
 from calc.export.torchtune import torchtune_lora_args
@@ -322,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         line = measure_torchtune(suite_scenario(name), device, steps=3, name=name).to_json_line()
         print(line[:160], flush=True)
         if args.output:
-            with open(args.output, "a") as f:
-                f.write(line + "\n")
+            append_line(args.output, line)
     return 0
 
 

@@ -82,8 +82,10 @@ def test_bad_links_name_the_parameter(params, message):
 
 def test_compare_columns_round_trip():
     cols = [state.CompareColumn(cluster="8x-a100-80gb", zero_stage=3, offload_params="nvme"),
-            state.CompareColumn(gpu="qwen-free.gpu-1", num_gpus=4, offload_optimizer="cpu", zero_stage=1)]
+            state.CompareColumn(gpu="a100-80gb-pcie", num_gpus=4, offload_optimizer="cpu", zero_stage=1)]
     assert state.compare_from_param(state.compare_to_param(cols)) == cols
+    with pytest.raises(state.UrlError, match="unknown GPU preset 'qwen-free.gpu-1'"):  # a dot in the id: split right
+        state.compare_from_param("c.8x-a100-80gb~z.0_g.qwen-free.gpu-1.4~z.0")
     with pytest.raises(state.UrlError, match="2 to 4 columns"):
         state.compare_from_param(state.compare_to_param(cols[:1]))
     with pytest.raises(state.UrlError, match="unknown part"):
