@@ -15,9 +15,9 @@ May import calc.contract, calc.sim, calc.memory and calc.speed; never calc.recom
 
 from calc.export.bundle import export_bundle, framework_files, launch_lines, launch_script
 from calc.export.deepspeed import DeepSpeedExport, ExportOptions, deepspeed_config, export_deepspeed
-from calc.export.ds_import import scenario_from_ds_config
+from calc.export.ds_import import DsImport, import_ds_config, scenario_from_ds_config
 from calc.export.hf import accelerate_config, trainer_arguments, trainer_snippet
 
-__all__ = ["DeepSpeedExport", "ExportOptions", "accelerate_config", "deepspeed_config", "export_bundle",
+__all__ = ["DeepSpeedExport", "DsImport", "import_ds_config", "ExportOptions", "accelerate_config", "deepspeed_config", "export_bundle",
            "export_deepspeed", "framework_files", "launch_lines", "launch_script", "scenario_from_ds_config", "trainer_arguments",
            "trainer_snippet"]
