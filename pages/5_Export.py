@@ -14,9 +14,9 @@ from calc.export import (
     accelerate_config,
     export_deepspeed,
     framework_files,
+    import_ds_config,
     launch_lines,
     launch_script,
-    scenario_from_ds_config,
     trainer_snippet,
 )
 from ui import compute, fmt, state
@@ -184,8 +184,8 @@ elif pasted.strip():
 if raw is not None:
     try:
         cfg = parse_config_text(raw, where)
-        imported = scenario_from_ds_config(cfg, sc.model, sc.hardware, seq_len=sc.training.seq_len,
-                                           attention=sc.training.attention.value)
+        result = import_ds_config(cfg, sc, opts, attention=sc.training.attention.value)
+        imported = result.scenario
         iest = compute.run(imported)
     except ValueError as exc:
         msg = state.error_text(exc).replace("config.json", "ds_config.json")
@@ -199,6 +199,12 @@ if raw is not None:
                       micro=t.micro_batch_size, accum=t.gradient_accumulation_steps,
                       opt_offload=t.offload_optimizer.value, param_offload=t.offload_params.value,
                       checkpointing=t.activation_checkpointing.value))
+        if result.filled:
+            st.markdown(_("Filled in for \"auto\", as the Hugging Face Trainer fills it from this scenario:"))
+            st.markdown("\n".join(f"- `{f.key}` = `{json.dumps(f.value)}` ({say(f.source)})"
+                                   for f in result.filled))
+        for note in result.notes:
+            st.caption(_("Note: {note}", note=fmt.literal(say(note))))
         verdict_ui.box(st, iest.verdict, _("This config"),
                        _("device total {total} expected per GPU", total=fmt.gib(iest.device_total_bytes.expected)))
         st.button(_("Use it as the scenario"), key="exp_import_use", on_click=state.set_scenario, args=(imported,))

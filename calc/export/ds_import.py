@@ -222,18 +222,22 @@ def import_ds_config(ds_config: dict[str, Any], base: Scenario, options: ExportO
     notes = _bucket_notes(_block(read, "zero_optimization"))
     if left:
         notes.append(T_("Left \"auto\" (not filled by the Trainer; DeepSpeed uses its defaults): {keys}",
-                        keys=", ".join(left)))
+                        keys=", ".join(k if k.isprintable() and len(k) < 80 else excerpt(k, 80) for k in left)))
     return DsImport(scenario=sc, config=cfg, filled=filled, notes=notes)
+
+
+def base_scenario(model: str | dict[str, Any], hardware: HardwareConfig | dict[str, Any] | str,
+                  seq_len: int = 2048) -> Scenario:
+    """The default training scenario of `model` on `hardware` (what fills "auto" when no scenario is given)."""
+    return Scenario.model_validate({"model": model, "hardware": _hardware(hardware).model_dump(exclude_none=True),
+                                    "training": {"seq_len": seq_len}})
 
 
 def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, Any],
                             hardware: HardwareConfig | dict[str, Any] | str, *, seq_len: int = 2048,
                             **training: Any) -> Scenario:
-    """The Scenario a ds_config describes on `hardware` for `model` (import_ds_config with a default scenario of that
-    model and hardware for the "auto" values)."""
-    base = Scenario.model_validate({"model": model, "hardware": _hardware(hardware).model_dump(exclude_none=True),
-                                    "training": {"seq_len": seq_len}})
-    return import_ds_config(ds_config, base, **training).scenario
+    """The Scenario a ds_config describes on `hardware` for `model` (import_ds_config over base_scenario)."""
+    return import_ds_config(ds_config, base_scenario(model, hardware, seq_len), **training).scenario
 
 
 def _parallel_sizes(cfg: dict[str, Any]) -> tuple[int, int]:

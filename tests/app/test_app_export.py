@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from calc.contract.scenario import Scenario
-from calc.export import ExportOptions, accelerate_config, export_deepspeed, scenario_from_ds_config, trainer_snippet
+from calc.export import ExportOptions, accelerate_config, export_deepspeed, import_ds_config, trainer_snippet
 from calc.memory.engine import estimate
 from calc.memory.verdict import headline
 from calc.recommend import fastest_fitting
@@ -94,8 +94,7 @@ def test_import_a_ds_config():
     box.set_value(json.dumps(cfg))
     at.run()
     assert_clean(at)
-    imported = scenario_from_ds_config(cfg, base.model, base.hardware, seq_len=base.training.seq_len,
-                                       attention=base.training.attention.value)
+    imported = import_ds_config(cfg, base, ExportOptions(), attention=base.training.attention.value).scenario
     est = estimate(imported)
     assert f"This config: **{headline(est.verdict)}**" in all_text(at)
     [b for b in at.button if b.key == "exp_import_use"][0].click()
@@ -105,10 +104,29 @@ def test_import_a_ds_config():
     assert [s for s in at.selectbox if s.key == "sc_zero"][0].value == 3
 
 
+def test_the_hugging_face_config_imports_and_says_what_it_filled():
+    """The ZeRO-3 config of the Hugging Face DeepSpeed guide ("auto" everywhere) is read in one go; the page lists
+    each filled value with its source and the notes (left "auto", other bucket sizes)."""
+    from tests.calc.export.test_ds_auto import HF_ZERO2
+
+    at = open_app("export")
+    [t for t in at.text_area if t.key == "exp_import_text"][0].set_value(json.dumps(HF_ZERO2))
+    at.run()
+    assert_clean(at)
+    assert not [e.value for e in at.error if "pasted config" in e.value]  # (the verdict boxes may be errors)
+    text = all_text(at)
+    base = scenario(at)
+    assert "Filled in for \"auto\"" in text and f"`train_micro_batch_size_per_gpu` = `{base.training.micro_batch_size}`" \
+        in text and "TrainingArguments.per_device_train_batch_size of this scenario" in text
+    assert "allgather_bucket_size = 200000000.0" in text  # the note a warning used to hide
+    assert "This config: **" in text
+
+
 def test_import_errors_name_the_key():
     at = open_app("export")
     for text, message in (('{"zero_optimization": {"stage": 7}, "train_batch_size": 8}', "zero_optimization.stage"),
-                          ('{"train_batch_size": "auto"}', "train_batch_size is 'auto'"),
+                          ('{"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_comms": true}}',
+                           "DeepSpeed refuses this config: zero_optimization.overlap_comms: Extra inputs"),
                           ('{"zero_optimization": ', "not valid JSON"),
                           (json.dumps({**export_deepspeed(ZERO3).config, "train_batch_size": 8}),
                            "train_batch_size 8 != ")):
