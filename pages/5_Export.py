@@ -12,6 +12,8 @@ from calc.contract.i18n import N_
 from calc.export import (
     ExportOptions,
     accelerate_config,
+    bundle_files,
+    bundle_zip,
     export_deepspeed,
     framework_files,
     import_ds_config,
@@ -163,6 +165,17 @@ if ds is not None:
     st.download_button(_("Download accelerate.yaml"), acc, file_name="accelerate.yaml", mime="text/yaml",
                        key="exp_download_yaml", on_click="ignore")
     st.code(acc, language="yaml")
+
+try:
+    bundle, _bundle_notes = bundle_files(target, opts, lang)
+except ValueError:  # the stack cannot express the scenario: the section above says why
+    bundle = None
+if bundle is not None:
+    st.download_button(_("Download all files (.zip)"), bundle_zip(bundle), file_name="vramcalc-export.zip",
+                       mime="application/zip", key="exp_download_zip", icon=":material/folder_zip:", on_click="ignore",
+                       type="primary")
+    st.caption(_("The same files as `python -m calc export SCENARIO -o DIR`: {files}.",
+                 files=", ".join(f"`{name}`" for name in bundle)))
 
 # ---- import ------------------------------------------------------------------------------
 st.header(_("Will my DeepSpeed config fit?"))

@@ -46,19 +46,20 @@ def export_options(args: argparse.Namespace) -> ExportOptions:
 
 
 def run_bundle(args: argparse.Namespace) -> int:
-    """python -m calc export: ds_config.json, train.py, accelerate.yaml and launch.sh in the folder (torchtune.yaml
-    and launch.sh for framework torchtune, launch.sh for litgpt), each path printed."""
-    from calc.export.bundle import LAUNCH_SCRIPT, export_bundle  # the export wing: imported by its commands only
+    """python -m calc export: ds_config.json, train.py, accelerate.yaml, launch.sh and requirements.txt in the folder
+    (torchtune.yaml and launch.sh for framework torchtune, launch.sh for litgpt), each path printed: the files of the
+    Export page's .zip (calc.export.bundle.bundle_files)."""
+    from calc.export.bundle import EXECUTABLE, bundle_files  # the export wing: imported by its commands only
 
     sc = load_scenario(args.scenario)
-    files, notes = export_bundle(sc, export_options(args), lang=args.lang)
+    files, notes = bundle_files(sc, export_options(args), lang=args.lang)
     try:
         os.makedirs(args.output, exist_ok=True)
-        for name, text in files.items():
+        for name, data in files.items():
             path = os.path.join(args.output, name)
-            with open(path, "w", encoding="utf-8") as fh:  # Chinese comments under any locale
-                fh.write(text)
-            if name == LAUNCH_SCRIPT:
+            with open(path, "wb") as fh:  # UTF-8 bytes: Chinese comments under any locale
+                fh.write(data)
+            if name in EXECUTABLE:
                 os.chmod(path, 0o755)
             print(path)
     except OSError as exc:

@@ -43,7 +43,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("recommend", "ranked configurations that fit", recommend.add_options, recommend.run),
     Command("table", "the model x hardware table: the fastest configuration that fits each", table.add_options,
             table.run),
-    Command("export", "ds_config.json, train.py, accelerate.yaml and launch.sh in a folder (torchtune.yaml and "
+    Command("export", "ds_config.json, train.py, accelerate.yaml, launch.sh and requirements.txt in a folder (torchtune.yaml and "
             "launch.sh for framework torchtune, launch.sh for litgpt)",
             export.add_bundle_options, export.run_bundle),
     Command("export-deepspeed", "DeepSpeed config for a scenario", export.add_deepspeed_options, export.run_deepspeed),

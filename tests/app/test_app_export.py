@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 
 from calc.contract.scenario import Scenario
-from calc.export import ExportOptions, accelerate_config, export_deepspeed, import_ds_config, trainer_snippet
+from calc.export import (
+    ExportOptions,
+    accelerate_config,
+    bundle_files,
+    export_deepspeed,
+    import_ds_config,
+    trainer_snippet,
+)
 from calc.memory.engine import estimate
 from calc.memory.verdict import headline
 from calc.recommend import fastest_fitting
@@ -32,7 +39,10 @@ def check_export(at, target: Scenario, opts: ExportOptions | None = None) -> Non
     assert accelerate_config(target).strip() in _codes(at, "yaml")
     assert any("accelerate launch --config_file accelerate.yaml" in c for c in _codes(at, "bash"))
     labels = [b.label for b in at.get("download_button")]
-    assert "Download ds_config.json" in labels
+    assert "Download ds_config.json" in labels and "Download all files (.zip)" in labels
+    files, _ = bundle_files(target, opts)
+    assert "The same files as `python -m calc export SCENARIO -o DIR`: " + ", ".join(f"`{n}`" for n in files) \
+        in all_text(at)
     est = estimate(target)
     assert f"device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU" in all_text(at)
     for note in ds.notes:
@@ -170,7 +180,7 @@ def test_litgpt_scenario_exports_its_command_line():
     assert_clean(at)
     assert litgpt_launch_script(LITGPT_FULL, ExportOptions()).strip() in _codes(at, "bash")
     assert "litgpt finetune_full" in _codes(at, "bash")[0]
-    assert [b.label for b in at.get("download_button")] == ["Download launch.sh"]
+    assert [b.label for b in at.get("download_button")] == ["Download launch.sh", "Download all files (.zip)"]
 
 
 def test_what_torchtune_cannot_say_is_named_on_the_page():

@@ -487,7 +487,7 @@ def test_cli_export_writes_the_whole_bundle(tmp_path):
     assert r.returncode == 0, r.stderr
     files, notes = export_bundle(sc, ExportOptions(warmup_steps=10))
     assert sorted(p.name for p in out.iterdir()) == sorted(files) == ["accelerate.yaml", "ds_config.json",
-                                                                      "launch.sh", "train.py"]
+                                                                      "launch.sh", "requirements.txt", "train.py"]
     for name, text in files.items():
         assert (out / name).read_text() == text
     assert r.stdout.split() == [str(out / name) for name in files]
