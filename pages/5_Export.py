@@ -11,12 +11,14 @@ from calc.contract.output import strict_json
 from calc.export import (
     ExportOptions,
     accelerate_config,
+    bundle_files,
+    bundle_zip,
     export_deepspeed,
     framework_files,
+    import_ds_config,
     launch_lines,
     launch_script,
     node_layout_problem,
-    scenario_from_ds_config,
     trainer_snippet,
 )
 from ui import compute, fmt, state
@@ -170,6 +172,17 @@ if ds is not None:
                            key="exp_download_yaml", on_click="ignore")
         st.code(acc, language="yaml")
 
+try:
+    bundle, _bundle_notes = bundle_files(target, opts, lang)
+except ValueError:  # the stack cannot express the scenario: the section above says why
+    bundle = None
+if bundle is not None:
+    st.download_button(_("Download all files (.zip)"), bundle_zip(bundle), file_name="vramcalc-export.zip",
+                       mime="application/zip", key="exp_download_zip", icon=":material/folder_zip:", on_click="ignore",
+                       type="primary")
+    st.caption(_("The same files as `python -m calc export SCENARIO -o DIR`: {files}.",
+                 files=", ".join(f"`{name}`" for name in bundle)))
+
 # ---- import ------------------------------------------------------------------------------
 st.header(_("Will my DeepSpeed config fit?"))
 st.markdown(_("Upload or paste an existing ds_config.json: it is read into a scenario for the sidebar's model "
@@ -190,8 +203,8 @@ elif pasted.strip():
 if raw is not None:
     try:
         cfg = parse_config_text(raw, where)
-        imported = scenario_from_ds_config(cfg, sc.model, sc.hardware, seq_len=sc.training.seq_len,
-                                           attention=sc.training.attention.value)
+        result = import_ds_config(cfg, sc, opts, attention=sc.training.attention.value)
+        imported = result.scenario
         iest = compute.run(imported)
     except ValueError as exc:
         msg = state.error_text(exc).replace("config.json", "ds_config.json")
@@ -205,6 +218,12 @@ if raw is not None:
                       micro=t.micro_batch_size, accum=t.gradient_accumulation_steps,
                       opt_offload=t.offload_optimizer.value, param_offload=t.offload_params.value,
                       checkpointing=t.activation_checkpointing.value))
+        if result.filled:
+            st.markdown(_("Filled in for \"auto\", as the Hugging Face Trainer fills it from this scenario:"))
+            st.markdown("\n".join(f"- `{f.key}` = `{strict_json(f.value, indent=None)}` ({say(f.source)})"
+                                   for f in result.filled))
+        for note in result.notes:
+            st.caption(_("Note: {note}", note=fmt.literal(say(note))))
         verdict_ui.box(st, iest.verdict, _("This config"),
                        _("device total {total} expected per GPU", total=fmt.gib(iest.device_total_bytes.expected)))
         st.button(_("Use it as the scenario"), key="exp_import_use", on_click=state.set_scenario, args=(imported,))

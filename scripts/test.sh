@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -r requirements-dev.txt -r measure/requirements-frameworks.txt
 # LitGPT apart, without its dependencies: it pins huggingface-hub<1.4, which transformers 5.23 cannot use
-# (measure/requirements-frameworks.txt says why; its model code runs with the hub transformers brings).
-python3 -m pip install -q --no-deps litgpt==0.5.13
+# (measure/requirements-litgpt.txt says why; its model code runs with the hub transformers brings).
+python3 -m pip install -q --no-deps -r measure/requirements-litgpt.txt
 if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: could not install chromium; browser test will be skipped"
 fi

@@ -48,13 +48,14 @@ def export_options(args: argparse.Namespace) -> ExportOptions:
 
 
 def run_bundle(args: argparse.Namespace) -> int:
-    """python -m calc export: ds_config.json, train.py, accelerate.yaml and launch.sh in the folder (torchtune.yaml
-    and launch.sh for framework torchtune, launch.sh for litgpt), each path printed."""
-    from calc.export.bundle import LAUNCH_SCRIPT, export_bundle  # the export wing: imported by its commands only
+    """python -m calc export: ds_config.json, train.py, accelerate.yaml, launch.sh and requirements.txt in the folder
+    (torchtune.yaml and launch.sh for framework torchtune, launch.sh for litgpt), each path printed: the files of the
+    Export page's .zip (calc.export.bundle.bundle_files)."""
+    from calc.export.bundle import EXECUTABLE, bundle_files  # the export wing: imported by its commands only
 
     sc = load_scenario(args.scenario)
-    files, notes = export_bundle(sc, export_options(args), lang=args.lang)
-    for path in write_files(args.output, files, executable=frozenset({LAUNCH_SCRIPT}), force=args.force):
+    files, notes = bundle_files(sc, export_options(args), lang=args.lang)
+    for path in write_files(args.output, files, executable=frozenset(EXECUTABLE), force=args.force):
         print(path)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)

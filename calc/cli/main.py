@@ -1,4 +1,5 @@
-"""Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,validate,calibrate} ...
+"""Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,import-deepspeed,validate,
+calibrate} ...
 
 The parser lists the commands; each command's options and work live in its module (calc.cli.estimate, ...).
 Bad input gives a one-line error on stderr and exit code 2, never a traceback. The table formats
@@ -16,7 +17,7 @@ from typing import Any, NamedTuple, NoReturn, TextIO, cast
 
 from pydantic import ValidationError
 
-from calc.cli import calibrate, estimate, export, fit, presets, recommend, table, validate
+from calc.cli import calibrate, ds_import, estimate, export, fit, presets, recommend, table, validate
 from calc.contract.boundary import error_message, short
 from calc.contract.output import for_terminal
 
@@ -43,10 +44,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("recommend", "ranked configurations that fit", recommend.add_options, recommend.run),
     Command("table", "the model x hardware table: the fastest configuration that fits each", table.add_options,
             table.run),
-    Command("export", "ds_config.json, train.py, accelerate.yaml and launch.sh in a folder (torchtune.yaml and "
+    Command("export", "ds_config.json, train.py, accelerate.yaml, launch.sh and requirements.txt in a folder (torchtune.yaml and "
             "launch.sh for framework torchtune, launch.sh for litgpt)",
             export.add_bundle_options, export.run_bundle),
     Command("export-deepspeed", "DeepSpeed config for a scenario", export.add_deepspeed_options, export.run_deepspeed),
+    Command("import-deepspeed", "an existing ds_config.json read back into a scenario (\"auto\" filled as the "
+            "Hugging Face Trainer fills it)", ds_import.add_options, ds_import.run),
     Command("validate", "predicted vs measured peaks for a data set", validate.add_options, validate.run),
 )
 

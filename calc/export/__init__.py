@@ -13,11 +13,12 @@ command line that writes these files to disk is calc.cli.export.
 May import calc.contract, calc.sim, calc.memory and calc.speed; never calc.recommend, calc.evidence or calc.cli.
 """
 
-from calc.export.bundle import export_bundle, framework_files, launch_lines, launch_script
+from calc.export.bundle import bundle_files, bundle_zip, export_bundle, framework_files, launch_lines, launch_script
 from calc.export.deepspeed import DeepSpeedExport, ExportOptions, deepspeed_config, export_deepspeed
-from calc.export.ds_import import scenario_from_ds_config
+from calc.export.ds_import import DsImport, import_ds_config, scenario_from_ds_config
 from calc.export.hf import accelerate_config, node_layout_problem, trainer_arguments, trainer_snippet
 
-__all__ = ["DeepSpeedExport", "ExportOptions", "accelerate_config", "deepspeed_config", "export_bundle",
-           "export_deepspeed", "framework_files", "launch_lines", "launch_script", "node_layout_problem",
-           "scenario_from_ds_config", "trainer_arguments", "trainer_snippet"]
+__all__ = ["DeepSpeedExport", "DsImport", "ExportOptions", "accelerate_config", "bundle_files", "bundle_zip",
+           "deepspeed_config", "export_bundle", "export_deepspeed", "framework_files", "import_ds_config",
+           "launch_lines", "launch_script", "node_layout_problem", "scenario_from_ds_config", "trainer_arguments",
+           "trainer_snippet"]

@@ -1,15 +1,20 @@
-"""Everything the Export page offers, as files (`python -m calc export SCENARIO -o DIR`): ds_config.json,
-train.py, accelerate.yaml, launch.sh for a transformers scenario; torchtune.yaml and launch.sh (`tune run`) for
-framework torchtune; launch.sh (`litgpt finetune_*`) for framework litgpt. The launch lines are the ones the page
-shows."""
+"""Everything the Export page offers, as files (`python -m calc export SCENARIO -o DIR`, and the page's .zip):
+ds_config.json, train.py, accelerate.yaml, launch.sh for a transformers scenario; torchtune.yaml and launch.sh
+(`tune run`) for framework torchtune; launch.sh (`litgpt finetune_*`) for framework litgpt; requirements.txt with the
+pinned versions for each (calc.export.requirements). `bundle_files` is the one file set both write. The launch lines
+are the ones the page shows."""
 
 from __future__ import annotations
+
+import io
+import zipfile
 
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
 from calc.export.deepspeed import ExportOptions, export_deepspeed
 from calc.export.hf import DS_CONFIG_FILE, accelerate_config, node_shape, trainer_snippet, uses_deepspeed
+from calc.export.requirements import REQUIREMENTS_FILE, requirements_text
 
 TRAIN_SCRIPT = "train.py"
 ACCELERATE_FILE = "accelerate.yaml"
@@ -73,14 +78,40 @@ def framework_files(sc: Scenario, options: ExportOptions | None = None,
 
 def export_bundle(sc: Scenario, options: ExportOptions | None = None,
                   lang: Lang = DEFAULT_LANG) -> tuple[dict[str, str], list[str]]:
-    """({file name: text}, notes), the words in `lang` (ds_config.json is the same in every language).
-    ValueError when DeepSpeed (or the scenario's framework) cannot express the scenario."""
+    """({file name: text}, notes), the words in `lang` (ds_config.json is the same in every language), with the
+    requirements.txt they were checked with. ValueError when DeepSpeed (or the scenario's framework) cannot express
+    the scenario."""
     files = framework_files(sc, options, lang)
-    if files is not None:
-        return files, []
-    ds = export_deepspeed(sc, options)
-    files = {DS_CONFIG_FILE: strict_json(ds.config),
-             TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),
-             ACCELERATE_FILE: accelerate_config(sc, lang=lang),
-             LAUNCH_SCRIPT: launch_script(sc, lang)}
-    return files, [n.render(lang) for n in ds.note_texts]
+    notes: list[str] = []
+    if files is None:
+        ds = export_deepspeed(sc, options)
+        files = {DS_CONFIG_FILE: strict_json(ds.config),
+                 TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),
+                 ACCELERATE_FILE: accelerate_config(sc, lang=lang),
+                 LAUNCH_SCRIPT: launch_script(sc, lang)}
+        notes = [n.render(lang) for n in ds.note_texts]
+    return {**files, REQUIREMENTS_FILE: requirements_text(sc, lang)}, notes
+
+
+def bundle_files(sc: Scenario, options: ExportOptions | None = None,
+                 lang: Lang = DEFAULT_LANG) -> tuple[dict[str, bytes], list[str]]:
+    """({relative path: UTF-8 bytes}, notes): the file set that `python -m calc export -o DIR` writes and the Export
+    page's .zip holds (export_bundle, encoded once)."""
+    files, notes = export_bundle(sc, options, lang)
+    return {name: text.encode("utf-8") for name, text in files.items()}, notes
+
+
+EXECUTABLE = (LAUNCH_SCRIPT,)  # written with mode 0o755, in the folder and in the .zip
+ZIP_DATE = (2020, 1, 1, 0, 0, 0)  # a fixed timestamp: the same scenario gives the same .zip, byte for byte
+
+
+def bundle_zip(files: dict[str, bytes], folder: str = "vramcalc-export") -> bytes:
+    """The bundle as one .zip (deflated), its files under `folder/`, launch.sh executable."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(f"{folder}/{name}", date_time=ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o100755 if name in EXECUTABLE else 0o100644) << 16
+            zf.writestr(info, data)
+    return out.getvalue()

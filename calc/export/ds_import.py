@@ -1,21 +1,26 @@
 """The other way round: an existing ds_config.json -> Scenario, so a user can ask "will my config fit?".
 
-Read: precision (bf16 / fp16 / torch_autocast blocks), train_batch_size / train_micro_batch_size_per_gpu /
-gradient_accumulation_steps (DeepSpeed's rule: train = micro x accumulation x data-parallel size; any two
-give the third), zero_optimization.stage, reduce_bucket_size and its offload_optimizer / offload_param devices,
-activation_checkpointing (number_checkpoints -> 1 in k layers), optimizer.type, tensor_parallel.autotp_size
-and pipeline.stages. Everything else a ds_config may hold (other bucket sizes, schedulers, logging) does not
-change what the estimate models; other bucket sizes that differ from calc.contract.parallel's are reported as a warning.
-A bad value raises ValueError naming the key.
+Three steps, each one function: the "auto" values are filled from the scenario as the Hugging Face Trainer fills them
+(calc.export.ds_auto); the config must pass DeepSpeed's own config validation (calc.export.ds_rules: unknown keys,
+types, bounds, the batch arithmetic); then what the estimate models is read: precision (bf16 / fp16 / torch_autocast
+blocks), train_batch_size / train_micro_batch_size_per_gpu / gradient_accumulation_steps (DeepSpeed's rule: train =
+micro x accumulation x data-parallel size; any two give the third), zero_optimization.stage, reduce_bucket_size and
+its offload_optimizer / offload_param devices (offload_param only at stage 3: below it DeepSpeed ignores it),
+activation_checkpointing (number_checkpoints -> 1 in k layers), optimizer.type, tensor_parallel.autotp_size and
+pipeline.stages. Everything else a ds_config may hold (schedulers, logging) does not change what the estimate models;
+other ZeRO bucket sizes that differ from calc.contract.parallel's are notes in the result, which the Export page and
+`python -m calc import-deepspeed` show beside what was filled. A bad value raises ValueError naming the key.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from calc.contract.boundary import excerpt, require
+from calc.contract.i18n import T_, Text
 from calc.contract.parallel import (
     ALLGATHER_BUCKET_ELEMENTS,
     STAGE3_MAX_LIVE_PARAMETERS,
@@ -23,7 +28,20 @@ from calc.contract.parallel import (
     STAGE3_PREFETCH_ELEMENTS,
 )
 from calc.contract.presets import cluster_presets, gpu_presets
-from calc.contract.scenario import Checkpointing, HardwareConfig, Offload, Optimizer, OptimizerImpl, Precision, Scenario
+from calc.contract.scenario import (
+    Checkpointing,
+    HardwareConfig,
+    Mode,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+    Scenario,
+)
+from calc.export.deepspeed import ExportOptions
+from calc.export.ds_auto import Filled, auto_keys, drop_auto, fill_auto
+from calc.export.ds_rules import PYDANTIC_BLOCKS, deepspeed_problem
+from calc.export.hf import trainer_arguments
 
 _ASSUMED = {
     "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS,
@@ -160,16 +178,81 @@ def _hardware(hardware: HardwareConfig | dict[str, Any] | str) -> HardwareConfig
     return HardwareConfig.model_validate(hardware)
 
 
+class DsImport(BaseModel):
+    """A ds_config read back: the scenario it describes, the config as DeepSpeed will read it ("auto" filled as the
+    Trainer fills it), what was filled, and the notes a page or the CLI shows beside the estimate."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scenario: Scenario
+    config: dict[str, Any]
+    filled: list[Filled] = Field(default_factory=list)
+    notes: list[Text] = Field(default_factory=list)
+
+
+def import_ds_config(ds_config: dict[str, Any], base: Scenario, options: ExportOptions | None = None,
+                     **training: Any) -> DsImport:
+    """Read `ds_config` for `base`'s model, hardware and sequence length. "auto" values are filled from `base` and
+    `options` as the Hugging Face Trainer fills them (calc.export.ds_auto); the result must pass DeepSpeed's own
+    config validation (calc.export.ds_rules) and the estimate's. `training` overrides or adds TrainingConfig fields
+    the config cannot carry (attention, lora, optimizer='adamw-8bit', activation_checkpointing='selective', ...).
+    ValueError (one line, naming the key) otherwise."""
+    if not isinstance(ds_config, dict):
+        raise ValueError(f"ds_config must be a JSON object, got {type(ds_config).__name__}")
+    hw = base.hardware
+    tp, pp = _parallel_sizes(ds_config)
+    gpus = _resolved_gpus(hw)
+    if gpus % (tp * pp):
+        raise ValueError(f"tensor_parallel.autotp_size x pipeline.stages = {tp * pp} does not divide the "
+                         f"{gpus} GPUs")
+    dp = gpus // (tp * pp)
+    train_base = base if base.mode == Mode.train else base.variant(mode=Mode.train)
+    cfg, filled = fill_auto(ds_config, trainer_arguments(train_base, options), dp, base.spec.hidden_size,
+                            (options or ExportOptions()).total_num_steps)
+    left = auto_keys(cfg)
+    read = drop_auto(cfg, PYDANTIC_BLOCKS)
+    fields = _training_fields(read, dp, base.spec.num_layers)
+    problem = deepspeed_problem(cfg, dp)
+    if problem is not None:
+        raise ValueError(f"DeepSpeed refuses this config: {problem}")
+    fields.update(seq_len=base.training.seq_len, tensor_parallel=tp, pipeline_parallel=pp)
+    fields.update(training)
+    sc = Scenario.model_validate({"model": base.model, "hardware": hw.model_dump(exclude_none=True),
+                                  "training": fields})
+    notes = _bucket_notes(_block(read, "zero_optimization"))
+    if left:
+        notes.append(T_("Left \"auto\" (not filled by the Trainer; DeepSpeed uses its defaults): {keys}",
+                        keys=", ".join(k if k.isprintable() and len(k) < 80 else excerpt(k, 80) for k in left)))
+    return DsImport(scenario=sc, config=cfg, filled=filled, notes=notes)
+
+
+def base_scenario(model: str | dict[str, Any], hardware: HardwareConfig | dict[str, Any] | str,
+                  seq_len: int = 2048) -> Scenario:
+    """The default training scenario of `model` on `hardware` (what fills "auto" when no scenario is given)."""
+    return Scenario.model_validate({"model": model, "hardware": _hardware(hardware).model_dump(exclude_none=True),
+                                    "training": {"seq_len": seq_len}})
+
+
 def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, Any],
                             hardware: HardwareConfig | dict[str, Any] | str, *, seq_len: int = 2048,
                             **training: Any) -> Scenario:
-    """Build the Scenario a ds_config describes on `hardware` for `model`. `training` overrides or adds
-    TrainingConfig fields the config cannot carry (attention, lora, optimizer='adamw-8bit',
-    activation_checkpointing='selective', ...)."""
-    if not isinstance(ds_config, dict):
-        raise ValueError(f"ds_config must be a JSON object, got {type(ds_config).__name__}")
-    hw = _hardware(hardware)
-    z = _block(ds_config, "zero_optimization")
+    """The Scenario a ds_config describes on `hardware` for `model` (import_ds_config over base_scenario)."""
+    return import_ds_config(ds_config, base_scenario(model, hardware, seq_len), **training).scenario
+
+
+def _parallel_sizes(cfg: dict[str, Any]) -> tuple[int, int]:
+    """(autotp_size or 1, pipeline.stages or 1): "auto" is DeepSpeed's default (no tensor parallelism; the stages of a
+    PipelineModule)."""
+    tp_block = {k: v for k, v in _block(cfg, "tensor_parallel").items() if v != "auto"}
+    tp = _int(tp_block, "autotp_size", "tensor_parallel.", lo=0) or 1
+    pp_raw = _block(cfg, "pipeline").get("stages", "auto")
+    pp = 1 if pp_raw == "auto" else _int({"stages": pp_raw}, "stages", "pipeline.")
+    return tp, pp or 1
+
+
+def _training_fields(cfg: dict[str, Any], dp: int, num_layers: int) -> dict[str, Any]:
+    """TrainingConfig fields from the config as DeepSpeed reads it (its remaining "auto" values dropped)."""
+    z = _block(cfg, "zero_optimization")
     stage = _int(z, "stage", "zero_optimization.", lo=0)
     stage = 0 if stage is None else stage
     if stage > 3:
@@ -179,44 +262,35 @@ def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, An
         off_opt = Offload.cpu  # the pre-0.3.15 spelling
     off_par = _offload(z, "offload_param")
     if off_par != Offload.none and stage != 3:
-        raise ValueError(f"zero_optimization.offload_param needs stage 3 (got stage {stage})")
+        raise ValueError(f"zero_optimization.offload_param needs stage 3 (got stage {stage}): DeepSpeed's stage "
+                         f"{stage} ignores it")
     if off_opt != Offload.none and stage == 0:
         raise ValueError("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (got stage 0)")
-    for key, assumed in _ASSUMED.items():
-        if key in z and z[key] != "auto" and z[key] != assumed:
-            warnings.warn(f"zero_optimization.{key} = {excerpt(z[key])}; the estimate assumes DeepSpeed's default "
-                          f"{assumed:,}", stacklevel=2)
-    tp = _int(_block(ds_config, "tensor_parallel"), "autotp_size", "tensor_parallel.", lo=0) or 1
-    pp_raw = _block(ds_config, "pipeline").get("stages", "auto")
-    pp = 1 if pp_raw == "auto" else _int({"stages": pp_raw}, "stages", "pipeline.")
-    gpus = _resolved_gpus(hw)
-    if gpus % (tp * (pp or 1)):
-        raise ValueError(f"tensor_parallel.autotp_size x pipeline.stages = {tp * (pp or 1)} does not divide the "
-                         f"{gpus} GPUs")
-    dp = gpus // (tp * (pp or 1))
-    mb, ga = _batch(ds_config, dp)
-    fields: dict[str, Any] = dict(micro_batch_size=mb, gradient_accumulation_steps=ga, seq_len=seq_len,
-                                  precision=_precision(ds_config), zero_stage=stage, offload_optimizer=off_opt,
-                                  offload_params=off_par, tensor_parallel=tp, pipeline_parallel=pp or 1)
-    if z.get("reduce_bucket_size", "auto") != "auto":
+    mb, ga = _batch(cfg, dp)
+    fields: dict[str, Any] = dict(micro_batch_size=mb, gradient_accumulation_steps=ga, precision=_precision(cfg),
+                                  zero_stage=stage, offload_optimizer=off_opt, offload_params=off_par)
+    if "reduce_bucket_size" in z:
         fields["reduce_bucket_size"] = _int(z, "reduce_bucket_size", "zero_optimization.")
-    opt = _optimizer(ds_config)
+    opt = _optimizer(cfg)
     if opt is not None:
         fields["optimizer"] = opt
-        impl = _optimizer_impl(ds_config, off_opt)
+        impl = _optimizer_impl(cfg, off_opt)
         if impl is not None:
             fields["optimizer_impl"] = impl
-    ac = _block(ds_config, "activation_checkpointing")
+    ac = _block(cfg, "activation_checkpointing")
     if ac:
         fields["activation_checkpointing"] = Checkpointing.full
         n = _int(ac, "number_checkpoints", "activation_checkpointing.")
         if n is not None:
-            from calc.contract.presets import resolve_model
+            fields["checkpoint_every"] = _every_from_checkpoints(n, num_layers)
+    return fields
 
-            fields["checkpoint_every"] = _every_from_checkpoints(n, resolve_model(model).num_layers)
-    fields.update(training)
-    return Scenario.model_validate({"model": model, "hardware": hw.model_dump(exclude_none=True),
-                                    "training": fields})
+
+def _bucket_notes(z: dict[str, Any]) -> list[Text]:
+    """The other ZeRO buffer sizes the estimate assumes at DeepSpeed's defaults: one note each that differs."""
+    return [T_("zero_optimization.{key} = {value}; the estimate assumes DeepSpeed's default {assumed}", key=key,
+               value=excerpt(z[key]), assumed=f"{assumed:,}")
+            for key, assumed in _ASSUMED.items() if key in z and z[key] != assumed]
 
 
 def _resolved_gpus(hw: HardwareConfig) -> int:

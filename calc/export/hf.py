@@ -147,7 +147,11 @@ _SCRIPT_WORDS: dict[str, str] = {
                   "--dataset it trains on generated random tokens; --dataset FILE.jsonl reads {{\"input_ids\": "
                   "[...]}} lines.\n--model_config config.json builds that architecture with random weights "
                   "instead of {source}."),
-    "t_quant": N_("bitsandbytes BitsAndBytesConfig kwargs for a QLoRA base (needs a CUDA GPU)"),
+    "t_quant": N_("bitsandbytes BitsAndBytesConfig kwargs for a QLoRA base"),
+    "t_quantize": N_("A QLoRA base built from a config: from_config takes no quantization_config, so every nn.Linear\n"
+                     "    and Conv1D but the modules transformers keeps in full (lm_head, tied weights) becomes the\n"
+                     "    bitsandbytes layer from_pretrained's BitsAndBytesConfig makes (transformers'\n"
+                     "    replace_with_bnb_linear), its weight quantized from the random one."),
     "t_steps": N_("optimizer steps the generated dataset covers when --max_steps is not given"),
     "t_help_dataset": N_("JSON lines of {'input_ids': [...]}"),
     "t_help_config": N_("config.json: random weights"),
@@ -253,15 +257,49 @@ def build_model(script):
         with open(script.model_config) as fh:
             cfg = json.load(fh)
     kwargs = {{"attn_implementation": ATTENTION, "dtype": DTYPE}}
-    if QUANTIZATION is not None:
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(**QUANTIZATION)
     if cfg is None:
+        if QUANTIZATION is not None:
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(**QUANTIZATION)
         return AutoModelForCausalLM.from_pretrained(MODEL_ID, **kwargs)
     cfg = {{k: v for k, v in cfg.items() if k not in CHECKPOINT_KEYS}}
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    return AutoModelForCausalLM.from_config(config, **kwargs)
+    model = AutoModelForCausalLM.from_config(config, **kwargs)
+    return model if QUANTIZATION is None else quantize_linear_layers(model)
+
+
+def quantize_linear_layers(model):
+    """{t_quantize}"""
+    import bitsandbytes as bnb
+    from transformers.pytorch_utils import Conv1D
+    from transformers.quantizers.base import get_keys_to_not_convert
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    device = f"cuda:{{int(os.environ.get('LOCAL_RANK', '0'))}}" if torch.cuda.is_available() else "cpu"
+    skip = get_keys_to_not_convert(model) + list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    q = QUANTIZATION
+    for name, module in list(model.named_modules()):
+        if not should_convert_module(name, skip) or not (isinstance(module, Conv1D) or type(module) is torch.nn.Linear):
+            continue
+        weight = module.weight.data.T if isinstance(module, Conv1D) else module.weight.data  # Conv1D: in x out
+        out_features, in_features = weight.shape
+        bias = module.bias is not None
+        if q.get("load_in_8bit"):
+            new = bnb.nn.Linear8bitLt(in_features, out_features, bias=bias, has_fp16_weights=False, threshold=6.0)
+            new.weight = bnb.nn.Int8Params(weight.contiguous(), requires_grad=False, has_fp16_weights=False)
+        else:
+            kind, double = q["bnb_4bit_quant_type"], q["bnb_4bit_use_double_quant"]
+            new = bnb.nn.Linear4bit(in_features, out_features, bias=bias, quant_type=kind, compress_statistics=double,
+                                    compute_dtype=getattr(torch, q["bnb_4bit_compute_dtype"]))
+            new.weight = bnb.nn.Params4bit(weight.contiguous(), requires_grad=False, quant_type=kind,
+                                           compress_statistics=double)
+        if bias:
+            new.bias = torch.nn.Parameter(module.bias.data, requires_grad=False)
+        new.source_cls = type(module)  # as transformers marks it (peft reads the original class)
+        model.set_submodule(name, new.to(device))  # bitsandbytes quantizes the weight as it moves
+    model.is_loaded_in_8bit, model.is_loaded_in_4bit = bool(q.get("load_in_8bit")), bool(q.get("load_in_4bit"))
+    return model
 
 
 def report_parameters(model):

@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 
 from calc.contract.scenario import Scenario
-from calc.export import ExportOptions, accelerate_config, export_deepspeed, scenario_from_ds_config, trainer_snippet
+from calc.export import (
+    ExportOptions,
+    accelerate_config,
+    bundle_files,
+    export_deepspeed,
+    import_ds_config,
+    trainer_snippet,
+)
 from calc.memory.engine import estimate
 from calc.memory.verdict import headline
 from calc.recommend import fastest_fitting
@@ -32,7 +39,10 @@ def check_export(at, target: Scenario, opts: ExportOptions | None = None) -> Non
     assert accelerate_config(target).strip() in _codes(at, "yaml")
     assert any("accelerate launch --config_file accelerate.yaml" in c for c in _codes(at, "bash"))
     labels = [b.label for b in at.get("download_button")]
-    assert "Download ds_config.json" in labels
+    assert "Download ds_config.json" in labels and "Download all files (.zip)" in labels
+    files, _ = bundle_files(target, opts)
+    assert "The same files as `python -m calc export SCENARIO -o DIR`: " + ", ".join(f"`{n}`" for n in files) \
+        in all_text(at)
     est = estimate(target)
     assert f"device total {fmt.gib(est.device_total_bytes.expected)} expected per GPU" in all_text(at)
     for note in ds.notes:
@@ -94,8 +104,7 @@ def test_import_a_ds_config():
     box.set_value(json.dumps(cfg))
     at.run()
     assert_clean(at)
-    imported = scenario_from_ds_config(cfg, base.model, base.hardware, seq_len=base.training.seq_len,
-                                       attention=base.training.attention.value)
+    imported = import_ds_config(cfg, base, ExportOptions(), attention=base.training.attention.value).scenario
     est = estimate(imported)
     assert f"This config: **{headline(est.verdict)}**" in all_text(at)
     [b for b in at.button if b.key == "exp_import_use"][0].click()
@@ -105,10 +114,29 @@ def test_import_a_ds_config():
     assert [s for s in at.selectbox if s.key == "sc_zero"][0].value == 3
 
 
+def test_the_hugging_face_config_imports_and_says_what_it_filled():
+    """The ZeRO-3 config of the Hugging Face DeepSpeed guide ("auto" everywhere) is read in one go; the page lists
+    each filled value with its source and the notes (left "auto", other bucket sizes)."""
+    from tests.calc.export.test_ds_auto import HF_ZERO2
+
+    at = open_app("export")
+    [t for t in at.text_area if t.key == "exp_import_text"][0].set_value(json.dumps(HF_ZERO2))
+    at.run()
+    assert_clean(at)
+    assert not [e.value for e in at.error if "pasted config" in e.value]  # (the verdict boxes may be errors)
+    text = all_text(at)
+    base = scenario(at)
+    assert "Filled in for \"auto\"" in text and f"`train_micro_batch_size_per_gpu` = `{base.training.micro_batch_size}`" \
+        in text and "TrainingArguments.per_device_train_batch_size of this scenario" in text
+    assert "allgather_bucket_size = 200000000.0" in text  # the note a warning used to hide
+    assert "This config: **" in text
+
+
 def test_import_errors_name_the_key():
     at = open_app("export")
     for text, message in (('{"zero_optimization": {"stage": 7}, "train_batch_size": 8}', "zero_optimization.stage"),
-                          ('{"train_batch_size": "auto"}', "train_batch_size is 'auto'"),
+                          ('{"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_comms": true}}',
+                           "DeepSpeed refuses this config: zero_optimization.overlap_comms: Extra inputs"),
                           ('{"zero_optimization": ', "not valid JSON"),
                           (json.dumps({**export_deepspeed(ZERO3).config, "train_batch_size": 8}),
                            "train_batch_size 8 != ")):
@@ -152,7 +180,7 @@ def test_litgpt_scenario_exports_its_command_line():
     assert_clean(at)
     assert litgpt_launch_script(LITGPT_FULL, ExportOptions()).strip() in _codes(at, "bash")
     assert "litgpt finetune_full" in _codes(at, "bash")[0]
-    assert [b.label for b in at.get("download_button")] == ["Download launch.sh"]
+    assert [b.label for b in at.get("download_button")] == ["Download launch.sh", "Download all files (.zip)"]
 
 
 def test_what_torchtune_cannot_say_is_named_on_the_page():

@@ -32,6 +32,7 @@ from calc.export import (
     deepspeed_config,
     export_bundle,
     export_deepspeed,
+    import_ds_config,
     launch_lines,
     launch_script,
     scenario_from_ds_config,
@@ -300,7 +301,10 @@ def test_import_a_hand_written_config():
 
 @pytest.mark.parametrize(("cfg", "key"), [
     ({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 5}}, "zero_optimization.stage"),
-    ({"train_micro_batch_size_per_gpu": "auto"}, "train_micro_batch_size_per_gpu"),
+    ({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "overlap_comms": True}},
+     "zero_optimization.overlap_comms"),
+    ({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e20}},
+     "zero_optimization.reduce_bucket_size"),
     ({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1},
      "train_batch_size"),
     ({"gradient_accumulation_steps": 2}, "train_batch_size or train_micro_batch_size_per_gpu"),
@@ -324,12 +328,15 @@ def test_import_bad_configs_name_the_key(cfg, key):
     assert key in str(ei.value)
 
 
-def test_import_rejects_non_dicts_and_warns_on_other_buckets():
+def test_import_rejects_non_dicts_and_notes_other_buckets():
     with pytest.raises(ValueError, match="JSON object"):
         scenario_from_ds_config([1, 2], MODEL, HW)  # type: ignore[arg-type]
     cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "allgather_bucket_size": 2e8}}
-    with pytest.warns(UserWarning, match="allgather_bucket_size"):
-        scenario_from_ds_config(cfg, MODEL, HW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a note in the result, not a warning nobody shows
+        result = import_ds_config(cfg, scen())
+    assert [str(n) for n in result.notes] == ["zero_optimization.allgather_bucket_size = 200000000.0; the estimate "
+                                              "assumes DeepSpeed's default 500,000,000"]
 
 
 def test_reduce_bucket_size_is_read_and_written():
@@ -480,7 +487,7 @@ def test_cli_export_writes_the_whole_bundle(tmp_path):
     assert r.returncode == 0, r.stderr
     files, notes = export_bundle(sc, ExportOptions(warmup_steps=10))
     assert sorted(p.name for p in out.iterdir()) == sorted(files) == ["accelerate.yaml", "ds_config.json",
-                                                                      "launch.sh", "train.py"]
+                                                                      "launch.sh", "requirements.txt", "train.py"]
     for name, text in files.items():
         assert (out / name).read_text() == text
     assert r.stdout.split() == [str(out / name) for name in files]

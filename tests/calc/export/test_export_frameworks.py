@@ -124,7 +124,7 @@ def test_torchtune_refuses_what_its_recipe_cannot_say(training, words):
 def test_bundle_and_cli_write_the_framework_files(tmp_path):
     from calc.cli.main import main
 
-    for sc, names in ((tt(), {TORCHTUNE_FILE, "launch.sh"}), (lit(), {"launch.sh"})):
+    for sc, names in ((tt(), {TORCHTUNE_FILE, "launch.sh", "requirements.txt"}), (lit(), {"launch.sh", "requirements.txt"})):
         path = tmp_path / f"{sc.training.framework}.json"
         path.write_text(sc.model_dump_json())
         out = tmp_path / sc.training.framework

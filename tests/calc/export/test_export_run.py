@@ -275,3 +275,38 @@ def test_measure_engine_deepspeed_records_the_exported_run(tmp_path):
     r = subprocess.run([sys.executable, "-m", "measure", str(tmp_path / "s.json"), "--device", "fake", "--engine",
                         "deepspeed"], capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "--engine deepspeed runs with --device cpu" in r.stderr
+
+
+# ---- QLoRA from a config (random weights) --------------------------------------------------------
+
+QLORA = [pytest.param("llama-3.2-1b", dict(base_weights="nf4", double_quant=True), id="llama-nf4-double-quant"),
+         pytest.param("gpt2", dict(base_weights="int8"), id="gpt2-conv1d-int8")]
+
+
+@pytest.mark.parametrize(("preset", "lora"), QLORA)
+def test_qlora_script_runs_from_a_config(tmp_path, preset, lora):
+    """transformers' from_config takes no quantization_config: the exported train.py quantizes the built model's
+    linear layers with bitsandbytes itself (bitsandbytes 0.50's 4-bit and 8-bit layers run on the CPU) and trains
+    the adapters for two steps."""
+    import importlib.util
+
+    import bitsandbytes as bnb
+
+    sc = scenario(preset, 1, precision="amp-bf16", lora={"rank": 8, **lora})
+    files, _ = export_bundle(sc)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("exported_train", tmp_path / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    model = train.build_model(train.ScriptArguments())
+    layer = bnb.nn.Linear4bit if lora["base_weights"] == "nf4" else bnb.nn.Linear8bitLt
+    quantized = [n for n, m in model.named_modules() if isinstance(m, layer)]
+    per_layer = 7 if preset != "gpt2" else 4  # q k v o gate up down; GPT-2's c_attn c_proj c_fc mlp.c_proj
+    assert len(quantized) == per_layer * 2 and not any("lm_head" in n for n in quantized), quantized
+    cmd = [sys.executable, "train.py", "--max_steps", "2", "--use_cpu", "true"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    losses = [float(x) for x in re.findall(r"'loss': '([^']+)'", out)]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), out[-2000:]
