@@ -7,11 +7,13 @@ filled for "auto" with its source and the notes."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from calc.cli.options import force_option
 from calc.contract.boundary import load_scenario, read_json, short
 from calc.contract.errors import UserError
+from calc.contract.files import write_file
+from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
 
 
@@ -23,6 +25,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", help="GPU or cluster preset id (instead of --scenario)")
     p.add_argument("--seq-len", type=int, default=2048, help="sequence length with --model (default 2048)")
     p.add_argument("-o", "--output", help="write the scenario JSON here instead of stdout")
+    force_option(p)
 
 
 def _base(args: argparse.Namespace) -> Scenario:
@@ -46,15 +49,11 @@ def run(args: argparse.Namespace) -> int:
     result = import_ds_config(read_json(args.ds_config), base)
     text = result.scenario.model_dump_json(indent=2, exclude_defaults=True) + "\n"
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_file(args.output, text, force=args.force)
     else:
         sys.stdout.write(text)
     for f in result.filled:
-        print(short(f"filled \"auto\": {f.key} = {json.dumps(f.value)} ({f.source})"), file=sys.stderr)
+        print(short(f"filled \"auto\": {f.key} = {strict_json(f.value, indent=None)} ({f.source})"), file=sys.stderr)
     for n in result.notes:
         print(short(f"note: {n}"), file=sys.stderr)
     return 0

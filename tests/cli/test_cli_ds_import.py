@@ -56,3 +56,19 @@ def test_refused_configs_are_one_line_exit_2(tmp_path, capsys):
     assert main(["import-deepspeed", "-", "--scenario", "-"]) == 2
     assert main(["import-deepspeed", "x.json", "--model", "gpt2"]) == 2
     assert "--model and --hardware" in capsys.readouterr().err
+
+
+def test_the_output_file_is_written_by_the_safe_writer(tmp_path, capsys):
+    """-o never writes through a symlink and replaces a file only with --force (calc.contract.files)."""
+    cfg = _write(tmp_path, "ds.json", HF_ZERO3)
+    args = ["import-deepspeed", cfg, "--model", "llama-3.1-8b", "--hardware", "8x-a100-80gb"]
+    target = tmp_path / "elsewhere.json"
+    (tmp_path / "link.json").symlink_to(target)
+    assert main([*args, "-o", str(tmp_path / "link.json")]) == 2
+    assert not target.exists()
+    out = tmp_path / "scenario.json"
+    assert main([*args, "-o", str(out)]) == 0
+    assert main([*args, "-o", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main([*args, "-o", str(out), "--force"]) == 0
+    Scenario.model_validate_json(out.read_text())

@@ -21,7 +21,7 @@ from calc.contract.scenario import Scenario
 from calc.export import ExportOptions, accelerate_config, export_bundle, launch_lines, node_layout_problem
 
 SCENARIO = {"model": "gpt2", "hardware": {"gpu": "a100-80gb"}, "training": {"zero_stage": 2, "precision": "bf16-mixed"}}
-BUNDLE = ["accelerate.yaml", "ds_config.json", "launch.sh", "train.py"]
+BUNDLE = ["accelerate.yaml", "ds_config.json", "launch.sh", "requirements.txt", "train.py"]
 # every kind of character a terminal obeys: ESC (a colour, a window title), BEL, CR, backspace, a C1 CSI, DEL, the
 # right-to-left override and an isolate
 HOSTILE = "x\x1b[31mred\x1b]0;title\x07\r\x08\x9b2J\x7f\u202eevil\u2066"
@@ -82,7 +82,7 @@ def test_an_existing_bundle_is_replaced_only_with_force(tmp_path, scenario_file,
     (out / "train.py").write_text("my edits")
     code, err = export(scenario_file, out, capsys=capsys)
     assert code == 2 and err.count("\n") == 1
-    assert "already holds ds_config.json, train.py, accelerate.yaml, launch.sh: give --force" in err
+    assert "already holds ds_config.json, train.py, accelerate.yaml, launch.sh, requirements.txt: give --force" in err
     assert (out / "train.py").read_text() == "my edits"
     assert export(scenario_file, out, "--force", capsys=capsys)[0] == 0
     files, _ = export_bundle(Scenario.model_validate(SCENARIO))
