@@ -401,7 +401,8 @@ for rec in recipe_rows():
     st.markdown(fmt.table([{_("recipe"): tr(r["label"]), _("device total per GPU"): g(r["run"]["device"]),
                _("host RAM per node"): g(r["run"]["cpu_ram"]), _("verdict"): verdict(r["run"]["verdict"]),
                _("tokens/s per GPU"): "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
-               _("why"): fmt.plain(tr(r["note"]))} for r in rec["rows"]]))
+               _("why"): fmt.plain(tr(r["note"]) + (" " + say(r["host_words"]) if r["host_words"] else ""))}
+              for r in rec["rows"]]))
 
 # ---- model size x hardware ------------------------------------------------------------------
 header(12)

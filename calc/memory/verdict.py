@@ -73,7 +73,7 @@ def gib_short(n_bytes: int) -> str:
     return (text[:-3] if text.endswith(".00") else text) + " GiB"
 
 
-_RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
+RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
 
 
 def _reason_words(resource: Resource, needed: int, available: int | None) -> tuple[str, dict[str, str]]:
@@ -173,10 +173,10 @@ def short(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
     if v.fits:
         return translate(N_("fits"), lang)
     bad = [lim for lim in v.limits if lim.fits is (False if v.fits is False else None)]
-    what = translate(N_(", "), lang).join(translate(_RESOURCE_NAMES[lim.resource], lang) for lim in bad)
+    what = translate(N_(", "), lang).join(translate(RESOURCE_NAMES[lim.resource], lang) for lim in bad)
     return (translate(N_("does not fit ({what})"), lang, what=what) if v.fits is False
             else translate(N_("unknown ({what})"), lang, what=what))
 
 
-__all__ = ["Limit", "LimitFields", "Resource", "Verdict", "VerdictFields", "gib_short", "gpu_headroom", "headline",
+__all__ = ["RESOURCE_NAMES", "Limit", "LimitFields", "Resource", "Verdict", "VerdictFields", "gib_short", "gpu_headroom", "headline",
            "make_verdict", "reason_texts", "short", "verdict_data"]
