@@ -107,9 +107,10 @@ if steps:
                   key="rec_apply_waterfall", on_click=_use, args=(first.scenario,))
 
 # ---- ranked configurations ---------------------------------------------------------------
-st.header(_("Fastest configurations that fit"))
-st.caption(_("Ranked by tokens/s among configurations that fit every limit: GPU memory with 10 % kept free, and "
-             "the node's host RAM and NVMe for offload. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
+st.header(_("Fastest configurations"))
+st.caption(_("Ranked by tokens/s among configurations that fit every known limit: GPU memory with 10 % kept free, "
+             "and the node's host RAM and NVMe for offload; where the node's figure is not given, the row says what "
+             "it needs. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
              "separately, so both questions get an answer: can I train every weight, and what trains fast?"))
 allow = st.toggle(_("Allow 8-bit AdamW or pure bf16 states (or QLoRA for a LoRA scenario) when nothing else fits"),
                   key="rec_allow")
