@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.memory.host import host_ram_words
 from calc.memory.result import phase_name
+from calc.memory.verdict import RESOURCE_NAMES
 from ui import calibration, compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
@@ -98,6 +100,12 @@ with off_col:
         st.metric(_("CPU RAM needed per node (GiB)"), fmt.gib(est.cpu_ram_bytes),
                   help=fmt.bytes_exact(est.cpu_ram_bytes))
         st.metric(_("NVMe space needed per node (GiB)"), fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
+        host_mem = est.host_memory
+        st.markdown(fmt.table([{_("part (per rank)"): fmt.plain(tr(p.label)), _("where"): tr(RESOURCE_NAMES[p.where]),
+                                _("needed"): fmt.gib(p.allocated_bytes), _("asked"): fmt.gib(p.requested_bytes),
+                                _("source"): fmt.plain(p.source)} for p in host_mem.parts]))
+        if (node_words := host_ram_words(host_mem)) is not None:
+            st.caption(say(node_words))
         for lim in est.verdict.limits:
             if lim.resource == "gpu":
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.i18n import N_
+from calc.recommend import per_step_words
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
@@ -49,10 +50,11 @@ for box, (name, est), (col, cand) in zip(st.columns(len(items)), items, chosen, 
     verdict_ui.box(box, est.verdict, f"**{name}**",
                    _("device total {size} per GPU", size=fmt.gib(est.device_total_bytes.expected)))
     if col.fastest and cand is not None:
-        fields = dict(config=say(cand.label), tps=f"{cand.tokens_per_s_per_gpu:,.0f}")
-        box.caption(_("Configuration: {config}; {tps} tokens/s per GPU (adapters: full fine-tuning does not fit this "
-                      "hardware at a practical speed).", **fields) if cand.method_change else
-                    _("Configuration: {config}; {tps} tokens/s per GPU.", **fields))
+        fields = dict(config=say(cand.label), tps=f"{cand.tokens_per_s_per_gpu:,.0f}",
+                      batch=say(per_step_words(cand.global_batch_tokens)))
+        box.caption(_("Configuration: {config}; {tps} tokens/s per GPU {batch} (adapters: full fine-tuning does not "
+                      "fit this hardware at a practical speed).", **fields) if cand.method_change else
+                    _("Configuration: {config}; {tps} tokens/s per GPU {batch}.", **fields))
     elif col.fastest:
         box.caption(_("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it."))
 

@@ -10,12 +10,11 @@ from calc.contract.presets import cluster_presets, gpu_presets, model_presets
 from calc.memory.verdict import headline as verdict_headline
 from calc.memory.verdict import short as verdict_short
 from calc.recommend import (
-    TABLE_BATCH_TOKENS,
-    TABLE_GLOBAL_BATCH_TOKENS,
     TABLE_HARDWARE,
     TABLE_MODELS,
     TABLE_SEQ_LEN,
     TABLE_SEQ_LENS,
+    per_step_words,
     speed_ratio_words,
     table_assumptions,
     usable_bytes,
@@ -108,9 +107,10 @@ if steps:
                   key="rec_apply_waterfall", on_click=_use, args=(first.scenario,))
 
 # ---- ranked configurations ---------------------------------------------------------------
-st.header(_("Fastest configurations that fit"))
-st.caption(_("Ranked by tokens/s among configurations that fit every limit: GPU memory with 10 % kept free, and "
-             "the node's host RAM and NVMe for offload. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
+st.header(_("Fastest configurations"))
+st.caption(_("Ranked by tokens/s among configurations that fit every known limit: GPU memory with 10 % kept free, "
+             "and the node's host RAM and NVMe for offload; where the node's figure is not given, the row says what "
+             "it needs. Full fine-tuning and adapters (LoRA / QLoRA) are searched "
              "separately, so both questions get an answer: can I train every weight, and what trains fast?"))
 allow = st.toggle(_("Allow 8-bit AdamW or pure bf16 states (or QLoRA for a LoRA scenario) when nothing else fits"),
                   key="rec_allow")
@@ -134,13 +134,14 @@ if rec is not None:
         if not cands:
             continue
         st.markdown(fmt.table([{"#": c.rank, _("configuration"): fmt.plain(say(c.label)),
-                               _("tokens/s per GPU"): f"{c.tokens_per_s_per_gpu:,.0f}", _("step"): f"{c.step_s:,.3g} s",
+                               _("tokens/s per GPU"): f"{c.tokens_per_s_per_gpu:,.0f}",
+                               _("tokens per step"): f"{c.global_batch_tokens:,}", _("step"): f"{c.step_s:,.3g} s",
                                _("device total"): fmt.gib(c.device_total_expected_bytes),
                                _("CPU RAM per node"): fmt.gib(c.cpu_ram_bytes), _("verdict"): short(c.verdict),
                                _("method change"): _("yes") if c.method_change else ""} for c in cands]))
         unknown = [c for c in cands if c.verdict.fits is None]
         if unknown:
-            st.caption(f"#{unknown[0].rank}: {headline(unknown[0].verdict)}.")
+            st.info(f"#{unknown[0].rank}: {headline(unknown[0].verdict)}.", icon=":material/help:")
         pick = st.selectbox(_("Configuration"), [c.rank for c in cands], key=f"rec_pick_{g.group}",
                             format_func=lambda r, cs=cands: f"#{r}: {say(cs[r - 1].label)}")
         st.button(_("Use configuration #{rank} as the scenario", rank=pick), key=f"rec_apply_{g.group}", on_click=_use,
@@ -153,13 +154,11 @@ if rec is not None:
 
 # ---- model x hardware --------------------------------------------------------------------
 st.header(_("Model size x hardware"))
-c1, c2 = st.columns(2)
 st.session_state.setdefault("rec_seq", TABLE_SEQ_LEN)
-st.session_state.setdefault("rec_batch", TABLE_GLOBAL_BATCH_TOKENS)
-seq = c1.selectbox(_("Sequence length (tokens)"), TABLE_SEQ_LENS, key="rec_seq")
-batch = c2.selectbox(_("Global batch (tokens per optimizer step)"), TABLE_BATCH_TOKENS,
-                     key="rec_batch", format_func=lambda n: f"{n:,}")
-seq_len, batch_tokens = int(seq or TABLE_SEQ_LEN), int(batch or TABLE_GLOBAL_BATCH_TOKENS)
+seq = st.selectbox(_("Sequence length (tokens)"), TABLE_SEQ_LENS, key="rec_seq")
+seq_len, batch_tokens = int(seq or TABLE_SEQ_LEN), sc.training.global_batch_tokens  # the sidebar's global batch
+st.markdown(_("Every cell's speed is {batch}, the global batch set in the sidebar.",
+              batch=say(per_step_words(batch_tokens))))
 models, gpus, clusters = model_presets(), gpu_presets(), cluster_presets()
 
 

@@ -10,6 +10,7 @@ from calc.contract.i18n import N_
 from calc.evidence.claims import article_batch_formula
 from calc.memory.result import CATEGORY_LABELS
 from calc.memory.verdict import Verdict, short
+from calc.recommend import per_step_words
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui.explain import lesson_plots as xcharts
@@ -401,8 +402,10 @@ for rec in recipe_rows():
     st.caption(tr(rec["setting"]))
     st.markdown(fmt.table([{_("recipe"): tr(r["label"]), _("device total per GPU"): g(r["run"]["device"]),
                _("host RAM per node"): g(r["run"]["cpu_ram"]), _("verdict"): verdict(r["run"]["verdict"]),
-               _("tokens/s per GPU"): "—" if not r["speed"] else f"{r['speed']['tokens_per_s_per_gpu']:,.0f}",
-               _("why"): fmt.plain(tr(r["note"]))} for r in rec["rows"]]))
+               _("tokens/s per GPU"): "—" if not r["speed"] else
+               f"{r['speed']['tokens_per_s_per_gpu']:,.0f} ({say(per_step_words(r['tokens_per_step']))})",
+               _("why"): fmt.plain(tr(r["note"]) + (" " + say(r["host_words"]) if r["host_words"] else ""))}
+              for r in rec["rows"]]))
 
 # ---- model size x hardware ------------------------------------------------------------------
 header(12)

@@ -21,6 +21,7 @@ from calc.export import (
     node_layout_problem,
     trainer_snippet,
 )
+from calc.recommend import per_step_words
 from ui import compute, fmt, state
 from ui import verdict_box as verdict_ui
 from ui.language import _, current, say, tr
@@ -52,8 +53,8 @@ if source == "recommended":
     else:
         if best is not None:
             target = best.scenario
-            st.markdown(_("Recommended: **{label}** ({speed} tokens/s per GPU).", label=best.label,
-                          speed=f"{best.tokens_per_s_per_gpu:,.0f}"))
+            st.markdown(_("Recommended: **{label}** ({speed} tokens/s per GPU {batch}).", label=say(best.label),
+                          speed=f"{best.tokens_per_s_per_gpu:,.0f}", batch=say(per_step_words(best.global_batch_tokens))))
         else:
             st.warning(_("Nothing fits this hardware, not even QLoRA (see the Recommend page); exporting the current "
                          "scenario."), icon=":material/warning:")
@@ -86,8 +87,9 @@ def _verdict_and_speed() -> None:
     speed = compute.speed(target)
     total = fmt.gib(est.device_total_bytes.expected)
     detail = _("device total {total} expected per GPU", total=total) if speed is None else \
-        _("device total {total} expected per GPU; about {speed} tokens/s per GPU, {step} s per step",
-          total=total, speed=f"{speed.tokens_per_s_per_gpu:,.0f}", step=f"{speed.step_s:,.3g}")
+        _("device total {total} expected per GPU; about {speed} tokens/s per GPU {batch}, {step} s per step",
+          total=total, speed=f"{speed.tokens_per_s_per_gpu:,.0f}", step=f"{speed.step_s:,.3g}",
+          batch=say(per_step_words(speed.tokens_per_step)))
     verdict_ui.box(st, est.verdict, _("{model} on {hardware}", model=target.spec.name or target.spec.family,
                                       hardware=hardware_name(target)), detail)
 

@@ -207,13 +207,22 @@ def readme_verdict() -> str:
     """The README's verdict example: the scenario, and the verdict `python -m calc estimate` gives it."""
     from calc.contract.scenario import Scenario
     from calc.memory.engine import estimate
+    from calc.memory.host import host_ram_words
 
-    verdict = estimate(Scenario.model_validate(VERDICT_EXAMPLE)).verdict.model_dump(mode="json")
+    est = estimate(Scenario.model_validate(VERDICT_EXAMPLE))
+    verdict = est.verdict.model_dump(mode="json")
     limits = ",\n                       ".join(json.dumps(limit) for limit in verdict["limits"])
+    host = est.host_memory
+    parts = ",\n                      ".join(json.dumps({k: getattr(p, k) for k in (
+        "key", "requested_bytes", "allocated_bytes", "pinned_tensors")}) for p in host.parts)
     return (f"For `{json.dumps(VERDICT_EXAMPLE)}`:\n\n```json\n"
             f'"verdict": {{"fits": {json.dumps(verdict["fits"])},\n'
             f'            "limits": [{limits}],\n'
-            f'            "reasons": {json.dumps(verdict["reasons"], ensure_ascii=False)}}}\n```')
+            f'            "reasons": {json.dumps(verdict["reasons"], ensure_ascii=False)}}},\n'
+            f'"host_memory": {{"parts": [{parts}],\n'
+            f'                "ranks_per_node": {host.ranks_per_node}, '
+            f'"ram_per_node_bytes": {host.ram_per_node_bytes}, "decided_by": "{host.decided_by}"}}\n```\n\n'
+            f"({host_ram_words(host)}; each part's `source` names the DeepSpeed code that allocates it.)")
 
 
 def accuracy_sets(all_runs: list[Run]) -> str:

@@ -60,6 +60,7 @@ URL_FIELDS: dict[str, tuple[str, ...]] = {
     "mbs": ("training", "micro_batch_size"),
     "seq": ("training", "seq_len"),
     "ga": ("training", "gradient_accumulation_steps"),
+    "gbt": ("training", "global_batch_tokens"),
     "prec": ("training", "precision"),
     "opt": ("training", "optimizer"),
     "impl": ("training", "optimizer_impl"),

@@ -82,7 +82,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "parallel": ("tensor_parallel", "pipeline_parallel", "sequence_parallel", "expert_parallel", "num_gpus"),
     "savers": ("offload", "zero_stage", "checkpoint"),
     "precision": ("optimizer", "precision", "adamw-8bit"),
-    "batch": ("micro_batch", "seq_len", "gradient_accumulation"),
+    "batch": ("micro_batch", "seq_len", "gradient_accumulation", "global_batch"),
 }
 
 
@@ -176,6 +176,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_mbs": t.micro_batch_size,
         "sc_seq": t.seq_len,
         "sc_ga": t.gradient_accumulation_steps,
+        "sc_gbt": t.global_batch_tokens,
         "sc_precision": t.precision.value,
         "sc_optimizer": t.optimizer.value,
         "sc_impl": t.optimizer_impl.value,
@@ -440,6 +441,10 @@ def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -
         if training:
             tc["gradient_accumulation_steps"] = int(st.number_input(_("Gradient accumulation steps"), 1, 65536,
                                                                     step=1, key="sc_ga"))
+            tc["global_batch_tokens"] = int(st.number_input(
+                _("Global batch (tokens per optimizer step)"), 1, 2**40, step=2**16, key="sc_gbt",
+                help=_("The batch Recommend reaches (micro-batch x accumulation x GPUs) and every speed is quoted at. "
+                       "262,144 (128 x 2,048) is a common fine-tuning batch; pre-training uses 1-4 million.")))
             tc["keep_outputs"] = bool(st.checkbox(
                 tr(KEEP_OUTPUTS_LABEL), key="sc_keep",
                 help=_("Off: HF Trainer's `loss = model(...).loss` frees the logits before backward. On: "

@@ -115,5 +115,14 @@ def format_table(est: Estimate, lang: Lang = DEFAULT_LANG) -> str:
     if est.cpu_ram_bytes or est.nvme_bytes:
         rows.append((N_("offload (per node)"), translate(N_("CPU RAM {ram}, NVMe {nvme}"), lang,
                                                          ram=fmt_gib(est.cpu_ram_bytes), nvme=fmt_gib(est.nvme_bytes))))
+        h = est.host_memory
+        for part in h.parts:  # per rank, as the host gives it (JSON: host_memory)
+            rows.append(("  " + translate(part.label, lang), translate(
+                N_("{size} per rank ({where})"), lang, size=fmt_gib(part.allocated_bytes),
+                where=translate(N_("host RAM") if part.where == "host_ram" else N_("NVMe"), lang))))
+        if h.ram_per_node_bytes:
+            rows.append(("  " + N_("host RAM per node"), translate(
+                N_("{ranks} ranks x {per_rank} (the larger of the offload buffers and the model's loading)"), lang,
+                ranks=str(h.ranks_per_node), per_rank=fmt_gib(h.ram_per_node_bytes // h.ranks_per_node))))
     rows.append((N_("verdict"), headline(est.verdict, lang)))
     return rows_text(rows, lang) + "\n" + translate(N_("(1 GiB = 2^30 bytes)"), lang)

@@ -12,6 +12,7 @@ from calc.memory.verdict import short
 from calc.recommend.models import Recommendation, RecommendRequest
 from calc.recommend.phrase import pad, render
 from calc.recommend.search import recommend
+from calc.recommend.words import per_gpu_at
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -45,6 +46,8 @@ def format_recommendation(rec: Recommendation, lang: Lang = DEFAULT_LANG) -> str
         lines.append(f"{pad('#', 2, '>')}  {pad(t(N_('tok/s/GPU')), 10, '>')}  {pad(t(N_('step s')), 8, '>')}  "
                      f"{pad(t(N_('device total')), 13, '>')}  {pad(t(N_('verdict')), 7)}  {t(N_('configuration'))}")
         cands = [c for c in rec.candidates if c.group == g.group]
+        if cands:  # the batch every speed below is at (the scenario's global batch, reached in whole sequences)
+            lines.append(render(per_gpu_at(cands[0].global_batch_tokens), lang) + ":")
         for c in cands:
             lines.append(f"{c.rank:>2}  {c.tokens_per_s_per_gpu:>10,.0f}  {c.step_s:>8.3g}  "
                          f"{c.device_total_expected_bytes / GiB:>9.2f} GiB  {pad(short(c.verdict, lang), 7)}  "

@@ -198,6 +198,13 @@ class LoraConfig(BaseModel):
         return self.base_weights in ("int8", "nf4", "fp4")
 
 
+# The default global batch: 262,144 tokens, 128 sequences of 2,048 tokens per optimizer step, the effective batch
+# of common supervised fine-tuning recipes (Stanford Alpaca: 128 sequences; Tulu 3 SFT: 128 sequences).
+# Pre-training-like jobs take 0.5-4M tokens (GPT-3: 0.5-3.2M; Llama 2: 4M): the sidebar offers them.
+DEFAULT_GLOBAL_BATCH_TOKENS = 2**18
+GLOBAL_BATCH_CHOICES = (2**15, 2**16, 2**17, 2**18, 2**19, 2**20, 2**21, 2**22)
+
+
 class TrainingConfig(BaseModel):
     """How the step is run. Defaults are a plain single-GPU bf16 AdamW run."""
 
@@ -206,6 +213,10 @@ class TrainingConfig(BaseModel):
     micro_batch_size: int = Field(1, ge=1, le=65536, description="sequences per GPU per micro-step")
     seq_len: int = Field(2048, ge=1, le=4_194_304, description="tokens per sequence")
     gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
+    global_batch_tokens: int = Field(
+        DEFAULT_GLOBAL_BATCH_TOKENS, ge=1, le=2**40, description="tokens per optimizer step over all GPUs, the "
+        "batch the recommender reaches (micro-batch x accumulation x data parallel, in whole sequences) and every "
+        "speed is quoted at; default 2^18 (fine-tuning), 2^20-2^22 for pre-training-like jobs")
     precision: Precision = Precision.amp_bf16
     optimizer: Optimizer = Optimizer.adamw
     optimizer_impl: OptimizerImpl = Field(
@@ -752,3 +763,20 @@ class Scenario(BaseModel):
     def data_parallel(self) -> int:
         t = self.training
         return self.resolved_hardware().num_gpus // (t.tensor_parallel * t.pipeline_parallel)
+
+    @property
+    def global_batch_sequences(self) -> int:
+        """training.global_batch_tokens in whole sequences (at least one): the recommender's target."""
+        return max(1, round(self.training.global_batch_tokens / self.training.seq_len))
+
+    @property
+    def accumulation_to_global_batch(self) -> int:
+        """The gradient accumulation that brings this micro-batch and data parallelism nearest the global batch."""
+        return max(1, round(self.global_batch_sequences / (self.training.micro_batch_size * self.data_parallel)))
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one optimizer step trains as the scenario stands: micro-batch x accumulation x data parallel x
+        seq_len (the batch its speed is quoted at)."""
+        t = self.training
+        return t.micro_batch_size * t.gradient_accumulation_steps * self.data_parallel * t.seq_len

@@ -23,6 +23,7 @@ from calc.memo import Memo
 from calc.memory.activations import Target, block_context
 from calc.memory.breakdown import peak_components
 from calc.memory.fsdp2 import fsdp2_states
+from calc.memory.host import host_memory
 from calc.memory.inference_weights import inference_scenario, quantized, quantized_states
 from calc.memory.overhead import cublas_workspace_bytes, device_total
 from calc.memory.result import Estimate, Timeline, make_estimate
@@ -155,7 +156,7 @@ def _estimate(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, target: Ta
         if best is None or stage.row.total > best.row.total:
             best = stage
     assert best is not None
-    return make_estimate(_estimate_fields(sc, hw, gpu, best.row, best.states, layers, training),
+    return make_estimate(_estimate_fields(sc, hw, gpu, best.row, best.states, layers, training, target),
                          partial(peak_components, sc, best.states, best.row, workspace_bytes), best.listing)
 
 
@@ -196,7 +197,7 @@ def listed_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
 
 def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row: TimelineRow, st: States,
-                     layers: int, training: bool) -> dict[str, Any]:
+                     layers: int, training: bool, target: Target) -> dict[str, Any]:
     """The Estimate's fields (calc.memory.result.make_estimate) from the peak's row and the stage's states."""
     spec, peak = sc.spec, row.total
     device = device_total(peak, hw.num_gpus, st.paged_optimizer if training else 0)
@@ -204,8 +205,8 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
     step = 1 if (row.phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()
     # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
-    cpu_ram = max(st.offloaded_cpu, st.load_host) * per_node if st.offloaded_cpu else 0
-    nvme = st.offloaded_nvme * per_node
+    host_mem = host_memory(st.host_parts, st.load_host, per_node, target)
+    cpu_ram, nvme = host_mem.ram_per_node_bytes, host_mem.nvme_per_node_bytes
     verdict = verdict_data(device["expected"], mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
     return {
         "model": {"name": spec.name or spec.family, "family": spec.family,
@@ -216,6 +217,7 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
         "breakdown": {"parameters": row.parameters, "gradients": row.gradients,
                       "optimizer_states": row.optimizer_states, "activations": row.activations, "other": row.other},
         "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
-        "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "verdict": verdict,
+        "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "host_memory": host_mem,
+        "verdict": verdict,
         "notes": [str(note)] if (note := sc.quantization_note()) is not None else [],
     }

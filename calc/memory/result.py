@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, computed_field
 
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, Text, translate
+from calc.memory.host import HostMemory
 from calc.memory.verdict import Verdict
 
 T = TypeVar("T")
@@ -213,6 +214,9 @@ class Estimate(BaseModel):
     headroom_bytes: int | None = Field(None, description="GPU memory - expected device total")
     cpu_ram_bytes: int = Field(0, description="host RAM per node needed for offloaded states/params")
     nvme_bytes: int = Field(0, description="NVMe space per node for offloaded states/params")
+    host_memory: HostMemory = Field(default_factory=HostMemory, description="host RAM and NVMe part by part, per "
+                                    "rank and per node (calc.memory.host): cpu_ram_bytes and nvme_bytes are its "
+                                    "per-node totals")
     verdict: Verdict = Field(description="does it fit: GPU memory per GPU, host RAM and NVMe per node "
                              "(calc.memory.verdict); every page and the recommender read this")
     notes: list[str] = Field(default_factory=list)

@@ -17,6 +17,7 @@ from calc.contract.architectures import ModelSpec, per_spec
 from calc.contract.i18n import N_
 from calc.contract.precision import adapter_bytes
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
+from calc.memory import host as hostmem
 from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
 from calc.sim.frameworks.litgpt import litgpt_param_numels
 from calc.sim.frameworks.torchtune import rope_cache_bytes
@@ -60,6 +61,7 @@ class States:
     reduce_scatter_dense: int = 0  # FSDP2: a dense layer's reduce-scatter input
     reduce_scatter_experts: int = 0  # FSDP2 + EP: the experts group's reduce buffers (+ a gradient kept through it)
     load_host: int = 0  # host RAM a process needs to build / load the model (parallel.model_load_host_bytes)
+    host_parts: list[hostmem.HostPart] = field(default_factory=list)  # offloaded_cpu / _nvme, part by part
     persistent_grads: bool = False  # DeepSpeed ZeRO-3: the gradient partitions are one buffer kept from init on
     zero3_gathered: int = 0  # DeepSpeed ZeRO-3: gathered (and prefetched) weights, in forward and backward only
     reduce_buckets: int = 0  # DeepSpeed ZeRO-1/2: IPG buckets, from the first gradient hook to the end of backward
@@ -303,35 +305,50 @@ def zero_buffers(sc: Scenario, w: TrainableWeights, params_local: int) -> ZeroBu
 
 
 class OptimizerOffload(NamedTuple):
-    """Where ZeRO-Offload puts the optimizer's bytes."""
+    """Where ZeRO-Offload puts the optimizer's bytes: host RAM and NVMe per rank as allocated, and their parts."""
 
     host_bytes: int
     nvme_bytes: int
     device_buffer_bytes: int  # ZeRO-1/2: the gradient staging buffer on the device
+    parts: list[hostmem.HostPart]
 
 
 def optimizer_offload(sc: Scenario, w: TrainableWeights, opt: OptimizerBytes, shard: parallel.Sharding,
                       target: Target) -> OptimizerOffload:
     """ZeRO-Offload (stage_1_and_2.py / stage3.py, cpu_offload): the optimizer states and a partition of master
     weights in the master dtype (fp32, or bf16 for pure bf16; a clone even when the model is fp32) live in host
-    memory, the master in pinned memory, beside a pinned fp32 gradient partition; only the reduce buckets stay on
-    the GPU."""
+    memory beside an fp32 gradient partition; only the reduce buckets stay on the GPU. Which buffers are pinned
+    (and so rounded up by PyTorch's host allocator) is each stage's own: calc.memory.host."""
     spec, t = sc.spec, sc.training
     part = round(w.trainable_params * shard.optimizer)
-    master_bytes = part * (2 if t.precision == Precision.bf16 else 4)
-    host = nvme = device = 0
-    if t.offload_optimizer == Offload.cpu:
-        host += opt.state_bytes + parallel.pinned_bytes(master_bytes, target)
-    else:
-        nvme += opt.state_bytes + master_bytes
-    host += parallel.pinned_bytes(part * 4, target)
-    if t.zero_stage == 3:  # the gradient partition buffer lives on the host with the optimizer
-        host += parallel.pinned_bytes(opt.grad_bytes, target)
-    if t.zero_stage in (1, 2):  # the gradients go straight to the host's fp32 partition
+    master_element = 2 if t.precision == Precision.bf16 else 4
+    on_cpu = t.offload_optimizer == Offload.cpu
+    device = 0
+    if t.zero_stage == 3:
+        parts = hostmem.zero3_parts(opt.state_bytes, part * master_element, zero3_sub_groups(sc, w, part),
+                                 master_element, opt.grad_bytes, on_cpu)
+    else:  # the gradients go straight to the host's fp32 partition
         largest = largest_tensor(spec, w.shapes_key, w.shapes)
-        device, host_buffers = parallel.zero12_offload_buffers(part, largest, w.grad_bytes_per_param, target)
-        host += host_buffers
-    return OptimizerOffload(host, nvme, device)
+        device = largest * w.grad_bytes_per_param
+        parts = hostmem.zero12_parts(opt.state_bytes, part * master_element, part, largest, w.grad_bytes_per_param,
+                                  on_cpu)
+    ram = sum(p.allocated_bytes(target) for p in parts if p.where == "host_ram")
+    nvme = sum(p.allocated_bytes(target) for p in parts if p.where == "nvme")
+    return OptimizerOffload(ram, nvme, device, parts)
+
+
+def zero3_sub_groups(sc: Scenario, w: TrainableWeights, part: int) -> list[int]:
+    """One rank's ZeRO-3 sub-groups (elements each, calc.memory.hostmem.zero3_sub_groups): from the model's parameter
+    order for full fine-tuning without tensor, pipeline or expert parallelism, whose partitions are
+    ceil(numel / world) each (partition_parameters.py pads every tensor); else full sub-groups of the partition.
+    The HF Trainer's no-weight-decay group (norms, biases: hidden-size tensors) is not split off."""
+    spec, t = sc.spec, sc.training
+    dp = sc.data_parallel
+    if t.lora is not None or t.tensor_parallel > 1 or t.pipeline_parallel > 1 or t.expert_parallel > 1:
+        return hostmem.even_sub_groups(part)
+    return per_spec(spec, ("zero3 sub-groups", dp), lambda: hostmem.zero3_sub_groups(
+        [-(-n // dp) for n in per_spec(spec, "param order", lambda: parallel.ParamOrder(
+            *spec.param_numel_blocks())).numels]))
 
 
 def zero12_rank0_partition(spec: ModelSpec, dp: int, bucket_elements: int) -> parallel.Zero12Partition:
@@ -379,6 +396,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     opt = opt._replace(state_bytes=opt.state_bytes - paged)
     buffers = zero_buffers(sc, w, params_local)
     weights, persistent, host, nvme = w.weight_bytes, buffers.persistent_bytes, 0, 0
+    parts: list[hostmem.HostPart] = []
     weights_source = w.source
     if t.framework == "torchtune":  # torchtune's RoPE cache is a buffer of the model, built once
         weights += rope_cache_bytes(spec, lora=t.lora is not None)
@@ -387,11 +405,15 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
     if t.offload_optimizer != Offload.none:
         off = optimizer_offload(sc, w, opt, shard, target)
         host, nvme, persistent = off.host_bytes, off.nvme_bytes, persistent + off.device_buffer_bytes
+        parts = off.parts
         opt, zero12, paged = NO_OPTIMIZER_BYTES, False, 0  # the gradients are reduced to the host, not into a partition
-    if t.offload_params == Offload.cpu:
-        host, weights = host + weights, 0
-    elif t.offload_params != Offload.none:
-        nvme, weights = nvme + weights, 0
+    if t.offload_params != Offload.none:
+        on_cpu = t.offload_params == Offload.cpu
+        parts = [*parts, hostmem.param_offload_part(weights, on_cpu)]
+        if on_cpu:
+            host, weights = host + parts[-1].allocated_bytes(target), 0
+        else:
+            nvme, weights = nvme + weights, 0
     if target == "cpu":
         # DeepSpeed's CPU accelerator: the "device" is the host, so what is offloaded to CPU RAM is in
         # the same memory as everything else (and pin_memory is a no-op: pinned_bytes is exact)
@@ -411,7 +433,7 @@ def model_states(sc: Scenario, layers: int, first: bool, last: bool, target: Tar
         weights=weights, grads=opt.grad_bytes, optimizer=opt.state_bytes + opt.master_bytes, master=opt.master_bytes,
         opt_temp=opt.step_temp_bytes, grad_fp32_step=opt.fp32_step_grad_bytes, zero_buffers=persistent,
         trainable=w.trainable_params, params_local=params_local, offloaded_cpu=host, offloaded_nvme=nvme,
-        components=[weights_component], load_host=load,
+        components=[weights_component], load_host=load, host_parts=parts,
         # ZeRO-3 keeps every gradient partition in one flat buffer (grad dtype) allocated at initialisation
         # (stage3.py, grad_partitions_flat_buffer), so the gradients are there in every phase
         persistent_grads=t.zero_stage == 3, zero3_gathered=buffers.zero3_gathered_bytes,

@@ -12,7 +12,7 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calc.contract.i18n import DEFAULT_LANG, N_, Lang, Text, translate
+from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
 from calc.contract.units import GiB
 
 Resource = Literal["gpu", "host_ram", "nvme"]
@@ -67,13 +67,13 @@ class VerdictFields(TypedDict):
 
 
 def gib_short(n_bytes: int) -> str:
-    """'100.41 GiB', '64 GiB': two decimals like every size on screen, none for a whole number
+    """'130.46 GiB', '64 GiB': two decimals like every size on screen, none for a whole number
     (1 GiB = 2^30 bytes)."""
     text = f"{n_bytes / GiB:,.2f}"
     return (text[:-3] if text.endswith(".00") else text) + " GiB"
 
 
-_RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
+RESOURCE_NAMES: dict[Resource, str] = {"gpu": N_("GPU memory"), "host_ram": N_("host RAM"), "nvme": N_("NVMe")}
 
 
 def _reason_words(resource: Resource, needed: int, available: int | None) -> tuple[str, dict[str, str]]:
@@ -153,7 +153,7 @@ def _reasons(v: Verdict, lang: Lang) -> str:
 
 def headline(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
     """The verdict in one sentence: 'fits with 6.93 GiB headroom per GPU', 'does not fit: offload
-    needs 100.4 GiB of host RAM per node; this node has 64 GiB', 'fits on the GPU with 6.93 GiB
+    needs 130.46 GiB of host RAM per node; this node has 64 GiB', 'fits on the GPU with 6.93 GiB
     headroom; not known for the rest: ...' (in `lang`; English by default)."""
     head = v.gpu_headroom_bytes
     if v.fits:
@@ -168,15 +168,43 @@ def headline(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
     return translate(N_("not known: {reasons}"), lang, reasons=_reasons(v, lang))
 
 
+def condition_text(v: Verdict) -> Text | None:
+    """What a verdict with an unknown capacity (fits None) depends on, as a condition: 'fits if the node has
+    >= 130.46 GiB of host RAM' (and the NVMe, or the GPU's size, alike); None when nothing is unknown or a known
+    limit is exceeded. Never the word 'fits' on its own: the page asks for the capacity instead."""
+    unknown = [lim for lim in v.limits if lim.fits is None]
+    if not unknown or v.fits is False:
+        return None
+    parts = [Text(msgid=_CONDITIONS[lim.resource], fields={"need": gib_short(lim.needed_bytes)}) for lim in unknown]
+    joined = parts[-1]
+    for part in reversed(parts[:-1]):
+        joined = T_("{first} and {rest}", first=part, rest=joined)
+    return T_("fits if {conditions}", conditions=joined)
+
+
+def condition(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
+    """condition_text in `lang` ('' when nothing is unknown)."""
+    text = condition_text(v)
+    return "" if text is None else text.render(lang)
+
+
+_CONDITIONS: dict[Resource, str] = {
+    "gpu": N_("the GPU has >= {need}"), "host_ram": N_("the node has >= {need} of host RAM"),
+    "nvme": N_("the node has >= {need} of NVMe space"),
+}
+
+
 def short(v: Verdict, lang: Lang = DEFAULT_LANG) -> str:
-    """A table cell: 'fits', 'does not fit (host RAM)', 'unknown (host RAM)' (in `lang`)."""
+    """A table cell: 'fits', 'does not fit (host RAM)', 'fits if the node has >= 130.46 GiB of host RAM' (in
+    `lang`)."""
     if v.fits:
         return translate(N_("fits"), lang)
-    bad = [lim for lim in v.limits if lim.fits is (False if v.fits is False else None)]
-    what = translate(N_(", "), lang).join(translate(_RESOURCE_NAMES[lim.resource], lang) for lim in bad)
-    return (translate(N_("does not fit ({what})"), lang, what=what) if v.fits is False
-            else translate(N_("unknown ({what})"), lang, what=what))
+    if v.fits is None:
+        return condition(v, lang)
+    bad = [lim for lim in v.limits if lim.fits is False]
+    what = translate(N_(", "), lang).join(translate(RESOURCE_NAMES[lim.resource], lang) for lim in bad)
+    return translate(N_("does not fit ({what})"), lang, what=what)
 
 
-__all__ = ["Limit", "LimitFields", "Resource", "Verdict", "VerdictFields", "gib_short", "gpu_headroom", "headline",
+__all__ = ["RESOURCE_NAMES", "Limit", "LimitFields", "Resource", "Verdict", "VerdictFields", "condition", "condition_text", "gib_short", "gpu_headroom", "headline",
            "make_verdict", "reason_texts", "short", "verdict_data"]

@@ -26,7 +26,7 @@ from calc.recommend.models import (
 from calc.recommend.search import fastest_fitting, recommend
 from calc.recommend.table import Table, TableCell, recommendation_table, table_assumptions, table_cell
 from calc.recommend.waterfall import WaterfallStep, optimization_waterfall
-from calc.recommend.words import label, short_label, speed_ratio_words
+from calc.recommend.words import label, per_gpu_at, per_step_words, short_label, speed_ratio_words
 from calc.recommend.workload import (
     TABLE_BATCH_TOKENS,
     TABLE_GLOBAL_BATCH_TOKENS,
@@ -41,6 +41,6 @@ __all__ = [
     "TABLE_GLOBAL_BATCH_TOKENS", "TABLE_HARDWARE", "TABLE_MODELS", "TABLE_SEQ_LEN", "TABLE_SEQ_LENS", "Candidate",
     "Combo", "Group", "GroupResult", "Recommendation", "RecommendRequest", "SearchStats", "Table", "TableCell",
     "WaterfallStep", "combo_of", "enumerate_combos", "fastest_fitting", "groups_for", "label", "methods_for",
-    "optimization_waterfall", "recommend", "recommendation_table", "scenario_for", "short_label",
+    "optimization_waterfall", "per_gpu_at", "per_step_words", "recommend", "recommendation_table", "scenario_for", "short_label",
     "speed_ratio_words", "table_assumptions", "table_cell", "usable_bytes",
 ]

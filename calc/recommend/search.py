@@ -191,7 +191,7 @@ def _target_sequences(req: RecommendRequest) -> int:
         return max(1, round(req.global_batch_tokens / t.seq_len))
     if req.scenario.mode == Mode.inference:
         return t.micro_batch_size
-    return t.micro_batch_size * t.gradient_accumulation_steps * req.scenario.data_parallel
+    return req.scenario.global_batch_sequences  # the scenario's global batch: one source for every page
 
 
 def new_search(req: RecommendRequest) -> SearchState:
@@ -266,7 +266,7 @@ def _candidate(rank: int, f: Found, s: SearchState, group: Group) -> Candidate:
 def fastest_fitting(sc: Scenario) -> Candidate | None:
     """The configuration to show for `sc`'s hardware: the fastest with `sc`'s own training method when
     one fits at a practical speed (not `slow`), else the fastest of all (adapters when full fine-tuning
-    fits only offload-bound, or not at all); None when nothing fits. The batch target is `sc`'s own."""
+    fits only offload-bound, or not at all); None when nothing fits. The batch target is `sc`'s global batch."""
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=1))
     if not rec.candidates:
         return None

@@ -88,7 +88,8 @@ def table_cell(model: str, hardware: str, *, seq_len: int = TABLE_SEQ_LEN,
                global_batch_tokens: int = TABLE_GLOBAL_BATCH_TOKENS,
                safety_margin: float = DEFAULT_SAFETY_MARGIN) -> TableCell:
     """One cell of the table (one `recommend` search): the app fills the table cell by cell."""
-    sc = Scenario(model=model, hardware=hardware_config(hardware), training=TrainingConfig(seq_len=seq_len))
+    sc = Scenario(model=model, hardware=hardware_config(hardware),
+                  training=TrainingConfig(seq_len=seq_len, global_batch_tokens=global_batch_tokens))
     req = RecommendRequest(scenario=sc, global_batch_tokens=global_batch_tokens, safety_margin=safety_margin,
                            max_candidates=1, allow_method_change=True)
     # Full fine-tuning with the scenario's own method first: where it fits, that is the cell, and the

@@ -57,7 +57,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     ZeRO-2); 8 parameter offload to CPU (ZeRO-3); then the method changes, each replacing offload with
     the best non-offload ZeRO stage (DeepSpeed's CPU Adam replaces bitsandbytes, LoRA's states are tiny):
     9 8-bit AdamW; 10 LoRA r16 on all linear layers (bf16 base); 11 QLoRA (NF4 base, ZeRO <= 2).
-    Micro-batch, accumulation, sequence length and TP/PP stay as in `sc`. Under FSDP2 the ZeRO-1 and
+    Micro-batch, sequence length and TP/PP stay as in `sc`; the accumulation reaches its global batch
+    (Scenario.accumulation_to_global_batch). Under FSDP2 the ZeRO-1 and
     offload steps are left out (FSDP2 shards gradients with the weights, and its offload is not modelled). The loop
     steps after backward (optimizer_in_backward off): master weights, ZeRO and offload need every gradient there."""
     a = assumptions or SpeedAssumptions()
@@ -98,11 +99,14 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     plan += _method_steps(no_offload_zero, opt, amp, mixed, t.optimizer_impl, sc.spec.family, t.sharding == "fsdp2")
     out: list[WaterfallStep] = []
     prev: Estimate | None = None
+    ga = sc.accumulation_to_global_batch
     for i, (name, change, upd, method) in enumerate(plan):
         cur.update(upd)
         # the scenario's expert parallelism where FSDP2 shards (ZeRO 2/3), 1 before that
         ep = t.expert_parallel if fsdp and cur["zero_stage"] in (2, 3) else 1
-        s2 = sc.with_training(**cur, expert_parallel=ep)
+        # each step at the scenario's global batch (its micro-batch, the accumulation that reaches it), as the
+        # recommender's candidates are: the speeds on the page are at one batch
+        s2 = sc.with_training(**cur, expert_parallel=ep, gradient_accumulation_steps=ga)
         est = estimate(s2)
         need = est.device_total_bytes.expected
         sp = None

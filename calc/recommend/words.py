@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from calc.contract.scenario import Attention, Checkpointing, HardwareConfig, Mode, Offload, Optimizer
 from calc.memory.engine import estimate
-from calc.memory.verdict import gib_short
+from calc.memory.verdict import condition_text, gib_short
 from calc.recommend.combos import Combo
 from calc.recommend.models import GROUP_LABELS, SLOW_FRACTION, Candidate, Group, GroupResult
 from calc.recommend.phrase import T_, Phrase, joined, lower_first
@@ -114,13 +114,30 @@ def speed_ratio_words(ratio: float) -> Phrase:
     return T_("about {times}x faster", times=times) if faster else T_("about {times}x slower", times=times)
 
 
+def per_step_words(tokens: int) -> Phrase:
+    """The batch a speed is quoted at, in the sentence that quotes it: 'at 262,144 tokens per step'."""
+    return T_("at {tokens} tokens per step", tokens=f"{tokens:,}")
+
+
+def per_gpu_at(tokens: int) -> Phrase:
+    """A speed column's heading with its batch: 'tokens/s per GPU at 262,144 tokens per step'."""
+    return T_("tokens/s per GPU {batch}", batch=per_step_words(tokens))
+
+
 def _explain(s: SearchState, found: list[Found]) -> Phrase:
     w = found[0]
     tps = w.raw.tokens_per_s / s.hw.num_gpus
-    need = w.fit.est.device_total_bytes.expected if w.fit.est else 0
-    head = T_("{config}: the fastest configuration that fits ({tps} tokens/s per GPU, {need} of {usable} usable "
-              "per GPU)", config=short_label(w.combo), tps=f"{tps:,.0f}", need=gib_short(need),
-              usable=gib_short(s.usable))
+    est = w.fit.est
+    need = est.device_total_bytes.expected if est else 0
+    fields = dict(config=short_label(w.combo), tps=f"{tps:,.0f}", batch=per_step_words(w.raw.tokens_per_step),
+                  need=gib_short(need), usable=gib_short(s.usable))
+    cond = condition_text(est.verdict) if est is not None else None
+    if cond is not None:  # a capacity is unknown: the condition, never "fits" (calc.memory.verdict)
+        head = T_("{config}: the fastest configuration; it {condition} (set the node's figures under Hardware) "
+                  "({tps} tokens/s per GPU {batch}, {need} of {usable} usable per GPU)", condition=cond, **fields)
+    else:
+        head = T_("{config}: the fastest configuration that fits ({tps} tokens/s per GPU {batch}, {need} of "
+                  "{usable} usable per GPU)", **fields)
     clauses = []
     faster = [(ub, c, f) for ub, c, f in s.infeasible if ub > w.raw.tokens_per_s and f.estimable]
     if faster:

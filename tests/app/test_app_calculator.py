@@ -13,6 +13,7 @@ from calc.contract.presets import model_presets
 from calc.contract.scenario import Precision, Scenario
 from calc.contract.units import GiB
 from calc.memory.engine import estimate
+from calc.memory.host import host_ram_words
 from calc.memory.result import CATEGORIES
 from calc.memory.verdict import gib_short, headline
 from tests.app.test_app_helpers import all_text, assert_clean, chart, go, metric, open_app, scenario, traces
@@ -366,6 +367,19 @@ def test_unknown_host_ram_is_asked_for_not_assumed():
     assert estimate(sc).verdict.fits is None
     assert any("host RAM per node; this node's host RAM is unknown (set it under Hardware)" in w.value
                for w in at.warning)
+    # the need is shown part by part, each with its source, and the node's sentence reads the same figures
+    h = estimate(sc).host_memory
+    text = all_text(at)
+    assert all(p.label in text and p.source in text and fmt.gib(p.allocated_bytes) in text for p in h.parts)
+    assert str(host_ram_words(h)) in text
+
+
+def test_global_batch_travels_in_the_link_and_the_sidebar():
+    sc = Scenario(model="llama-2-7b", hardware={"gpu": "rtx-4090"}, training={"global_batch_tokens": 2**20})
+    params = state.scenario_to_params(sc)
+    assert params["gbt"] == str(2**20)
+    at = open_app(params=params)
+    assert at.number_input(key="sc_gbt").value == 2**20 and scenario(at) == sc
 
 
 def test_switching_to_inference_proposes_16_bit_weights():

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from calc.contract.scenario import Scenario
+from calc.contract.scenario import DEFAULT_GLOBAL_BATCH_TOKENS, Scenario
 from calc.contract.units import GiB
 from calc.memory.engine import estimate
 from calc.memory.verdict import short
@@ -116,7 +116,9 @@ def test_method_change_toggle():
 
 
 def test_70b_on_8x_a100_shows_both_groups_and_what_would_make_full_fine_tuning_practical():
-    sc = Scenario(model="llama-2-70b", hardware={"cluster": "8x-a100-80gb"}, training={"precision": "bf16-mixed"})
+    # 8 sequences per step: the offloaded optimizer step is shared by one sequence per GPU, far below the rate
+    sc = Scenario(model="llama-2-70b", hardware={"cluster": "8x-a100-80gb"},
+                  training={"precision": "bf16-mixed", "global_batch_tokens": 8 * 2048})
     at = open_app("recommend", state.scenario_to_params(sc))
     assert_clean(at)
     rec = recommend(RecommendRequest(scenario=sc, max_candidates=10))
@@ -145,10 +147,11 @@ def _whole_table(at, seq: int, batch: int):
 
 def test_model_by_hardware_table_and_its_widgets():
     at = open_app("recommend")
-    for seq, batch in ((2048, 2**20), (1024, 2**18)):
+    # the table's batch is the sidebar's global batch (one source for every speed on the page)
+    for seq, batch in ((2048, DEFAULT_GLOBAL_BATCH_TOKENS), (1024, 2**17)):
         if seq != 2048:
             [s for s in at.selectbox if s.key == "rec_seq"][0].set_value(seq)
-            [s for s in at.selectbox if s.key == "rec_batch"][0].set_value(batch)
+            at.number_input(key="sc_gbt").set_value(batch)
             at.run()
             assert_clean(at)
         table = recommendation_table(seq_len=seq, global_batch_tokens=batch)
@@ -164,6 +167,7 @@ def test_model_by_hardware_table_and_its_widgets():
                     assert f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU" in v
                     assert fmt.gib(c.device_total_expected_bytes) in v
         assert f"{seq}-token sequences" in all_text(at)
+        assert f"Every cell's speed is at {batch:,} tokens per step" in all_text(at)
 
 
 def test_custom_memory_hardware_is_explained():
@@ -190,7 +194,7 @@ def test_table_is_drawn_at_once_and_searched_afterwards():
     """Issue 12: a page run never waits for the table's 36 searches; it draws the cells found so far."""
     at = open_app("recommend")
     [s for s in at.selectbox if s.key == "rec_seq"][0].set_value(512)
-    [s for s in at.selectbox if s.key == "rec_batch"][0].set_value(2**17)
+    at.number_input(key="sc_gbt").set_value(2**17)
     at.run()
     assert_clean(at)
     df = _table(at, "model")

@@ -60,7 +60,8 @@ def test_verdict_in_chinese_keeps_its_numbers_and_the_english():
     assert short(over, "zh") == "放不下（显存、主机内存）"
     unknown = make_verdict(10 * GiB, 24 * GiB, 0, None, 500 * 10**9, None)
     assert headline(unknown, "zh").startswith("GPU 上放得下（余量 14 GiB），但卸载需要每节点 465.66 GiB NVMe 空间")
-    assert short(unknown, "zh") == "未知（NVMe）"
+    assert short(unknown, "zh") == "在节点至少有 465.66 GiB NVMe 空间时能放下"
+    assert short(unknown) == "fits if the node has >= 465.66 GiB of NVMe space"
     assert headline(make_verdict(1, None, 0, None, 0, None), "zh").startswith("无法判断：")
 
 

@@ -16,6 +16,7 @@ NON_DEFAULT: dict[str, dict] = {
     "micro_batch_size": {"micro_batch_size": 3},
     "seq_len": {"seq_len": 1000},
     "gradient_accumulation_steps": {"gradient_accumulation_steps": 3},
+    "global_batch_tokens": {"global_batch_tokens": 3 * 2048 * 8},
     "precision": {"precision": "bf16-mixed"},
     "optimizer": {"optimizer": "sgd-momentum"},
     "optimizer_impl": {"optimizer_impl": "for-loop"},
@@ -48,7 +49,8 @@ MOE_FIELDS = {"expert_parallel"}
 ONE_GPU_FIELDS = {"optimizer_in_backward", "framework", "cross_entropy_chunks"}
 # the fields each variant maker sets on purpose (everything else must come through unchanged)
 WATERFALL_SETS = {"precision", "attention", "activation_checkpointing", "checkpoint_every", "zero_stage",
-                  "offload_optimizer", "offload_params", "optimizer", "lora", "expert_parallel", "optimizer_in_backward"}
+                  "offload_optimizer", "offload_params", "optimizer", "lora", "expert_parallel", "optimizer_in_backward",
+                  "gradient_accumulation_steps"}  # the accumulation that reaches the global batch
 
 
 def hardware_of(field: str) -> dict:
@@ -90,6 +92,7 @@ def test_waterfall_keeps_every_field_it_does_not_turn_on(field):
                 continue  # bitsandbytes has no for-loop implementation: that one step uses foreach
             assert getattr(step.scenario.training, name) == getattr(sc.training, name), (step.name, name)
         assert step.scenario.hardware == sc.hardware and step.scenario.mode == sc.mode
+        assert step.scenario.training.gradient_accumulation_steps == sc.accumulation_to_global_batch
         # expert parallelism needs FSDP2 sharding: kept from the ZeRO-2 step on, 1 before it
         sharded = step.scenario.training.zero_stage in (2, 3) and sc.training.sharding == "fsdp2"
         assert step.scenario.training.expert_parallel == (sc.training.expert_parallel if sharded else 1)
