@@ -63,6 +63,9 @@ HF_FAMILY_MODULE_NAMES = {
     "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h",
                  "embed_tokens": "embed_in"},
 }
+# Families whose decoder layers are mixture-of-experts blocks (router, expert stacks, shared experts) whatever the
+# expert count: transformers builds the router and a 1 x out x in stack for a single expert too.
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "llama4_text")
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
@@ -206,6 +209,11 @@ class ModelSpec(BaseModel):
         return 2 if self.family == "gemma2" else 1
 
     @property
+    def moe(self) -> bool:
+        """Mixture-of-experts layers (router + expert stacks), also with one expert (MOE_FAMILIES)."""
+        return self.num_experts > 1 or self.family in MOE_FAMILIES
+
+    @property
     def gated_mlp(self) -> bool:
         return self.family not in ("gpt2", "gpt_neox")
 
@@ -295,9 +303,9 @@ class ModelSpec(BaseModel):
 
     def _mlp_linears(self, dense: bool) -> list[Linear]:
         h, i, bias = self.hidden_size, self.intermediate_size, self.mlp_bias
-        if self.num_experts > 1 and dense:
+        if self.moe and dense:
             return _gated("", h, self.dense_intermediate_size, bias)
-        if self.num_experts > 1:
+        if self.moe:
             e, eb = self.num_experts, self.expert_bias
             mlp = [Linear("gate_up", h, 2 * i, e, block="mlp", fused=True, expert=True, bias=eb),
                    Linear("down", i, h, e, block="mlp", expert=True, bias=eb),
@@ -513,7 +521,7 @@ class ModelSpec(BaseModel):
     def routed_expert_shapes(self) -> list[tuple[tuple[int, ...], int]]:
         """The routed experts' 3-D stacks (and gpt-oss's expert biases) among param_shapes: (shape, count)
         with the expert dim first, over all MoE layers; [] for a dense model."""
-        if self.num_experts == 1:
+        if not self.moe:
             return []
         moe_layers = self.num_layers - self.dense_layers
         return [(shape, n * moe_layers) for lin in self._mlp_linears(dense=False) if lin.expert
@@ -521,7 +529,7 @@ class ModelSpec(BaseModel):
 
     def routed_expert_params_per_layer(self) -> int:
         """One MoE layer's routed-expert weights and biases (all experts)."""
-        return sum(lin.params for lin in self._mlp_linears(dense=False) if lin.expert) if self.num_experts > 1 else 0
+        return sum(lin.params for lin in self._mlp_linears(dense=False) if lin.expert) if self.moe else 0
 
 
 def _gated(prefix: str, h: int, i: int, bias: bool) -> list[Linear]:

@@ -186,3 +186,49 @@ def test_gpt2_sequence_beyond_n_positions_is_refused_like_its_position_table(hf)
     with pytest.raises(UserError, match="n_positions=64"):
         check_positions(spec_from_hf_config(FAMILIES["gpt2"]), 65)
     check_positions(spec_from_hf_config(FAMILIES["llama"]), 65)  # RoPE: no table to run past
+
+
+def _one_expert_configs() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(model_presets().values(), key=lambda p: p.spec.total_params()):
+        spec = p.spec
+        if not spec.moe or spec.family in out:
+            continue
+        cfg = {k: v for k, v in p.config.items() if k != "quantization_config"}
+        cfg.update({k: 1 for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in cfg})
+        cfg.update(num_experts_per_tok=1, num_hidden_layers=spec.dense_layers + 1)
+        if cfg.get("n_group"):
+            cfg.update(n_group=1, topk_group=1)
+        if cfg.get("layer_types"):
+            cfg["layer_types"] = cfg["layer_types"][:cfg["num_hidden_layers"]]
+        out[spec.family] = cfg
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(_one_expert_configs()))
+def test_one_expert_keeps_the_router_and_the_moe_block(hf, family):
+    """A MoE family with a single expert still builds its router, a 1-expert stack and its shared experts /
+    dense layers (transformers' MoE block does not turn into a dense MLP): our count is transformers' count, and
+    the memory engine estimates it through the MoE path."""
+    import torch
+    import transformers
+
+    from calc.contract.scenario import Scenario
+    from calc.engine import estimate
+
+    cfg = _one_expert_configs()[family]
+    spec = spec_from_hf_config(dict(cfg))
+    hf_cfg = dict(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(hf_cfg.pop("model_type"), **hf_cfg)
+        if getattr(config, "pad_token_id", None) is not None and config.pad_token_id >= config.vocab_size:
+            config.pad_token_id = None
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == spec.total_params(), family
+    assert any(lin.name == "router" for lin in spec.linear_layers()), family
+    attention = "eager" if spec.attention_sinks else "sdpa"
+    scenario = Scenario.model_validate({"model": cfg, "hardware": {"gpu": "h100-sxm"},
+                                        "training": {"seq_len": 256, "attention": attention}})
+    assert estimate(scenario).peak_allocated_bytes > 0
