@@ -116,4 +116,5 @@ def format_table(est: Estimate, lang: Lang = DEFAULT_LANG) -> str:
         rows.append((N_("offload (per node)"), translate(N_("CPU RAM {ram}, NVMe {nvme}"), lang,
                                                          ram=fmt_gib(est.cpu_ram_bytes), nvme=fmt_gib(est.nvme_bytes))))
     rows.append((N_("verdict"), headline(est.verdict, lang)))
+    rows += [(N_("note"), note) for note in est.notes]  # e.g. a multimodal wrapper read as its language model
     return rows_text(rows, lang) + "\n" + translate(N_("(1 GiB = 2^30 bytes)"), lang)

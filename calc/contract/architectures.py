@@ -29,6 +29,7 @@ from calc.contract.model_spec import (
     default_lora_targets,
     per_spec,
 )
+from calc.contract.multimodal import WRAPPERS, read_wrapper, vision_params
 
 __all__ = ["ALL_LINEAR_LORA_REFUSED", "GEMMA_FAMILIES", "PEFT_EXPERT_ADAPTER_FAMILIES", "QK_NORM_FAMILIES",
            "QWEN_WINDOW_FAMILIES", "SUPPORTED_FAMILIES", "Family", "Linear", "ModelSpec", "default_lora_targets",
@@ -131,10 +132,15 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
     """Build a ModelSpec from a Hugging Face config.json dict, filling transformers' defaults."""
     if not isinstance(config, dict):
         raise UserError(T_("model config must be a JSON object (a config.json dict)"))
+    text = read_wrapper(config)
+    if text is not None:  # a multimodal wrapper: its language model, with the vision side's weights
+        spec = spec_from_hf_config(text, name)
+        return ModelSpec.model_validate({**dict(spec), "wrapper": config["model_type"],
+                                         "vision_params": vision_params(config, spec.hidden_size)})
     family = config.get("model_type")
     if not isinstance(family, str) or family not in _HF_DEFAULTS:
         raise UserError(T_("unsupported model_type {family}; supported: {supported}", family=excerpt(family),
-                           supported=", ".join(SUPPORTED_FAMILIES)))
+                           supported=", ".join((*SUPPORTED_FAMILIES, *WRAPPERS))))
     explicit_none = ("n_inner", "q_lora_rank")  # None means something for these (4 x hidden; no q bottleneck)
     cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k in explicit_none}}
     if family == "gpt2":

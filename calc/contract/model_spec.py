@@ -25,6 +25,7 @@ from calc.contract.limits import (
     MAX_LAYERS,
     MAX_POSITIONS,
     MAX_SOFTCAP,
+    MAX_VISION_PARAMS,
     MAX_VOCAB,
 )
 from calc.memo import Memo
@@ -172,6 +173,9 @@ class ModelSpec(BaseModel):
     qk_l2_norm: bool = False  # Llama 4: weightless L2 norm of q and k on its RoPE layers (use_qk_norm)
     attn_temperature_tuning: bool = False  # Llama 4: its NoPE layers scale q by a per-position factor
     router_renorm: bool = True  # MoE: top-k weights renormalised to sum 1 (Mixtral always; Qwen3-MoE norm_topk_prob)
+    vision_params: int = Field(0, ge=0, le=MAX_VISION_PARAMS, description="a multimodal wrapper's vision tower "
+                               "and projector (calc.contract.multimodal), held and trained with the decoder")
+    wrapper: str | None = Field(None, max_length=32, description="the multimodal wrapper's model_type, if any")
     name: str | None = None
 
     @model_validator(mode="after")
@@ -334,7 +338,8 @@ class ModelSpec(BaseModel):
     def model_other_shapes(self) -> dict[str, tuple[tuple[int, ...], int]]:
         """Parameters outside the decoder layers, by name (lm_head absent when tied to the embedding)."""
         h = self.hidden_size
-        other = {"embed_tokens": ((self.vocab_size, h), 1)}
+        other = {"vision tower + projector": ((self.vision_params,), 1)} if self.vision_params else {}
+        other["embed_tokens"] = ((self.vocab_size, h), 1)
         if self.family == "gpt2":
             other["wpe (learned positions)"] = ((self.max_position_embeddings, h), 1)
         other["final norm"] = ((h,), self.norm_params() // h)
@@ -509,10 +514,10 @@ class ModelSpec(BaseModel):
 
     def param_numel_blocks(self) -> tuple[tuple[int, ...], list[tuple[int, ...]], tuple[int, ...]]:
         """Every parameter tensor's elements in registration order, grouped as backward meets them: (the
-        embedding: embed_tokens and GPT-2's wpe; each decoder layer from layer 0; the top: final norm, then
-        lm_head when untied). From model_other_shapes and layer_param_numels."""
+        embedding: a multimodal wrapper's vision side as one block, embed_tokens and GPT-2's wpe; each decoder
+        layer from layer 0; the top: final norm, then lm_head when untied). From model_other_shapes and layer_param_numels."""
         other = self.model_other_shapes()
-        emb = tuple(prod(s) for k in ("embed_tokens", "wpe (learned positions)") if k in other
+        emb = tuple(prod(s) for k in ("vision tower + projector", "embed_tokens", "wpe (learned positions)") if k in other
                     for s, n in [other[k]] for _ in range(n))
         top = tuple(prod(s) for k in ("final norm", "lm_head") if k in other for s, n in [other[k]] for _ in range(n))
         moe, dense = self.layer_param_numels(), self.layer_param_numels(dense=True) if self.dense_layers else ()
