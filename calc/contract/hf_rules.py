@@ -68,7 +68,7 @@ def head_dim(family: str, cfg: dict[str, Any], hidden: int, heads: int) -> int:
         return value
     value = require(given, int, "head_dim")
     if value < 1:
-        raise UserError(T_("head_dim must be >= 1, got {value}", value=value))
+        raise UserError(T_("{key} must be >= 1, got {value}", key="head_dim", value=value))
     return value
 
 
@@ -88,11 +88,11 @@ def check_config(family: str, cfg: dict[str, Any]) -> None:
         key = activation_key(family)
         act = require(cfg.get(key, "silu"), str, key)
         if act not in HF_ACTIVATIONS:
-            raise UserError(T_("{key}: unknown activation {act}; transformers knows {known}", key=key,
-                               act=excerpt(act), known=", ".join(sorted(HF_ACTIVATIONS))))
+            raise UserError(T_("{key}: unknown activation {act}; transformers' activations include {known}", key=key,
+                               act=excerpt(act), known="silu, gelu, gelu_new, gelu_pytorch_tanh, relu, quick_gelu"))
     if family == "gpt_neox" and require(cfg.get("head_dim") or 0, int, "head_dim") < 0:
         # GPTNeoXRotaryEmbedding: `head_dim or hidden_size // num_attention_heads` sizes the rotary table
-        raise UserError(T_("head_dim must be >= 1, got {value}", value=cfg["head_dim"]))
+        raise UserError(T_("{key} must be >= 1, got {value}", key="head_dim", value=cfg["head_dim"]))
     if family in MLA:
         _mla(family, cfg, heads)
     if family in GROUP_ROUTED:
@@ -114,8 +114,8 @@ def _layer_types(cfg: dict[str, Any]) -> None:
     types = require(types, list, "layer_types")
     for t in types:
         if require(t, str, "layer_types") not in HF_LAYER_TYPES:
-            raise UserError(T_("layer_types: unknown entry {entry}; transformers allows {known}", entry=excerpt(t),
-                               known=", ".join(sorted(HF_LAYER_TYPES))))
+            raise UserError(T_("layer_types: unknown entry {entry}; transformers allows layer types such as "
+                               "full_attention and sliding_attention", entry=excerpt(t)))
     layers = cfg.get("num_hidden_layers")
     if isinstance(layers, int) and len(types) != layers:
         raise UserError(T_("layer_types has {n} entries but num_hidden_layers is {layers}; transformers needs one "
