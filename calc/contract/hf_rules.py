@@ -88,7 +88,7 @@ def check_config(family: str, cfg: dict[str, Any]) -> None:
         key = activation_key(family)
         act = require(cfg.get(key, "silu"), str, key)
         if act not in HF_ACTIVATIONS:
-            raise UserError(T_("{key}: unknown activation {act}; transformers' activations include {known}", key=key,
+            raise UserError(T_("{key}: unknown activation function {act}; transformers has {known} and others", key=key,
                                act=excerpt(act), known="silu, gelu, gelu_new, gelu_pytorch_tanh, relu, quick_gelu"))
     if family == "gpt_neox" and require(cfg.get("head_dim") or 0, int, "head_dim") < 0:
         # GPTNeoXRotaryEmbedding: `head_dim or hidden_size // num_attention_heads` sizes the rotary table
