@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.contract.multimodal import model_note
 from calc.memory.host import host_ram_words
 from calc.memory.result import phase_name
 from calc.memory.verdict import RESOURCE_NAMES
@@ -173,9 +174,10 @@ if sources.open:
                                    size=fmt.gib(c.bytes), formula=c.formula_in(lang), source=c.source_in(lang))
                                  for c in est.components))
 
-note = sc.quantization_note()  # the estimate's notes hold it in English; say it in the reader's language
-if note is not None:
-    st.caption(fmt.literal(say(note)))
+# the estimate's notes hold them in English; say them in the reader's language
+for note in (sc.quantization_note(), model_note(sc.spec)):
+    if note is not None:
+        st.caption(fmt.literal(say(note)))
 scenario_json = st.expander(_("Scenario JSON (for `python -m calc estimate`)"), key="calc_json", on_change="rerun")
 if scenario_json.open:
     scenario_json.code(sc.model_dump_json(indent=2, exclude_defaults=True), language="json")

@@ -125,4 +125,5 @@ def format_table(est: Estimate, lang: Lang = DEFAULT_LANG) -> str:
                 N_("{ranks} ranks x {per_rank} (the larger of the offload buffers and the model's loading)"), lang,
                 ranks=str(h.ranks_per_node), per_rank=fmt_gib(h.ram_per_node_bytes // h.ranks_per_node))))
     rows.append((N_("verdict"), headline(est.verdict, lang)))
+    rows += [(N_("note"), note) for note in est.notes]  # e.g. a multimodal wrapper read as its language model
     return rows_text(rows, lang) + "\n" + translate(N_("(1 GiB = 2^30 bytes)"), lang)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from calc.contract.boundary import excerpt, problem, require
 from calc.contract.errors import UserError
+from calc.contract.hf_rules import MLA, NO_KV_HEADS, activation_key, check_config, head_dim
 from calc.contract.i18n import T_
 from calc.contract.limits import MAX_LAYERS
 from calc.contract.model_spec import (
@@ -28,6 +29,7 @@ from calc.contract.model_spec import (
     default_lora_targets,
     per_spec,
 )
+from calc.contract.multimodal import WRAPPERS, read_wrapper, vision_params
 
 __all__ = ["ALL_LINEAR_LORA_REFUSED", "GEMMA_FAMILIES", "PEFT_EXPERT_ADAPTER_FAMILIES", "QK_NORM_FAMILIES",
            "QWEN_WINDOW_FAMILIES", "SUPPORTED_FAMILIES", "Family", "Linear", "ModelSpec", "default_lora_targets",
@@ -130,15 +132,21 @@ def spec_from_hf_config(config: dict[str, Any], name: str | None = None) -> Mode
     """Build a ModelSpec from a Hugging Face config.json dict, filling transformers' defaults."""
     if not isinstance(config, dict):
         raise UserError(T_("model config must be a JSON object (a config.json dict)"))
+    text = read_wrapper(config)
+    if text is not None:  # a multimodal wrapper: its language model, with the vision side's weights
+        spec = spec_from_hf_config(text, name)
+        return ModelSpec.model_validate({**dict(spec), "wrapper": config["model_type"],
+                                         "vision_params": vision_params(config, spec.hidden_size)})
     family = config.get("model_type")
     if not isinstance(family, str) or family not in _HF_DEFAULTS:
         raise UserError(T_("unsupported model_type {family}; supported: {supported}", family=excerpt(family),
-                           supported=", ".join(SUPPORTED_FAMILIES)))
+                           supported=", ".join((*SUPPORTED_FAMILIES, *WRAPPERS))))
     explicit_none = ("n_inner", "q_lora_rank")  # None means something for these (4 x hidden; no q bottleneck)
     cfg = {**_HF_DEFAULTS[family], **{k: v for k, v in config.items() if v is not None or k in explicit_none}}
     if family == "gpt2":
         cfg = {_GPT2_KEYS.get(k, k): v for k, v in cfg.items()}
     try:
+        check_config(family, cfg)  # what transformers itself would refuse, before any field is read
         return _build_spec(family, cfg, name)
     except ValidationError as exc:  # a bound of ModelSpec: name the config.json key, not ours
         err = exc.errors(include_url=False, include_input=False)[0]
@@ -190,7 +198,8 @@ def _common_fields(family: str, cfg: dict[str, Any], name: str | None) -> tuple[
     rope_parameters (a JSON object, read by some families)."""
     hidden = _int(cfg, "hidden_size")
     heads = _int(cfg, "num_attention_heads")
-    head_dim = _int(cfg, "head_dim", default=max(1, hidden // heads))
+    # MLA's head width is its q/k width (qk_nope_head_dim + qk_rope_head_dim, set by _mla_fields)
+    width = 1 if family in MLA else head_dim(family, cfg, hidden, heads)
     # gpt2's n_inner: null means 4 x hidden; any given width must be a positive integer (0 is not "default")
     inner = 4 * hidden if cfg.get("intermediate_size") is None else _int(cfg, "intermediate_size")
     rope = require(cfg.get("rope_parameters", {}), dict, "rope_parameters")
@@ -201,12 +210,12 @@ def _common_fields(family: str, cfg: dict[str, Any], name: str | None) -> tuple[
         hidden_size=hidden,
         num_layers=_int(cfg, "num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=_int(cfg, "num_key_value_heads", default=heads),
-        head_dim=head_dim,
+        num_kv_heads=heads if family in NO_KV_HEADS else _int(cfg, "num_key_value_heads", default=heads),
+        head_dim=width,
         intermediate_size=inner,
         max_position_embeddings=_int(cfg, "max_position_embeddings"),
         tie_word_embeddings=_flag(cfg, "tie_word_embeddings"),
-        hidden_act=require(_first(cfg, "hidden_activation", "hidden_act", default="silu"), str, "hidden_act"),
+        hidden_act=require(cfg.get(activation_key(family), "silu"), str, activation_key(family)),
         attention_dropout=_rate(cfg, "attention_dropout", "attn_pdrop", default=0.0),
         hidden_dropout=_rate(cfg, "hidden_dropout", "resid_pdrop", default=0.0),
         embedding_dropout=_rate(cfg, "embd_pdrop", default=0.0),

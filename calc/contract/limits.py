@@ -31,6 +31,7 @@ MAX_HEAD_DIM = 2048  # largest head: Gemma-2 256 (DeepSeek MLA 192); 8x that
 MAX_VOCAB = 2**22  # largest vocabulary: Gemma-2/3 256,000 / 262,144; 16x that
 MAX_POSITIONS = 2**27  # longest context: Llama-4 Scout 10M positions; 13x that
 MAX_EXPERTS = 2048  # most routed experts: Kimi-K2 384, DeepSeek-V3 256; 5x that
+MAX_VISION_PARAMS = 2**40  # a multimodal wrapper's vision side: the largest, InternViT-6B, 5.9e9; 180x that
 MAX_SOFTCAP = 1e6  # Gemma-2 caps logits at 30 and attention scores at 50
 
 # ---- workload and hardware (calc.contract.scenario) ------------------------------------------------------

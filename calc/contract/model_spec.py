@@ -25,6 +25,7 @@ from calc.contract.limits import (
     MAX_LAYERS,
     MAX_POSITIONS,
     MAX_SOFTCAP,
+    MAX_VISION_PARAMS,
     MAX_VOCAB,
 )
 from calc.memo import Memo
@@ -63,6 +64,9 @@ HF_FAMILY_MODULE_NAMES = {
     "gpt_neox": {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h",
                  "embed_tokens": "embed_in"},
 }
+# Families whose decoder layers are mixture-of-experts blocks (router, expert stacks, shared experts) whatever the
+# expert count: transformers builds the router and a 1 x out x in stack for a single expert too.
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "llama4_text")
 QWEN_WINDOW_FAMILIES = ("qwen2", "qwen3", "qwen3_moe")  # a sliding window only with use_sliding_window
 GEMMA_FAMILIES = ("gemma2", "gemma3_text")  # (1 + w) fp32 RMSNorms, sandwich norms, sqrt(H)-scaled embedding
 
@@ -169,6 +173,9 @@ class ModelSpec(BaseModel):
     qk_l2_norm: bool = False  # Llama 4: weightless L2 norm of q and k on its RoPE layers (use_qk_norm)
     attn_temperature_tuning: bool = False  # Llama 4: its NoPE layers scale q by a per-position factor
     router_renorm: bool = True  # MoE: top-k weights renormalised to sum 1 (Mixtral always; Qwen3-MoE norm_topk_prob)
+    vision_params: int = Field(0, ge=0, le=MAX_VISION_PARAMS, description="a multimodal wrapper's vision tower "
+                               "and projector (calc.contract.multimodal), held and trained with the decoder")
+    wrapper: str | None = Field(None, max_length=32, description="the multimodal wrapper's model_type, if any")
     name: str | None = None
 
     @model_validator(mode="after")
@@ -204,6 +211,11 @@ class ModelSpec(BaseModel):
         if self.layer_types is not None:
             return len(self.layer_types)
         return 2 if self.family == "gemma2" else 1
+
+    @property
+    def moe(self) -> bool:
+        """Mixture-of-experts layers (router + expert stacks), also with one expert (MOE_FAMILIES)."""
+        return self.num_experts > 1 or self.family in MOE_FAMILIES
 
     @property
     def gated_mlp(self) -> bool:
@@ -295,9 +307,9 @@ class ModelSpec(BaseModel):
 
     def _mlp_linears(self, dense: bool) -> list[Linear]:
         h, i, bias = self.hidden_size, self.intermediate_size, self.mlp_bias
-        if self.num_experts > 1 and dense:
+        if self.moe and dense:
             return _gated("", h, self.dense_intermediate_size, bias)
-        if self.num_experts > 1:
+        if self.moe:
             e, eb = self.num_experts, self.expert_bias
             mlp = [Linear("gate_up", h, 2 * i, e, block="mlp", fused=True, expert=True, bias=eb),
                    Linear("down", i, h, e, block="mlp", expert=True, bias=eb),
@@ -326,7 +338,8 @@ class ModelSpec(BaseModel):
     def model_other_shapes(self) -> dict[str, tuple[tuple[int, ...], int]]:
         """Parameters outside the decoder layers, by name (lm_head absent when tied to the embedding)."""
         h = self.hidden_size
-        other = {"embed_tokens": ((self.vocab_size, h), 1)}
+        other = {"vision tower + projector": ((self.vision_params,), 1)} if self.vision_params else {}
+        other["embed_tokens"] = ((self.vocab_size, h), 1)
         if self.family == "gpt2":
             other["wpe (learned positions)"] = ((self.max_position_embeddings, h), 1)
         other["final norm"] = ((h,), self.norm_params() // h)
@@ -501,10 +514,10 @@ class ModelSpec(BaseModel):
 
     def param_numel_blocks(self) -> tuple[tuple[int, ...], list[tuple[int, ...]], tuple[int, ...]]:
         """Every parameter tensor's elements in registration order, grouped as backward meets them: (the
-        embedding: embed_tokens and GPT-2's wpe; each decoder layer from layer 0; the top: final norm, then
-        lm_head when untied). From model_other_shapes and layer_param_numels."""
+        embedding: a multimodal wrapper's vision side as one block, embed_tokens and GPT-2's wpe; each decoder
+        layer from layer 0; the top: final norm, then lm_head when untied). From model_other_shapes and layer_param_numels."""
         other = self.model_other_shapes()
-        emb = tuple(prod(s) for k in ("embed_tokens", "wpe (learned positions)") if k in other
+        emb = tuple(prod(s) for k in ("vision tower + projector", "embed_tokens", "wpe (learned positions)") if k in other
                     for s, n in [other[k]] for _ in range(n))
         top = tuple(prod(s) for k in ("final norm", "lm_head") if k in other for s, n in [other[k]] for _ in range(n))
         moe, dense = self.layer_param_numels(), self.layer_param_numels(dense=True) if self.dense_layers else ()
@@ -513,7 +526,7 @@ class ModelSpec(BaseModel):
     def routed_expert_shapes(self) -> list[tuple[tuple[int, ...], int]]:
         """The routed experts' 3-D stacks (and gpt-oss's expert biases) among param_shapes: (shape, count)
         with the expert dim first, over all MoE layers; [] for a dense model."""
-        if self.num_experts == 1:
+        if not self.moe:
             return []
         moe_layers = self.num_layers - self.dense_layers
         return [(shape, n * moe_layers) for lin in self._mlp_linears(dense=False) if lin.expert
@@ -521,7 +534,7 @@ class ModelSpec(BaseModel):
 
     def routed_expert_params_per_layer(self) -> int:
         """One MoE layer's routed-expert weights and biases (all experts)."""
-        return sum(lin.params for lin in self._mlp_linears(dense=False) if lin.expert) if self.num_experts > 1 else 0
+        return sum(lin.params for lin in self._mlp_linears(dense=False) if lin.expert) if self.moe else 0
 
 
 def _gated(prefix: str, h: int, i: int, bias: bool) -> list[Linear]:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
 from calc.contract.errors import UserError
+from calc.contract.hf_rules import check_tensor_parallel
 from calc.contract.i18n import T_, Text
 from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
 from calc.contract.litgpt_lora import litgpt_lora_flags
@@ -650,9 +651,7 @@ class Scenario(BaseModel):
     def _fits_model(self) -> Scenario:
         spec = self.spec  # raises a ValueError naming the problem for unknown presets / bad configs
         t = self.training
-        if spec.num_heads % t.tensor_parallel:
-            raise UserError(T_("tensor_parallel={tp} must divide the {heads} attention heads",
-                               tp=t.tensor_parallel, heads=spec.num_heads))
+        check_tensor_parallel(spec, t.tensor_parallel)
         if spec.num_layers < t.pipeline_parallel:
             raise UserError(T_("pipeline_parallel={pp} exceeds the {layers} layers", pp=t.pipeline_parallel,
                                layers=spec.num_layers))

@@ -187,7 +187,7 @@ def workload_tags(sc, engine: str = "") -> list[str]:
         tags.append(f"window reached ({t.attention.value})")
     if t.expert_parallel > 1:
         tags.append("expert parallel")
-    elif engine == "fsdp2" and sc.spec.num_experts > 1:
+    elif engine == "fsdp2" and sc.spec.moe:
         tags.append("MoE under FSDP2, no expert parallel")
     if t.lora is not None and t.lora.quantized:
         tags.append(f"bitsandbytes {t.lora.base_weights} base")

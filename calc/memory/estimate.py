@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 from calc.contract import parallel
+from calc.contract.multimodal import model_note
 from calc.contract.presets import Architecture, gpu_presets
 from calc.contract.scenario import HardwareConfig, InferenceConfig, LoraConfig, Mode, Scenario, TrainingConfig
 from calc.memo import Memo
@@ -219,5 +220,5 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
         "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
         "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "host_memory": host_mem,
         "verdict": verdict,
-        "notes": [str(note)] if (note := sc.quantization_note()) is not None else [],
+        "notes": [str(note) for note in (sc.quantization_note(), model_note(spec)) if note is not None],
     }

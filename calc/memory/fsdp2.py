@@ -109,7 +109,7 @@ def fsdp2_local_expert_grad_bytes(c: Ctx) -> int:
     """Gradient bytes of one MoE layer's E / ep local routed experts, unsharded (0 for a dense layer or a
     frozen base)."""
     s = c.spec
-    if c.ep == 1 or c.dense_mlp or c.frozen_base or s.num_experts == 1:
+    if c.ep == 1 or c.dense_mlp or c.frozen_base or not s.moe:
         return 0
     return c.weight_elem_bytes * s.routed_expert_params_per_layer() // c.ep
 
@@ -122,7 +122,7 @@ def fsdp2_experts_unshard_in_recompute(c: Ctx) -> bool:
     output (comm_ctx.all_gather_state). Where the routed experts' output is the block's last op (Qwen3-MoE,
     Mixtral), their pre-backward runs first and frees it. Measured on the CPU over the fake process group."""
     s = c.spec
-    return c.ep > 1 and s.shared_experts > 0 and s.num_experts > 1 and not c.dense_mlp
+    return c.ep > 1 and s.shared_experts > 0 and s.moe and not c.dense_mlp
 
 
 def fsdp2_forward_all_gather_elements(spec: ModelSpec, n: int, ep: int) -> int:

@@ -54,7 +54,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     elif fam == "llama4_text":
         m = llama4_moe(g, y2, c)
     else:
-        m = moe_mlp(g, y2, c) if c.spec.num_experts > 1 else gated_mlp(g, y2, c)
+        m = moe_mlp(g, y2, c) if c.spec.moe else gated_mlp(g, y2, c)
     m = _sp_scatter(g, m, c)
     if gemma:
         m, _ = rms_norm(g, m, c.act_elem_bytes, c, gemma=True, tokens=ts)

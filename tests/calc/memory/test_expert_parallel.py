@@ -118,6 +118,7 @@ def test_dense_layers_list_each_moment_once_under_expert_parallelism() -> None:
     dense_first.pop("num_experts")
     dense_first.pop("norm_topk_prob")
     dense_first.pop("head_dim")
+    dense_first["num_key_value_heads"] = dense_first["num_attention_heads"]  # MLA: a latent key per query head
     est = estimate(_sc(ep=8, model=dense_first), target="cpu", sharding="fsdp2")
     ev = est.timeline.events
     assert all(a != b for a, b in zip(ev, ev[1:], strict=False)), ev
