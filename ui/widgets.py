@@ -147,8 +147,7 @@ def _seed(values: dict[str, Any]) -> None:
                 del ss[k]
         ss[state.SYNC] = False
     for k, v in values.items():
-        if k not in ss:
-            ss[k] = v
+        state.seed_widget(k, v)
 
 
 def _widget_values(sc: Scenario) -> dict[str, Any]:
@@ -670,8 +669,7 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     out: list[state.CompareColumn] = []
     for i, (box, col) in enumerate(zip(st.columns(n, border=True), cols, strict=True)):
         for k, v in _compare_values(i, col).items():
-            if k not in ss:
-                ss[k] = v
+            state.seed_widget(k, v)
         with box:
             st.markdown(f"**{chr(65 + i)}**")
             kind = _radio(_("Hardware"), COMPARE_KIND_LABELS, f"cmp_{i}_kind",
