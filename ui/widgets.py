@@ -33,7 +33,7 @@ from calc.contract.scenario import (
     unmodelled_values,
 )
 from calc.contract.units import GiB, MiB
-from ui import compute, fmt, state
+from ui import compute, fmt, layout, state
 from ui.labels import (  # noqa: F401 - pages import some of them from here
     ATTENTION_LABELS,
     CKPT_LABELS,
@@ -118,6 +118,7 @@ def page_setup(title: str, icon: str = ":material/memory:") -> None:
     freeze_what_is_imported()
     begin_run()
     st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
+    layout.apply()
     state.init_state()
     state.enter_page(title)
     nav_links()

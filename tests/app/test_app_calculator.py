@@ -39,7 +39,7 @@ def check_numbers(at, expected: Scenario) -> None:
     est = estimate(expected)
     dt = est.device_total_bytes
     assert metric(at, "Peak allocated (GiB)") == fmt.gib(est.peak_allocated_bytes)
-    assert metric(at, "Device total, expected (GiB)") == fmt.gib(dt.expected)
+    assert metric(at, "Device total (GiB)") == fmt.gib(dt.expected)
     assert metric(at, "GPU memory (GiB)") == fmt.gib(est.gpu_memory_bytes)
     assert metric(at, "Headroom (GiB)") == fmt.gib(est.headroom_bytes)
     text = all_text(at)
