@@ -9,7 +9,6 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.memory import why
-from calc.memory.result import phase_name
 from ui import calibration, compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
@@ -62,9 +61,9 @@ c2.metric(_("Device total (GiB)"), fmt.gib(dt.expected),
 c3.metric(_("GPU memory (GiB)"), fmt.gib(est.gpu_memory_bytes), help=fmt.bytes_exact(est.gpu_memory_bytes))
 c4.metric(_("Headroom (GiB)"), fmt.gib(est.headroom_bytes),
           help=_("GPU memory minus the expected device total; negative means it does not fit."))
-st.markdown(_("The peak falls at **{event}** ({phase}, step {step}). "
-              "Device total range: {low} (low) to {high} (high).", event=charts.event_name(est.peak_event),
-              phase=phase_name(est.peak_phase, lang), step=est.peak_step, low=fmt.gib(dt.low), high=fmt.gib(dt.high)))
+st.markdown(_("The peak falls at **{place}**, in step {step}. Device total range: {low} (low) to {high} (high).",
+              place=charts.peak_place(est.peak_event, est.peak_phase), step=est.peak_step, low=fmt.gib(dt.low),
+              high=fmt.gib(dt.high)))
 
 st.subheader(_("Memory across one training step") if sc.mode.value == "train" else
              _("Memory across one forward pass (inference, KV cache on)"))

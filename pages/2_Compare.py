@@ -114,7 +114,7 @@ st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1)
 
 def _peak_at(est) -> str:
     """'backward layer 3 (backward)' in the session's language (calc.memory.result's words where it has them)."""
-    return _("{event} ({phase})", event=charts.event_name(est.peak_event), phase=tr(est.peak_phase))
+    return charts.peak_place(est.peak_event, est.peak_phase)
 
 
 sep = tr("; ")

@@ -66,6 +66,15 @@ def event_name(event: str) -> str:
     return event if lang == "en" else event_text(event).render(lang)
 
 
+def peak_place(event: str, phase: str) -> str:
+    """Where a peak falls, in the session's language: 'backward layer 3', with its phase in brackets only when
+    the event's name does not already say it ('optimizer step', never 'optimizer step (optimizer)')."""
+    name, phase_words = event_name(event), phase_name(phase, current())
+    if phase_words.lower() in name.lower():
+        return name
+    return _("{event} ({phase})", event=name, phase=phase_words)
+
+
 def _gib(n: int | float) -> float:
     return n / GiB
 

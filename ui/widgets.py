@@ -252,7 +252,7 @@ def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
         opts = compute.model_options()
         return st.selectbox(_("Model"), list(opts), format_func=opts.__getitem__, key="sc_model",
                             help=_("Type to search. Parameter counts are exact (transformers' own count)."))
-    up = st.file_uploader(_("Upload config.json"), type=["json"], key="sc_config_file", max_upload_size=2,
+    up = st.file_uploader(_("Upload config.json"), type=["json"], key="sc_config_file", max_upload_size=compute.UPLOAD_LIMIT_MIB,
                           help=_("The model's config.json from the Hugging Face Hub (shapes only, no weights)."))
     _take_config_upload(up)
     text = st.text_area(_("…or paste config.json"), key="sc_config_text", height=160,

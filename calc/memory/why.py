@@ -45,7 +45,7 @@ def mixed_above_amp(sc: Scenario, est: Estimate) -> Text | None:
     mine, theirs = bytes_per_param(sc), bytes_per_param(amp_sc)
     return T_("{precision} needs more than {amp} here ({mine} against {theirs} B per parameter at the optimizer "
               "step): {why}.", precision=sc.training.precision.value, amp=amp.value, mine=_bpp(mine.at_step),
-              theirs=_bpp(theirs.at_step), why=T_(MIXED_ABOVE_AMP))
+              theirs=_bpp(theirs.at_step), why=Text(msgid=MIXED_ABOVE_AMP))
 
 
 def offload_above_16_bytes(sc: Scenario, est: Estimate) -> Text | None:
@@ -61,7 +61,7 @@ def offload_above_16_bytes(sc: Scenario, est: Estimate) -> Text | None:
         return None
     per_param = est.cpu_ram_bytes * max(sc.data_parallel, 1) / max(here * ranks, 1)
     return T_("{per_param} B per parameter of host RAM: {why}.", per_param=f"{per_param:.1f}",
-              why=T_(OFFLOAD_ABOVE_16_BYTES))
+              why=Text(msgid=OFFLOAD_ABOVE_16_BYTES))
 
 
 def _bpp(x: float) -> str:
