@@ -427,7 +427,9 @@ claims = claim_rows(current())
 table_rows = [c for c in claims if c["id"].startswith("a0-table-")]
 st.markdown(_("Article 000's recommendation table, row by row, checked for the largest model of each row (2,048 tokens, "
               "AdamW, foreach):"))
-st.markdown(fmt.table([{_("article's row"): c["original"], _("engine's setting and answer"): c["engine"],
+# the row quoted in the article's words (in quotation marks), then what it says in the reader's language
+st.markdown(fmt.table([{_("article's row"): _("“{quote}”: {gist}", quote=c["original"], gist=c["claim"]),
+                        _("engine's setting and answer"): c["engine"],
            _("verdict"): c["verdict_text"], _("why"): c["why"]} for c in table_rows]))
 st.page_link("pages/3_Recommend.py", label=_("Recommend: the model-size x hardware table, every cell searched"),
              icon=":material/table:", query_params=state.page_params())

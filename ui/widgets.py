@@ -452,9 +452,13 @@ def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -
 def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
     """The Precision and optimizer section, into `tc`."""
     with st.sidebar.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
-        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision")
+        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision", help=_(
+            "AMP: fp32 weights, gradients and states, 16-bit autocast compute (fp16 with a GradScaler). Mixed: "
+            "16-bit weights and gradients plus fp32 master weights and states (DeepSpeed; fp16 with loss scaling). "
+            "Pure bf16: everything bf16, optimizer states too."))
         if training:
-            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer")
+            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer", help=_(
+                "Paged optimizers (bitsandbytes) keep their states in CUDA managed memory."))
             tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
             tc["optimizer_in_backward"] = bool(st.checkbox(
                 _("Step the optimizer inside backward"), key="sc_opt_bwd",
@@ -658,9 +662,7 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     """How many scenarios and, per column, hardware + ZeRO + offload. Returns the columns (also
     stored in the session); every column value is a validated CompareColumn."""
     cols = state.get_compare()
-    ss = st.session_state
-    if "cmp_count" not in ss:
-        ss["cmp_count"] = len(cols)
+    state.seed_widget("cmp_count", len(cols))
     n = int(st.radio(_("Scenarios"), [2, 3, 4], key="cmp_count", horizontal=True,
                      help=_("Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and "
                             "offload.")))
