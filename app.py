@@ -141,14 +141,13 @@ with model_col:
 st.subheader(_("Components"))
 st.caption(_("What is alive at the peak, term by term (they sum to the peak allocated), then what nvidia-smi "
              "adds on top. The sources are listed below the table."))
-COMPONENT, CATEGORY, FORMULA = _("Component"), _("Category"), _("Formula")
-COMPONENT_ROW_PX = 56
+COMPONENT, CATEGORY, FORMULA, BYTES = _("Component"), _("Category"), _("Formula"), _("bytes")
 TOTAL, OUTSIDE = _("total"), _("outside the allocator")
 
 
 def row(component: str, category: str, n_bytes: int, formula: str) -> dict[str, object]:
-    return {COMPONENT: component, CATEGORY: category, "GiB": n_bytes / fmt.GiB, "bytes": f"{n_bytes:,}",
-            FORMULA: formula}
+    return {COMPONENT: fmt.plain(component), CATEGORY: category, "GiB": f"{n_bytes / fmt.GiB:,.2f}",
+            BYTES: f"{n_bytes:,}", FORMULA: fmt.plain(formula)}
 
 
 rows = [row(c.label_in(lang), tr(charts.SHORT_LABELS.get(c.category, c.category)), c.bytes, c.formula_in(lang))
@@ -162,14 +161,8 @@ rows += [
     row(_("Device total (expected)"), TOTAL, dt.expected,
         _("range {low} to {high}", low=fmt.gib(dt.low), high=fmt.gib(dt.high))),
 ]
-# Rows two lines tall, so that a long formula wraps in its cell instead of being cut off
-st.dataframe(rows, hide_index=True, key="calc_components", row_height=COMPONENT_ROW_PX,
-             height=COMPONENT_ROW_PX * len(rows) + 38,
-             column_config={COMPONENT: st.column_config.TextColumn(COMPONENT, width="medium", pinned=True),
-                            CATEGORY: st.column_config.TextColumn(CATEGORY, width="small"),
-                            "GiB": st.column_config.NumberColumn("GiB", format="%.2f", width="small"),
-                            "bytes": st.column_config.TextColumn(_("bytes"), width="small"),
-                            FORMULA: st.column_config.TextColumn(FORMULA, width="large")})
+# A Markdown table: a long formula wraps in its cell, and on a phone the table scrolls sideways (ui.layout)
+st.markdown(fmt.table(rows))
 calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrated (ui/calibration.py)
 
 # The two folded sections are filled only when opened (a rerun): the browser renders nothing a reader has not
