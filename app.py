@@ -9,8 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.multimodal import model_note
+from calc.memory import why
 from calc.memory.host import host_ram_words
-from calc.memory.result import phase_name
 from calc.memory.verdict import RESOURCE_NAMES
 from ui import calibration, compute, fmt, state
 from ui import plots as charts
@@ -40,40 +40,37 @@ what = _("**{model}**, {mode} on **{hardware}**", model=est.model.name, mode=tr(
          hardware=hardware_name(sc))
 if est.gpu_memory_bytes is None:
     st.info(_("{what}: no GPU memory size chosen; showing the per-GPU need.", what=what), icon=":material/info:")
-else:
-    verdict_ui.box(st, est.verdict, what,
-                   _("device total {total} expected per GPU of {memory}", total=fmt.gib(dt.expected),
-                     memory=fmt.gib(est.gpu_memory_bytes)))
+elif est.verdict.fits:  # "fits with X headroom": say what it needs of what the GPU has
+    verdict_ui.box(st, est.verdict, what, _("{total} expected of {memory}", total=fmt.gib(dt.expected),
+                                            memory=fmt.gib(est.gpu_memory_bytes)))
+else:  # the verdict's sentence already names the need and the GPU's memory
+    verdict_ui.box(st, est.verdict, what)
+surprise = why.mixed_above_amp(sc, est)
+if surprise is not None:
+    st.caption(say(surprise))
+
+st.subheader(_("Where the memory goes (per GPU, at the peak)"))
+st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
+stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
 
 c1, c2, c3, c4 = st.columns(4)
 c1.metric(_("Peak allocated (GiB)"), fmt.gib(est.peak_allocated_bytes),
           help=_("torch.cuda.max_memory_allocated() over the first steps: {bytes}",
                  bytes=fmt.bytes_exact(est.peak_allocated_bytes)))
-c2.metric(_("Device total, expected (GiB)"), fmt.gib(dt.expected),
+c2.metric(_("Device total (GiB)"), fmt.gib(dt.expected),
           help=_("What nvidia-smi would show: peak + CUDA context + NCCL buffers + allocator reserve. "
                  "Range {low} to {high}; expected {bytes}.", low=fmt.gib(dt.low), high=fmt.gib(dt.high),
                  bytes=fmt.bytes_exact(dt.expected)))
 c3.metric(_("GPU memory (GiB)"), fmt.gib(est.gpu_memory_bytes), help=fmt.bytes_exact(est.gpu_memory_bytes))
 c4.metric(_("Headroom (GiB)"), fmt.gib(est.headroom_bytes),
           help=_("GPU memory minus the expected device total; negative means it does not fit."))
-st.markdown(_("The peak falls at **{event}** ({phase}, step {step}). "
-              "Device total range: {low} (low) to {high} (high).", event=charts.event_name(est.peak_event),
-              phase=phase_name(est.peak_phase, lang), step=est.peak_step, low=fmt.gib(dt.low), high=fmt.gib(dt.high)))
-
-calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrated (ui/calibration.py)
-
-st.subheader(_("Where the memory goes (per GPU, at the peak)"))
-st.plotly_chart(charts.breakdown_bar(est), key="calc_breakdown")
-stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
+st.markdown(_("The peak falls at **{place}**, in step {step}. Device total range: {low} (low) to {high} (high).",
+              place=charts.peak_place(est.peak_event, est.peak_phase), step=est.peak_step, low=fmt.gib(dt.low),
+              high=fmt.gib(dt.high)))
 
 st.subheader(_("Memory across one training step") if sc.mode.value == "train" else
              _("Memory across one forward pass (inference, KV cache on)"))
 st.plotly_chart(charts.timeline_area(est), key="calc_timeline")
-
-
-def count(n: int) -> str:
-    """'1,024', or 'none' when even 1 does not fit."""
-    return f"{n:,}" if n else _("none")
 
 
 fit_col, off_col, model_col = st.columns(3)
@@ -85,21 +82,32 @@ with fit_col:
     if mbs is None:
         st.info(_("Choose a GPU to see the largest micro-batch and sequence that fit."))
     else:
-        st.metric(_("Largest micro-batch that fits"), count(mbs),
-                  help=_("At sequence length {seq_len}, everything else unchanged (engine, bisection).",
-                         seq_len=f"{sc.training.seq_len:,}"))
-        st.metric(_("Longest sequence that fits (tokens)"), count(seq),
-                  help=_("At micro-batch {micro_batch}. The model was trained with up to {positions} positions.",
-                         micro_batch=f"{sc.training.micro_batch_size:,}",
-                         positions=f"{sc.spec.max_position_embeddings:,}"))
+        if mbs:
+            st.metric(_("Largest micro-batch that fits"), f"{mbs:,}",
+                      help=_("At sequence length {seq_len}, everything else unchanged (engine, bisection).",
+                             seq_len=f"{sc.training.seq_len:,}"))
+        else:
+            st.markdown(_("No micro-batch fits at sequence length {seq_len}, not even 1, with everything else "
+                          "unchanged.", seq_len=f"{sc.training.seq_len:,}"))
+        if seq:
+            st.metric(_("Longest sequence that fits (tokens)"), f"{seq:,}",
+                      help=_("At micro-batch {micro_batch}. The model was trained with up to {positions} positions.",
+                             micro_batch=f"{sc.training.micro_batch_size:,}",
+                             positions=f"{sc.spec.max_position_embeddings:,}"))
+        else:
+            st.markdown(_("No sequence length fits at micro-batch {micro_batch}, not even 1 token.",
+                          micro_batch=f"{sc.training.micro_batch_size:,}"))
         if not mbs or not seq:
-            st.caption(_("Even 1 does not fit with everything else unchanged: the Recommend page shows what to "
-                         "turn on next."))
+            st.page_link("pages/3_Recommend.py", label=_("Recommend: what to turn on next"),
+                         icon=":material/recommend:", query_params=state.page_params())
 with off_col:
     st.subheader(_("Offload"))
     if est.cpu_ram_bytes or est.nvme_bytes:
         st.metric(_("CPU RAM needed per node (GiB)"), fmt.gib(est.cpu_ram_bytes),
                   help=fmt.bytes_exact(est.cpu_ram_bytes))
+        host_surprise = why.offload_above_16_bytes(sc, est)
+        if host_surprise is not None:
+            st.caption(say(host_surprise))
         st.metric(_("NVMe space needed per node (GiB)"), fmt.gib(est.nvme_bytes), help=fmt.bytes_exact(est.nvme_bytes))
         host_mem = est.host_memory
         st.markdown(fmt.table([{_("part (per rank)"): fmt.plain(tr(p.label)), _("where"): tr(RESOURCE_NAMES[p.where]),
@@ -142,13 +150,13 @@ with model_col:
 st.subheader(_("Components"))
 st.caption(_("What is alive at the peak, term by term (they sum to the peak allocated), then what nvidia-smi "
              "adds on top. The sources are listed below the table."))
-COMPONENT, CATEGORY, FORMULA = _("Component"), _("Category"), _("Formula")
+COMPONENT, CATEGORY, FORMULA, BYTES = _("Component"), _("Category"), _("Formula"), _("bytes")
 TOTAL, OUTSIDE = _("total"), _("outside the allocator")
 
 
 def row(component: str, category: str, n_bytes: int, formula: str) -> dict[str, object]:
-    return {COMPONENT: component, CATEGORY: category, "GiB": n_bytes / fmt.GiB, "bytes": f"{n_bytes:,}",
-            FORMULA: formula}
+    return {COMPONENT: fmt.plain(component), CATEGORY: category, "GiB": f"{n_bytes / fmt.GiB:,.2f}",
+            BYTES: f"{n_bytes:,}", FORMULA: fmt.plain(formula)}
 
 
 rows = [row(c.label_in(lang), tr(charts.SHORT_LABELS.get(c.category, c.category)), c.bytes, c.formula_in(lang))
@@ -162,10 +170,10 @@ rows += [
     row(_("Device total (expected)"), TOTAL, dt.expected,
         _("range {low} to {high}", low=fmt.gib(dt.low), high=fmt.gib(dt.high))),
 ]
-st.dataframe(rows, hide_index=True, key="calc_components", height=35 * (len(rows) + 1) + 3,
-             column_config={"GiB": st.column_config.NumberColumn("GiB", format="%.2f", width="small"),
-                            "bytes": st.column_config.TextColumn(_("bytes"), width="medium"),
-                            FORMULA: st.column_config.TextColumn(FORMULA, width="large")})
+# A Markdown table: a long formula wraps in its cell, and on a phone the table scrolls sideways (ui.layout)
+st.markdown(fmt.table(rows))
+calibration.section(sc, est)  # the user's own run: calibrated beside uncalibrated (ui/calibration.py)
+
 # The two folded sections are filled only when opened (a rerun): the browser renders nothing a reader has not
 # asked for, and the JSON's code block would load Streamlit's 1.5 MB syntax highlighter with the page.
 sources = st.expander(_("Sources of each term"), key="calc_sources", on_change="rerun")

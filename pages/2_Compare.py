@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.i18n import N_
-from calc.recommend import per_step_words
+from calc.recommend import describe, per_step_words
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
@@ -31,6 +31,7 @@ state.sync_url(include_compare=True)
 items = []  # (name, estimate) of the valid columns
 letters = []  # each valid column's own letter: the table's headers stay with their columns
 chosen = []  # (column, the recommender's candidate or None)
+scenarios = []  # (the column's scenario, its estimate)
 for i, col in enumerate(cols):
     name = column_name(i, col)
     try:
@@ -40,28 +41,41 @@ for i, col in enumerate(cols):
         st.error(_("{column}: {error}", column=name, error=fmt.literal(state.error_text(exc))), icon=":material/error:")
         continue
     items.append((name, est))
+    scenarios.append((sc, est))
     letters.append(chr(65 + i))
     chosen.append((col, cand))
 
 if not items:
     st.stop()
 
-for box, (name, est), (col, cand) in zip(st.columns(len(items)), items, chosen, strict=True):
-    verdict_ui.box(box, est.verdict, f"**{name}**",
+methods = [describe.method_words(sc) for sc, _est in scenarios]
+mixed = len({str(m) for m in methods}) > 1
+for box, (name, est), (sc, _est), method, (col, cand) in zip(st.columns(len(items)), items, scenarios, methods, chosen,
+                                                             strict=True):
+    # the headline names the method: "fits" is about this column's setup, which may not be the sidebar's
+    verdict_ui.box(box, est.verdict, _("**{column}**, {method}", column=name, method=say(method)),
                    _("device total {size} per GPU", size=fmt.gib(est.device_total_bytes.expected)))
+    stack = say(describe.stack_words(sc))
     if col.fastest and cand is not None:
-        fields = dict(config=say(cand.label), tps=f"{cand.tokens_per_s_per_gpu:,.0f}",
-                      batch=say(per_step_words(cand.global_batch_tokens)))
-        box.caption(_("Configuration: {config}; {tps} tokens/s per GPU {batch} (adapters: full fine-tuning does not "
-                      "fit this hardware at a practical speed).", **fields) if cand.method_change else
-                    _("Configuration: {config}; {tps} tokens/s per GPU {batch}.", **fields))
-    elif col.fastest:
-        box.caption(_("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it."))
+        tps, batch = f"{cand.tokens_per_s_per_gpu:,.0f}", say(per_step_words(cand.global_batch_tokens))
+        box.caption(_("{stack}; {tps} tokens/s per GPU {batch}. Full fine-tuning does not fit this hardware at a "
+                      "practical speed.", stack=stack, tps=tps, batch=batch) if cand.method_change else
+                    _("{stack}; {tps} tokens/s per GPU {batch}.", stack=stack, tps=tps, batch=batch))
+    else:
+        box.caption(_("Nothing fits this hardware, not even QLoRA; showing the sidebar's training setup on it: "
+                      "{stack}.", stack=stack) if col.fastest else stack)
+if mixed:
+    st.info(_("The columns train different methods ({methods}): their memory and speed compare setups, not the same "
+              "training job.", methods=tr("; ").join(f"{letters[j]} {say(m)}" for j, m in enumerate(methods))),
+            icon=":material/info:")
 
 st.plotly_chart(charts.compare_bars(items), key="cmp_chart")
 stop_after_first_screen()  # on arrival the rest of the page follows once the browser has drawn this chart
 
 st.subheader(_("Differences (GiB per GPU)"))
+if mixed:
+    st.caption(_("Not like for like: the columns train different methods (above), so a row compares what each method "
+                 "keeps, not the same tensors."))
 first = items[0][1]
 labels = [(k, charts.short_label(k)) for k, _ in charts.segments(first)]
 
@@ -100,7 +114,7 @@ st.dataframe(rows, hide_index=True, key="cmp_table", height=35 * (len(rows) + 1)
 
 def _peak_at(est) -> str:
     """'backward layer 3 (backward)' in the session's language (calc.memory.result's words where it has them)."""
-    return _("{event} ({phase})", event=charts.event_name(est.peak_event), phase=tr(est.peak_phase))
+    return charts.peak_place(est.peak_event, est.peak_phase)
 
 
 sep = tr("; ")

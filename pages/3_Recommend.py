@@ -89,9 +89,9 @@ if steps:
                      _("speed vs previous step"): say(cost) if cost else "—",
                      _("method change"): _("yes") if s.method_change else ""})
     st.markdown(fmt.table(rows))
-    for s in steps:
-        if s.why_more:
-            st.caption(_("Step {step} ({name}) {why}", step=s.step, name=say(s.name), why=say(s.why_more)))
+    # why a step needs more memory, or saves none although it costs time: said under the table, step by step
+    st.markdown("\n".join(_("- **{step}. {name}** {why}", step=s.step, name=say(s.name), why=say(s.why_more or s.why_same))
+                          for s in steps if s.why_more or s.why_same))
     first = next((s for s in steps if s.fits), None)
     if first is None:
         last = steps[-1]

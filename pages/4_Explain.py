@@ -68,7 +68,7 @@ def secs(x) -> str:
 
 
 def peak_at(v) -> str:
-    return "—" if not v else f"{charts.event_name(v['event'])} ({tr(v['phase'])})"
+    return "—" if not v else charts.peak_place(v["event"], v["phase"])
 
 
 def verdict(v) -> str:
@@ -76,9 +76,23 @@ def verdict(v) -> str:
     return "—" if not isinstance(v, Verdict) else short(v, current())
 
 
+# Every topic after the first is folded under its heading: the page reads as a list of topics (a phone would
+# otherwise scroll through some 28,000 px), each opened where the reader wants it. The headings stay outside,
+# so that the links to them (#zero, ...) still land. The claims' section has folded tables of its own, and
+# Streamlit does not nest expanders: it stays open.
+FOLDED = range(1, len(TOPICS) - 1)
+_section: list = []  # the folded body being drawn (entered by header(), left by the next header())
+
+
 def header(i: int) -> None:
+    if _section:
+        _section.pop().__exit__(None, None, None)
     title, anchor = TOPICS[i]
     st.header(tr(title), anchor=anchor)
+    if i in FOLDED:
+        body = st.expander(_("Read the section"), key=f"explain_section_{anchor}")
+        body.__enter__()
+        _section.append(body)
 
 
 # ---- where memory goes ---------------------------------------------------------------------
@@ -283,6 +297,8 @@ st.markdown("\n" + _("DeepSpeed settings that matter (the Export page writes the
                      "and `stage3_param_persistence_threshold` ({persistence}: smaller tensors stay unsharded).",
                      bucket=f"{z['bucket']:,}", prefetch=f"{z['prefetch']:,}", max_live=f"{z['max_live']:,}",
                      persistence=f"{z['persistence']:,}") + "\n")
+st.page_link("pages/5_Export.py", label=_("Export: the ds_config.json for this scenario"), icon=":material/download:",
+             query_params=state.page_params())
 
 # ---- offload --------------------------------------------------------------------------------
 header(7)
@@ -337,6 +353,8 @@ st.markdown("\n" + _("**Sequence parallelism, two different things.** Megatron's
                 "*Megatron-LM / Megatron-Core* gives tensor, pipeline, sequence, context and expert parallelism with "
                 "fused kernels: the choice for pre-training at hundreds of GPUs, at the cost of its own model code. For "
                 "fine-tuning up to ~70B on one or a few nodes, FSDP2 or DeepSpeed ZeRO-3 is usually enough.") + "\n")
+st.page_link("pages/5_Export.py", label=_("Export: the ds_config.json for this scenario"), icon=":material/download:",
+             query_params=state.page_params())
 if f["experts"] > 1:
     st.markdown(_("**Expert parallel.** {name} has {experts} experts per layer: {params} parameters in total, {active} "
                   "active per token. Expert parallelism (transformers' `ep_size`) gives each GPU only its share of every "
@@ -413,7 +431,9 @@ claims = claim_rows(current())
 table_rows = [c for c in claims if c["id"].startswith("a0-table-")]
 st.markdown(_("Article 000's recommendation table, row by row, checked for the largest model of each row (2,048 tokens, "
               "AdamW, foreach):"))
-st.markdown(fmt.table([{_("article's row"): c["original"], _("engine's setting and answer"): c["engine"],
+# the row quoted in the article's words (in quotation marks), then what it says in the reader's language
+st.markdown(fmt.table([{_("article's row"): _("“{quote}”: {gist}", quote=c["original"], gist=c["claim"]),
+                        _("engine's setting and answer"): c["engine"],
            _("verdict"): c["verdict_text"], _("why"): c["why"]} for c in table_rows]))
 st.page_link("pages/3_Recommend.py", label=_("Recommend: the model-size x hardware table, every cell searched"),
              icon=":material/table:", query_params=state.page_params())

@@ -56,8 +56,10 @@ if source == "recommended":
             st.markdown(_("Recommended: **{label}** ({speed} tokens/s per GPU {batch}).", label=say(best.label),
                           speed=f"{best.tokens_per_s_per_gpu:,.0f}", batch=say(per_step_words(best.global_batch_tokens))))
         else:
-            st.warning(_("Nothing fits this hardware, not even QLoRA (see the Recommend page); exporting the current "
-                         "scenario."), icon=":material/warning:")
+            st.warning(_("Nothing fits this hardware, not even QLoRA; exporting the current scenario."),
+                       icon=":material/warning:")
+            st.page_link("pages/3_Recommend.py", label=_("Recommend: what to turn on next"), icon=":material/recommend:",
+                         query_params=state.page_params())
 
 with st.expander(_("Hyper-parameters the scenario does not carry")):
     d = ExportOptions()
@@ -190,7 +192,7 @@ st.header(_("Will my DeepSpeed config fit?"))
 st.markdown(_("Upload or paste an existing ds_config.json: it is read into a scenario for the sidebar's model "
               "(**{model}**, sequence length {seq}) on **{hardware}** and estimated.",
               model=sc.spec.name or sc.spec.family, seq=f"{sc.training.seq_len:,}", hardware=hardware_name(sc)))
-up = st.file_uploader("ds_config.json", type=["json"], key="exp_import_file", max_upload_size=2)
+up = st.file_uploader("ds_config.json", type=["json"], key="exp_import_file", max_upload_size=compute.UPLOAD_LIMIT_MIB)
 pasted = st.text_area(_("…or paste it"), key="exp_import_text", height=140, placeholder='{"zero_optimization": {...}}')
 raw, where = None, None
 if up is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.i18n import N_
-from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE
+from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE, run_counts
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui.first_screen import stop_after_first_screen
@@ -37,9 +37,9 @@ def _column(key: str) -> object:
 
 page_setup("Validation", ":material/fact_check:")
 st.title(_("Predicted vs measured"))
-st.caption(_("Peak allocated memory (torch.cuda.max_memory_allocated, or MemTracker's live-tensor peak on CPU and "
-             "FakeTensor runs) measured by `python -m measure`, against calc/'s prediction for the same scenario. "
-             "GiB = 2^30 bytes; hover a point for exact bytes."))
+st.caption(_("Each run's peak allocated memory, measured by `python -m measure` (MemTracker's live-tensor peak on "
+             "the CPU and under fake tensors; torch.cuda.max_memory_allocated on a GPU), against calc/'s prediction "
+             "for the same scenario. GiB = 2^30 bytes; hover a point for exact bytes."))
 scenario_or_stop()  # the sidebar keeps the shared scenario (and the URL) across pages
 
 try:
@@ -56,10 +56,25 @@ if rep is None or not rep.cases:
     cases = []
 else:
     cases = rep.cases
+    n = run_counts(cases)
+    where = _("{cpu} with PyTorch on the CPU, {deepspeed} with DeepSpeed on its CPU accelerator, {fake} with fake "
+              "tensors (full-size shapes, no real memory)", cpu=f"{n.torch_cpu:,}", deepspeed=f"{n.deepspeed_cpu:,}",
+              fake=f"{n.fake:,}")
+    evidence = (_("**{total} measured runs, {gpu} of them on a GPU**: {where}.", total=f"{n.total:,}",
+                  gpu=f"{n.gpu:,}", where=where) if n.gpu else
+                _("**{total} measured runs, none on a GPU**: {where}.", total=f"{n.total:,}", where=where))
+    checked = _("They check the **peak allocated** memory (the tensors alive at the peak): median error {median} %, "
+                "worst {worst} %. They do not check the **device total** that every fits / does not fit verdict "
+                "uses (CUDA context, NCCL buffers, the allocator's reserve), which is modelled from PyTorch's "
+                "documented behaviour.", median=f"{rep.median_abs_error_pct:.2f}",
+                worst=f"{rep.worst_abs_error_pct:.2f}")
+    add = _("Own a GPU? `bash measure/run_gpu.sh` measures the suite on it and appends the records to "
+            "`data/measured_cuda.jsonl`; upload one record below to compare it here.")
+    (st.info if n.gpu else st.warning)(f"{evidence} {checked}\n\n{add}", icon=":material/science:")
     m1, m2, m3 = st.columns(3)
     m1.metric(_("Measured runs"), f"{len(cases):,}")
-    m2.metric(_("Median |error| (%)"), f"{rep.median_abs_error_pct:.2f} %")
-    m3.metric(_("Worst |error| (%)"), f"{rep.worst_abs_error_pct:.2f} %")
+    m2.metric(_("Median |error| of peak allocated (%)"), f"{rep.median_abs_error_pct:.2f} %")
+    m3.metric(_("Worst |error| of peak allocated (%)"), f"{rep.worst_abs_error_pct:.2f} %")
 # The folded sections are filled only when opened (a rerun): the browser renders nothing a reader has not asked for.
 deepspeed = st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, what is modelled from its source"),
                         key="val_deepspeed", on_change="rerun")
@@ -88,7 +103,7 @@ st.subheader(_("Check your own measurement"))
 st.markdown(_("Run `python -m measure` (see measure/) on your machine and upload the JSON record it prints "
               "(one record, or JSON lines). The record is validated field by field, then predicted."))
 up = st.file_uploader(_("Measurement record (.json / .jsonl)"), type=["json", "jsonl"], key="val_upload",
-                      max_upload_size=2)
+                      max_upload_size=compute.UPLOAD_LIMIT_MIB)
 pasted = st.text_area(_("…or paste the record"), key="val_paste", height=120,
                       placeholder='{"schema_version": 1, "scenario": {...}, "device": "cuda", ...}')
 mine = []

@@ -24,7 +24,7 @@ from calc.evidence.calibrate import (
     observations_from_text,
 )
 from calc.memory.result import Estimate
-from ui import fmt, state
+from ui import compute, fmt, state
 from ui import verdict_box as verdict_ui
 from ui.language import _, say, tr
 
@@ -86,7 +86,7 @@ def _records_form() -> None:
                   "parameter."))
     nonce = st.session_state.get(state.CALIBRATION_NONCE, 0)
     files = st.file_uploader(_("Records (.json / .jsonl)"), type=["json", "jsonl"], accept_multiple_files=True,
-                             key=f"cal_upload_{nonce}", max_upload_size=2)
+                             key=f"cal_upload_{nonce}", max_upload_size=compute.UPLOAD_LIMIT_MIB)
     pasted = st.text_area(_("…or paste records (one per line)"), key=f"cal_paste_{nonce}", height=100,
                           placeholder='{"schema_version": 1, "scenario": {...}, "device": "cuda", ...}')
     texts = [(f.name, f.getvalue(), f.file_id) for f in files or []]

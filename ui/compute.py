@@ -61,6 +61,9 @@ def largest_fitting(scenario_json: str, field: Literal["micro_batch_size", "seq_
 # ---- Validation ------------------------------------------------------------------------------
 
 MAX_RECORD_BYTES = 1 * 2**20  # a measurement record is a few KiB
+# what every uploader tells the user ("Limit 1MB per file": Streamlit's MB is 2**20 bytes) and .streamlit/config.toml's
+# server.maxUploadSize: the limit that the app checks (calc.contract.limits.MAX_JSON_BYTES, MAX_RECORD_BYTES)
+UPLOAD_LIMIT_MIB = MAX_RECORD_BYTES // 2**20
 
 
 def _data_key() -> tuple[tuple[str, int, int], ...]:

@@ -67,6 +67,15 @@ def event_name(event: str) -> str:
     return event if lang == "en" else event_text(event).render(lang)
 
 
+def peak_place(event: str, phase: str) -> str:
+    """Where a peak falls, in the session's language: 'backward layer 3', with its phase in brackets only when
+    the event's name does not already say it ('optimizer step', never 'optimizer step (optimizer)')."""
+    name, phase_words = event_name(event), phase_name(phase, current())
+    if phase_words.lower() in name.lower():
+        return name
+    return _("{event} ({phase})", event=name, phase=phase_words)
+
+
 def _gib(n: int | float) -> float:
     return n / GiB
 
@@ -270,12 +279,19 @@ def error_histogram(cases: Sequence[Any]) -> go.Figure:
 # ---- Recommend -------------------------------------------------------------------------------
 
 def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_bytes: int | None) -> go.Figure:
-    """Device total (expected, GiB per GPU) as each optimization is turned on, as a waterfall, with
-    tokens/s per GPU on a second axis. `steps` are calc.recommend.WaterfallStep."""
+    """Device total (expected, GiB per GPU) as each optimization is turned on, as a waterfall, and tokens/s per
+    GPU as bars in a second panel below it (its own axis, not a second scale on the same plot). The steps that
+    change the training method sit behind a dotted line that says so. `steps` are calc.recommend.WaterfallStep.
+    The x labels stand upright, so that they stay readable on a phone."""
+    from plotly.subplots import make_subplots
+
     names = [f"{s.step}. {say(s.name)}" for s in steps]
     vals = [s.device_total_expected_bytes for s in steps]
     deltas = [vals[0]] + [b - a for a, b in zip(vals, vals[1:], strict=False)]
-    fig = go.Figure()
+    speeds = [s.tokens_per_s_per_gpu for s in steps]
+    has_speed = any(v is not None for v in speeds)
+    fig = make_subplots(rows=2 if has_speed else 1, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        row_heights=[0.72, 0.28] if has_speed else [1.0])
     fig.add_trace(go.Waterfall(
         x=names, y=[_gib(d) for d in deltas], measure=["absolute"] + ["relative"] * (len(vals) - 1),
         name=_("device total per GPU"), connector=dict(line=dict(color="#999", width=1)),
@@ -286,28 +302,30 @@ def waterfall_chart(steps: Sequence[Any], gpu_memory_bytes: int | None, usable_b
                     for v, s in zip(vals, steps, strict=True)],
         hovertemplate=f"<b>%{{x}}</b><br>{_cd(2)}<br>"
                       + _("device total {gib} GiB ({bytes} bytes)<br>change {change} GiB", gib=_cd(1, ":,.2f"),
-                          bytes=_cd(0), change="%{y:+,.2f}") + f"<br>{_cd(3)}<extra></extra>"))
-    speeds = [s.tokens_per_s_per_gpu for s in steps]
-    if any(v is not None for v in speeds):
-        fig.add_scatter(x=names, y=speeds, mode="lines+markers", name=_("tokens/s per GPU (right axis)"), yaxis="y2",
-                        line=dict(color="black", width=1.5), marker=dict(size=7),
-                        hovertemplate="<b>%{x}</b><br>" + _("{speed} tokens/s per GPU", speed="%{y:,.0f}")
-                        + "<extra></extra>")
+                          bytes=_cd(0), change="%{y:+,.2f}") + f"<br>{_cd(3)}<extra></extra>"), row=1, col=1)
+    if has_speed:
+        fig.add_bar(x=names, y=speeds, name=_("tokens/s per GPU"), marker_color="#555", row=2, col=1,
+                    hovertemplate="<b>%{x}</b><br>" + _("{speed} tokens/s per GPU", speed="%{y:,.0f}")
+                    + "<extra></extra>")
+        fig.update_yaxes(title_text=_("tokens/s"), rangemode="tozero", nticks=4, row=2, col=1)
     if gpu_memory_bytes:
-        fig.add_hline(y=_gib(gpu_memory_bytes), line=dict(color="black", width=2),
-                      annotation_text=_("GPU memory {gib} GiB", gib=f"{_gib(gpu_memory_bytes):,.2f}"),
-                      annotation_position="top right",
+        limit = _("GPU memory {gib} GiB", gib=f"{_gib(gpu_memory_bytes):,.2f}")
+        if usable_bytes:
+            fig.add_hline(y=_gib(usable_bytes), line=dict(color="black", dash="dash", width=1.2), row=1, col=1)
+            limit = _("GPU memory {gib} GiB (dashed: 10 % kept free)", gib=f"{_gib(gpu_memory_bytes):,.2f}")
+        fig.add_hline(y=_gib(gpu_memory_bytes), line=dict(color="black", width=2), row=1, col=1,
+                      annotation_text=limit, annotation_position="top left", annotation_font_size=11,
                       annotation_bgcolor="rgba(255,255,255,0.85)")
-    if usable_bytes:
-        fig.add_hline(y=_gib(usable_bytes), line=dict(color="black", dash="dash", width=1.5),
-                      annotation_text=_("recommended limit {gib} GiB (10 % kept free)", gib=f"{_gib(usable_bytes):,.2f}"),
-                      annotation_position="bottom left", annotation_bgcolor="rgba(255,255,255,0.85)")
+    first_method = next((i for i, s in enumerate(steps) if s.method_change), None)
+    if first_method:
+        fig.add_vline(x=first_method - 0.5, line=dict(color="#666", dash="dot", width=1.5))
+        fig.add_annotation(x=first_method - 0.5, y=1.0, yref="y domain", xanchor="left", yanchor="bottom",
+                           text=_("other methods,<br>offload off again →"), showarrow=False, font=dict(size=10, color="#444"),
+                           align="left")
     # an explicit range: the tallest bar and the GPU line stay inside the plot with room for their labels
     top = max(vals + [gpu_memory_bytes or 0])
-    fig.update_layout(height=480, margin=dict(l=10, r=10, t=40, b=10), showlegend=True,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-                      yaxis=dict(title=_("device total per GPU, GiB (2^30 bytes)"), range=[0, _gib(top) * 1.12]),
-                      yaxis2=dict(title=_("tokens/s per GPU"), overlaying="y", side="right", showgrid=False,
-                                  rangemode="tozero"),
-                      xaxis=dict(tickangle=-30))
+    fig.update_yaxes(title_text=_("GiB per GPU"), range=[0, _gib(top) * 1.15], row=1, col=1)
+    # upright labels: one line per step, readable at any width (a phone's 390 px leaves ~30 px per step)
+    fig.update_xaxes(tickangle=-90, tickfont=dict(size=10), range=[-0.5, len(steps) - 0.5])
+    fig.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), showlegend=False)
     return fig

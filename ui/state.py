@@ -42,6 +42,7 @@ FIRST_SCREEN = "vc_first_screen"  # True when the run stopped after the page's f
 CALIBRATION = "vc_calibration"  # calc.evidence.calibrate.Calibration from the user's own run, or absent
 CALIBRATION_UPLOAD = "vc_calibration_upload"  # file ids of the records already fitted (not refitted on rerun)
 CALIBRATION_NONCE = "vc_calibration_nonce"  # bumped by "clear" so that the uploader forgets its file
+BROWSER_KEPT = "vc_browser_kept"  # widget keys whose values a reconnected page brought: not re-seeded this run
 WIDGET_PREFIXES = ("sc_", "cmp_", "rec_", "exp_", "val_", "explain_", "cal_")
 
 DEFAULT_SCENARIO = Scenario(model="llama-2-7b", hardware=HardwareConfig(gpu="rtx-4090", num_gpus=1))
@@ -200,8 +201,8 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
         node[path[-1]] = _from_param(name, params[name])
     if params.get(LORA_FLAG, "0") not in ("0", ""):
         data.setdefault("training", {}).setdefault("lora", {})
-    if "model" not in data:
-        raise UrlError(T_("model: the link names no model (model=<preset id> or config=...)"))
+    # a link carries the fields it changes; a hand-written one may leave out the model too
+    data.setdefault("model", DEFAULT_SCENARIO.model)
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
@@ -457,6 +458,7 @@ def init_state() -> None:
     ss[SCENARIO] = sc or DEFAULT_SCENARIO
     ss[SCENARIO_ERROR] = None
     ss[SYNC] = True
+    ss[BROWSER_KEPT] = widget_keys_from_browser()
     if COMPARE_PARAM in params:
         try:
             ss[COMPARE] = compare_from_param(params[COMPARE_PARAM])
@@ -471,12 +473,38 @@ def init_state() -> None:
                               problem=error_text(exc))
 
 
+def widget_keys_from_browser() -> frozenset[str]:
+    """The keys of the widgets whose values came from the browser with this run. A session's first run
+    brings them when the page outlived its session (the server restarted under an open page, as on every
+    deploy): the change the user just made is among them, and seeding those widgets from the URL the page
+    was opened with would throw it away. Streamlit has no public API for this: its widget states arrive
+    keyed by element id, which ends with the widget's key (streamlit.runtime.state.common)."""
+    from streamlit.runtime.state.common import is_element_id, user_key_from_element_id
+    from streamlit.runtime.state.session_state_proxy import get_session_state
+
+    try:
+        ids = list(get_session_state()._state._new_widget_state.states)
+    except (AttributeError, RuntimeError):  # not in a script run, or Streamlit's internals moved: nothing kept
+        return frozenset()
+    keys = (user_key_from_element_id(i) for i in ids if is_element_id(i))
+    return frozenset(k for k in keys if k and k.startswith(WIDGET_PREFIXES))
+
+
+def seed_widget(key: str, value: Any) -> None:
+    """Give the widget `key` the value `value` unless it has one, or the browser brought one this run."""
+    ss = _st().session_state
+    if key not in ss and key not in ss.get(BROWSER_KEPT, ()):
+        ss[key] = value
+
+
 def enter_page(page: str) -> None:
     """Call first on every page. Streamlit gives a widget on another page a new identity, so on a
     page switch the old widget values are dropped here and re-seeded from the session's state."""
     ss = _st().session_state
     ss[ARRIVED] = ss.get(PAGE) != page
     ss[FIRST_SCREEN] = False
+    if ss.get(PAGE) is not None:  # the browser's widget values count on a session's first run only
+        ss[BROWSER_KEPT] = frozenset()
     if ss[ARRIVED]:
         for k in list(ss.keys()):
             if isinstance(k, str) and k.startswith(WIDGET_PREFIXES):

@@ -33,7 +33,7 @@ from calc.contract.scenario import (
     unmodelled_values,
 )
 from calc.contract.units import GiB, MiB
-from ui import compute, fmt, state
+from ui import compute, fmt, layout, state
 from ui.labels import (  # noqa: F401 - pages import some of them from here
     ATTENTION_LABELS,
     CKPT_LABELS,
@@ -118,6 +118,7 @@ def page_setup(title: str, icon: str = ":material/memory:") -> None:
     freeze_what_is_imported()
     begin_run()
     st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
+    layout.apply()
     state.init_state()
     state.enter_page(title)
     nav_links()
@@ -147,8 +148,7 @@ def _seed(values: dict[str, Any]) -> None:
                 del ss[k]
         ss[state.SYNC] = False
     for k, v in values.items():
-        if k not in ss:
-            ss[k] = v
+        state.seed_widget(k, v)
 
 
 def _widget_values(sc: Scenario) -> dict[str, Any]:
@@ -253,7 +253,7 @@ def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
         opts = compute.model_options()
         return st.selectbox(_("Model"), list(opts), format_func=opts.__getitem__, key="sc_model",
                             help=_("Type to search. Parameter counts are exact (transformers' own count)."))
-    up = st.file_uploader(_("Upload config.json"), type=["json"], key="sc_config_file", max_upload_size=2,
+    up = st.file_uploader(_("Upload config.json"), type=["json"], key="sc_config_file", max_upload_size=compute.UPLOAD_LIMIT_MIB,
                           help=_("The model's config.json from the Hugging Face Hub (shapes only, no weights)."))
     _take_config_upload(up)
     text = st.text_area(_("…or paste config.json"), key="sc_config_text", height=160,
@@ -457,9 +457,13 @@ def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -
 def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
     """The Precision and optimizer section, into `tc`."""
     with st.sidebar.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
-        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision")
+        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision", help=_(
+            "AMP: fp32 weights, gradients and states, 16-bit autocast compute (fp16 with a GradScaler). Mixed: "
+            "16-bit weights and gradients plus fp32 master weights and states (DeepSpeed; fp16 with loss scaling). "
+            "Pure bf16: everything bf16, optimizer states too."))
         if training:
-            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer")
+            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer", help=_(
+                "Paged optimizers (bitsandbytes) keep their states in CUDA managed memory."))
             tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
             tc["optimizer_in_backward"] = bool(st.checkbox(
                 _("Step the optimizer inside backward"), key="sc_opt_bwd",
@@ -663,9 +667,7 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     """How many scenarios and, per column, hardware + ZeRO + offload. Returns the columns (also
     stored in the session); every column value is a validated CompareColumn."""
     cols = state.get_compare()
-    ss = st.session_state
-    if "cmp_count" not in ss:
-        ss["cmp_count"] = len(cols)
+    state.seed_widget("cmp_count", len(cols))
     n = int(st.radio(_("Scenarios"), [2, 3, 4], key="cmp_count", horizontal=True,
                      help=_("Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and "
                             "offload.")))
@@ -675,8 +677,7 @@ def compare_columns_editor() -> list[state.CompareColumn]:
     out: list[state.CompareColumn] = []
     for i, (box, col) in enumerate(zip(st.columns(n, border=True), cols, strict=True)):
         for k, v in _compare_values(i, col).items():
-            if k not in ss:
-                ss[k] = v
+            state.seed_widget(k, v)
         with box:
             st.markdown(f"**{chr(65 + i)}**")
             kind = _radio(_("Hardware"), COMPARE_KIND_LABELS, f"cmp_{i}_kind",

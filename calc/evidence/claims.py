@@ -28,8 +28,10 @@ from calc.speed import estimate_speed, hardware_of
 
 CLAIMS_PATH = Path(__file__).resolve().parents[2] / "data" / "claims.yaml"
 ARTICLES = {
-    "000": N_("Why GPU memory is the hard bottleneck of DNN training (为什么GPU显存成了DNN训练的硬瓶颈)"),
-    "001": N_("Dissecting LLM memory (大模型显存需求拆解)"),
+    "000": N_("“为什么GPU显存成了DNN训练的硬瓶颈” (“Why GPU memory is the hard bottleneck of DNN training”), an "
+              "unsigned Chinese blog post on where training memory goes and how to cut it"),
+    "001": N_("an untitled, unsigned Chinese blog post on the memory of large language models that opens with "
+              "“大模型显存需求的核心矛盾” (“The core conflict of LLM memory needs”), with RTX 4090 and 8 x A100 cases"),
 }
 Verdict = Literal["holds", "partly holds", "does not hold", "not modelled"]
 VERDICT_WORDS: dict[str, str] = {"holds": N_("holds"), "partly holds": N_("partly holds"),

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from calc.contract.i18n import N_
 from calc.contract.record import MeasurementRecord, load_records
@@ -260,3 +260,26 @@ def report(records: list[MeasurementRecord]) -> Report:
                                      worst_abs_error_pct=max(e)))
     return Report(cases=cases, median_abs_error_pct=statistics.median(errs) if errs else 0.0,
                   worst_abs_error_pct=max(errs, default=0.0), groups=groups)
+
+
+class RunCounts(BaseModel):
+    """Where the committed runs were measured: the Validation page's headline says it before any error figure."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    torch_cpu: int = Field(description="PyTorch on the CPU, real tensors (MemTracker's live-tensor peak)")
+    deepspeed_cpu: int = Field(description="DeepSpeed ZeRO on its CPU accelerator, several processes")
+    fake: int = Field(description="full-size presets under FakeTensorMode: shapes and bytes, no real memory")
+    gpu: int = Field(description="a GPU (torch.cuda.max_memory_allocated)")
+
+    @property
+    def total(self) -> int:
+        return self.torch_cpu + self.deepspeed_cpu + self.fake + self.gpu
+
+
+def run_counts(cases: list[Case]) -> RunCounts:
+    """How many of `cases` ran on the CPU with PyTorch, with DeepSpeed on the CPU, with fake tensors, on a GPU."""
+    gpu = sum(c.device not in ("cpu", "fake") for c in cases)
+    fake = sum(c.device == "fake" for c in cases)
+    deepspeed = sum(c.device == "cpu" and c.sharding != "none" for c in cases)
+    return RunCounts(torch_cpu=len(cases) - gpu - fake - deepspeed, deepspeed_cpu=deepspeed, fake=fake, gpu=gpu)

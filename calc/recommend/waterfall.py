@@ -13,6 +13,7 @@ from calc.contract.scenario import Attention, Checkpointing, Offload, Optimizer,
 from calc.memory.engine import estimate
 from calc.memory.result import CATEGORIES, Estimate
 from calc.memory.verdict import Verdict, gib_short
+from calc.memory.why import MIXED_ABOVE_AMP
 from calc.recommend.models import DEFAULT_SAFETY_MARGIN, default_lora, usable_bytes
 from calc.recommend.phrase import T_, Phrase, joined
 from calc.speed import SpeedAssumptions, hardware_of, step_time, to_estimate
@@ -39,6 +40,7 @@ class WaterfallStep(BaseModel):
     tokens_per_s_per_gpu: float | None
     step_s: float | None
     why_more: Phrase | None = Field(None, description="when this step needs more GPU memory than the one before: why")
+    why_same: Phrase | None = Field(None, description="when this step leaves the GPU memory as it was: why")
 
     @computed_field(description="verdict.fits, derived so the two cannot disagree")
     @property
@@ -120,7 +122,8 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
             verdict=est.verdict,
             tight=bool(est.verdict.fits) and mem is not None and need > usable_bytes(mem, safety_margin),
             tokens_per_s_per_gpu=sp.tokens_per_s_per_gpu if sp else None, step_s=sp.step_s if sp else None,
-            why_more=None if prev is None else why_more(name, prev, est)))
+            why_more=None if prev is None else why_more(name, prev, est),
+            why_same=None if prev is None else why_same(prev, est)))
         prev = est
     return out
 
@@ -158,8 +161,7 @@ def _method_steps(no_offload_zero: int, opt: Optimizer, amp: Precision, mixed: P
 
 # Why a step can need more GPU memory than the one before it (modelled mechanisms, not measured).
 _MORE_BECAUSE = {
-    "mixed precision": N_("*-mixed keeps fp32 master weights (4 B per parameter) beside the 16-bit weights; the "
-                          "16-bit activations do not make up for it at this batch"),
+    "mixed precision": MIXED_ABOVE_AMP,
     "activation checkpointing": N_("recomputing a layer in backward re-creates its activations at the backward "
                                    "peak"),
     "ZeRO-1": N_("ZeRO adds communication buckets"),
@@ -171,6 +173,21 @@ _MORE_BECAUSE = {
     "LoRA": N_("offload is off again: the frozen base weights live on the GPU"),
     "QLoRA": N_("NF4 base weights are not sharded by ZeRO-3, so each GPU holds a whole 4-bit copy"),
 }
+
+
+# a change this small reads as "0.00 GiB" on every page (gib_short rounds to 0.01 GiB)
+SAME_BYTES = 2**30 // 200
+
+
+def why_same(before: Estimate, after: Estimate) -> Phrase | None:
+    """None unless the step leaves the expected device total as it was; then why: what it saves is not alive
+    at the peak (at the optimizer step, backward has already freed the activations)."""
+    if abs(after.device_total_bytes.expected - before.device_total_bytes.expected) >= SAME_BYTES:
+        return None
+    if after.peak_phase == "optimizer":
+        return T_("saves nothing here: the peak falls at the optimizer step, when backward has already freed the "
+                  "activations")
+    return T_("saves nothing at the peak for this batch")
 
 
 def why_more(name: str, before: Estimate, after: Estimate) -> Phrase | None:

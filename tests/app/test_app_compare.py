@@ -10,6 +10,7 @@ from calc.contract.units import GiB
 from calc.memory.engine import estimate
 from calc.memory.verdict import headline
 from calc.recommend import fastest_fitting
+from calc.recommend.describe import method_words, stack_words
 from tests.app.test_app_helpers import all_text, assert_clean, chart, open_app, scenario
 from ui import fmt, state
 from ui import plots as charts
@@ -29,10 +30,11 @@ def check_compare(at, cols: list[state.CompareColumn]) -> None:
     assert_clean(at)
     base = scenario(at)
     assert at.session_state[state.COMPARE] == cols
-    items = [(column_name(i, c), estimate(expected_scenario(base, c))) for i, c in enumerate(cols)]
+    shown = [expected_scenario(base, c) for c in cols]
+    items = [(column_name(i, c), estimate(sc)) for i, (c, sc) in enumerate(zip(cols, shown, strict=True))]
     text = all_text(at)
-    for name, est in items:  # the engine's one verdict, in its own words
-        assert f"**{name}**: **{headline(est.verdict)}**" in text
+    for (name, est), sc in zip(items, shown, strict=True):  # the method it trains, the engine's one verdict
+        assert f"**{name}**, {method_words(sc)}: **{headline(est.verdict)}**" in text
     fig = chart(at, "cmp_chart")
     bars = {t["name"]: t for t in fig["data"] if t["type"] == "bar"}
     for key, label in charts.SHORT_LABELS.items():
@@ -117,7 +119,7 @@ def test_zero_and_offload_change_the_verdict():
     b3 = estimate(state.CompareColumn(cluster="8x-a100-80gb", zero_stage=3).apply(base))
     assert b3.device_total_bytes.expected < b0.device_total_bytes.expected
     text = all_text(at)
-    assert f"**B: 8x A100 80GB, ZeRO-3**: **{headline(b3.verdict)}**" in text
+    assert f"**B: 8x A100 80GB, ZeRO-3**, full fine-tuning: **{headline(b3.verdict)}**" in text
     _w(at, "cmp_0_zero").set_value(3)
     _w(at, "cmp_0_off_opt").set_value("cpu")
     _w(at, "cmp_0_off_par").set_value("cpu")
@@ -157,10 +159,15 @@ def test_default_pair_shows_what_each_machine_can_do():
     assert not b.method_change
     text = all_text(at)
     assert not at.main.error and len(at.success) == 2  # both verdict boxes green
-    for c in (a, b):
+    # each headline names its method, each caption its stack in words and the batch its speed is at; one GPU is
+    # never "DDP"
+    for i, c in enumerate((a, b)):
         assert c.global_batch_tokens == base.training.global_batch_tokens
-        assert (f"Configuration: {c.label}; {c.tokens_per_s_per_gpu:,.0f} tokens/s per GPU at "
-                f"{c.global_batch_tokens:,} tokens per step") in text
+        assert f"**{column_name(i, state.DEFAULT_COMPARE[i])}**, full fine-tuning: **fits" in text
+        assert (f"{stack_words(c.scenario)}; {c.tokens_per_s_per_gpu:,.0f} tokens/s per GPU at "
+                f"{c.global_batch_tokens:,} tokens per step.") in text
+    assert "one GPU" in stack_words(a.scenario) and "DDP" not in text
+    assert "The columns train different methods" not in text  # both full fine-tuning: like for like
 
 
 def test_link_with_columns():

@@ -100,8 +100,10 @@ def test_calculator_sidebar_has_no_english_prose_in_chinese():
 def test_calculator_words_in_chinese():
     at = open_app("calculator", {"lang": "zh"})
     labels = {m.label for m in at.metric}
-    assert {translate("Peak allocated (GiB)", "zh"), translate("Headroom (GiB)", "zh"),
-            translate("Largest micro-batch that fits", "zh")} <= labels
+    assert {translate("Peak allocated (GiB)", "zh"), translate("Headroom (GiB)", "zh")} <= labels
+    # the default does not fit: no micro-batch figure, a sentence in Chinese instead
+    assert any(translate("No micro-batch fits at sequence length {seq_len}, not even 1, with everything else "
+                         "unchanged.", "zh", seq_len="2,048") == m.value for m in at.markdown)
     subheaders = [s.value for s in at.subheader]
     assert translate("What fits", "zh") in subheaders and translate("Components", "zh") in subheaders
     assert any("显存" in t for t in visible_text(at.main))

@@ -65,12 +65,17 @@ def test_config_dict_round_trip_and_defaults_left_out():
     assert state.params_to_scenario({"unrelated": "1"}) is None
 
 
+def test_a_link_without_a_model_takes_the_default_model():
+    sc = state.params_to_scenario({"cluster": "8x-a100-80gb"})
+    assert sc.model == state.DEFAULT_SCENARIO.model and sc.hardware.cluster == "8x-a100-80gb"
+    assert state.params_to_scenario({"mbs": "4"}).training.micro_batch_size == 4
+
+
 @pytest.mark.parametrize("params, message", [
     ({"model": "gpt2", "zero": "9"}, "zero:"),
     ({"model": "gpt2", "mbs": "two"}, "mbs:"),
     ({"model": "gpt2", "prec": "fp8"}, "prec:"),
     ({"model": "nope"}, "unknown model preset"),
-    ({"gpu": "a100-80gb"}, "model:"),
     ({"config": "%%%"}, "config:"),
     ({"config": "x" * 30_000}, "config:"),
     ({"model": "gpt2", "off_par": "cpu"}, "offload_params needs zero_stage 3"),

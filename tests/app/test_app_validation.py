@@ -140,6 +140,23 @@ def test_committed_data_set_renders():
     else:
         rep = calc.evidence.validate.report(calc.evidence.validate.load_all(files))
         assert at.metric[0].value == f"{len(rep.cases):,}"
+        n = calc.evidence.validate.run_counts(rep.cases)
+        # the headline, in a box and not folded: where the runs ran, what they check and what they do not
+        box = (at.info if n.gpu else at.warning)[0].value
+        assert (f"**{n.total:,} measured runs, none on a GPU**" in box) == (n.gpu == 0)
+        assert f"{n.deepspeed_cpu:,} with DeepSpeed on its CPU accelerator, {n.fake:,} with fake tensors" in box
+        assert "**peak allocated**" in box and "do not check the **device total**" in box
+        assert "bash measure/run_gpu.sh" in box
+
+
+def test_run_counts_say_where_each_run_ran(dataset):
+    n = calc.evidence.validate.run_counts(dataset.cases)
+    assert (n.torch_cpu, n.deepspeed_cpu, n.fake, n.gpu) == (3, 0, 0, 0) and n.total == len(dataset.cases)
+    gpu = dataset.cases[0].model_copy(update={"device": "cuda"})
+    ds = dataset.cases[1].model_copy(update={"sharding": "zero2x2"})
+    fake = dataset.cases[2].model_copy(update={"device": "fake"})
+    assert calc.evidence.validate.run_counts([gpu, ds, fake]) == calc.evidence.validate.RunCounts(
+        torch_cpu=0, deepspeed_cpu=1, fake=1, gpu=1)
 
 
 def test_evidence_tables_are_filled_when_opened():

@@ -204,7 +204,10 @@ def calc_verdict(sc: Scenario) -> str:
 
 
 def compare_verdict(name: str, sc: Scenario) -> str:
-    return f"{name}: {headline(estimate(sc).verdict)}"
+    """A Compare column's headline: its name, the method it trains (calc.recommend.describe) and the verdict."""
+    from calc.recommend.describe import method_words
+
+    return f"{name}, {method_words(sc)}: {headline(estimate(sc).verdict)}"
 
 
 def alerts(pg):

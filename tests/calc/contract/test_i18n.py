@@ -104,6 +104,41 @@ def test_no_english_left_in_chinese():
         assert not english_runs(msgstr, 3, KEEP), f"{domain}: English left: {english_runs(msgstr, 3, KEEP)}"
 
 
+CJK_OR_FULL_WIDTH = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
+
+
+def ascii_brackets_in_chinese(text: str) -> list[str]:
+    """The ASCII (...) of `text` that enclose or follow Chinese words: Chinese text takes full-width brackets.
+    Code is exempt (a `code span`, a call such as max_memory_allocated(), a Markdown link's target), and so is a
+    formula ("(总显存 - 静态开销) / ...")."""
+    found = []
+    for part in re.split(r"`[^`]*`", text):
+        opened: list[int] = []
+        for i, ch in enumerate(part):
+            if ch == "(":
+                opened.append(i)
+            elif ch == ")" and opened:
+                j = opened.pop()
+                before = part[:j].rstrip()
+                code = j and (part[j - 1] == "]" or part[j - 1].isascii() and (part[j - 1].isalnum() or part[j - 1] == "_"))
+                formula = re.search(r" [-+/x×*] ", part[j + 1:i])
+                chinese = CJK_OR_FULL_WIDTH.search(part[j + 1:i]) or (before and CJK_OR_FULL_WIDTH.match(before[-1]))
+                if chinese and not code and not formula:
+                    found.append(part[max(j - 10, 0):i + 1])
+    return found
+
+
+def test_ascii_brackets_in_chinese_are_found():
+    assert ascii_brackets_in_chinese("序列长度 (tokens)") == ["序列长度 (tokens)"]
+    assert ascii_brackets_in_chinese("序列长度（tokens）、`f(x)`、max_memory_allocated()、[链接](#zero)") == []
+    assert ascii_brackets_in_chinese("公式：(总显存 - 静态开销) / 2") == []
+
+
+def test_chinese_text_takes_full_width_brackets():
+    bad = [(msgid[:50], found) for _d, msgid, msgstr in all_entries() if (found := ascii_brackets_in_chinese(msgstr))]
+    assert bad == []
+
+
 def test_glossary_terms_are_used_consistently():
     for domain, msgid, msgstr in all_entries():
         for term in GLOSSARY["terms"]:
