@@ -1,4 +1,4 @@
-"""Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,validate,calibrate} ...
+"""Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,validate,calibrate,serve} ...
 
 The parser lists the commands; each command's options and work live in its module (calc.cli.estimate, ...).
 Bad input gives a one-line error on stderr and exit code 2, never a traceback. The table formats
@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from calc.cli import calibrate, estimate, export, fit, presets, recommend, table, validate
+from calc.cli import calibrate, estimate, export, fit, presets, recommend, serve, table, validate
 from calc.contract.boundary import error_message
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "run_as_program"]
@@ -47,6 +47,8 @@ COMMANDS: tuple[Command, ...] = (
             export.add_bundle_options, export.run_bundle),
     Command("export-deepspeed", "DeepSpeed config for a scenario", export.add_deepspeed_options, export.run_deepspeed),
     Command("validate", "predicted vs measured peaks for a data set", validate.add_options, validate.run),
+    Command("serve", "a serving engine's memory per GPU: KV cache, concurrency, the longest context that starts",
+            serve.add_options, serve.run),
 )
 
 
