@@ -137,20 +137,19 @@ def max_concurrency(groups: KvGroups, block_size: int, blocks: int, max_model_le
     return blocks / blocks_per_request(groups, block_size, max_model_len, batched_tokens)
 
 
-def needed_bytes(groups: KvGroups, block_size: int, max_model_len: int, batched_tokens: int) -> int:
-    """_max_memory_usage_bytes_from_groups: the KV cache one request of max_model_len needs;
-    _check_enough_kv_cache_memory refuses to start when it exceeds the available memory."""
-    page = page_bytes(groups, block_size)
-    return groups.group_size * page * sum(
-        cdiv(s.max_memory_usage_bytes(block_size, max_model_len, batched_tokens), page) for s in groups.specs)
+def needed_bytes(layers: list[LayerSpec], block_size: int, max_model_len: int, batched_tokens: int) -> int:
+    """max_memory_usage_bytes over every layer's spec: the KV cache one request of max_model_len needs;
+    check_enough_kv_cache_memory refuses to start when it exceeds the available memory (0.13 checks the layers
+    before grouping them, so a hybrid model's padding is not counted here)."""
+    return sum(s.max_memory_usage_bytes(block_size, max_model_len, batched_tokens) for s in layers)
 
 
-def longest_model_len(groups: KvGroups, block_size: int, available_bytes: int, upper: int,
+def longest_model_len(layers: list[LayerSpec], block_size: int, available_bytes: int, upper: int,
                       batched_tokens: int) -> int:
-    """_estimate_max_model_len_from_groups: the binary search vLLM prints in its error message; 0 when one token
-    does not fit."""
+    """estimate_max_model_len: the binary search vLLM prints in its error message, from 1 to `upper`; 0 when one
+    token does not fit."""
     def fits(n: int) -> bool:
-        return needed_bytes(groups, block_size, n, batched_tokens) <= available_bytes
+        return needed_bytes(layers, block_size, n, batched_tokens) <= available_bytes
 
     if not fits(1):
         return 0

@@ -104,7 +104,7 @@ def plan(sc: Scenario, utilization: float | None = None) -> ServePlan:
     groups = kv_cache.kv_groups(layers)
     bs = serving.block_size
     blocks = kv_cache.num_blocks(groups, bs, available)
-    needed = kv_cache.needed_bytes(groups, bs, model_len, tokens)
+    needed = kv_cache.needed_bytes(layers, bs, model_len, tokens)
     graphs, context = budget.cuda_graph_bytes(serving), budget.cuda_context_bytes()
     requested = budget.requested_bytes(total, util)
     reason, shortfall = verdict(total - context, requested, available, needed)
@@ -117,7 +117,7 @@ def plan(sc: Scenario, utilization: float | None = None) -> ServePlan:
         max_model_len=model_len, max_num_batched_tokens=tokens, max_num_seqs=seqs,
         max_concurrency=kv_cache.max_concurrency(groups, bs, blocks, model_len, tokens),
         starts=reason == "starts", reason=reason, shortfall_bytes=shortfall,
-        largest_max_model_len=kv_cache.longest_model_len(groups, bs, available, sc.spec.max_position_embeddings,
+        largest_max_model_len=kv_cache.longest_model_len(layers, bs, available, sc.spec.max_position_embeddings,
                                                          tokens),
         headroom_bytes=int(total - requested) - context - graphs)
 
