@@ -24,7 +24,11 @@ from calc.memory.states import model_states
 
 MODEL_DTYPE_BYTES = 2  # vLLM's dtype auto: the config's 16-bit dtype; fp32 checkpoints are served in 16 bits too
 VOCAB_PADDING = 64  # vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
-LOGITS_BYTES_PER_VALUE = 2 + 4 + 4  # profile_run's _dummy_sampler_run: 16-bit logits, their fp32 copy, fp32 probs
+# profile_run's _dummy_sampler_run samples every row with top-k and top-p (v1/sample/ops/topk_topp_sampler.py
+# forward_native, the default on CUDA without VLLM_USE_FLASHINFER_SAMPLER): at apply_top_k_top_p's scatter the
+# 16-bit logits (2), their fp32 copy (4), the sorted values (4) and int64 indices (8), the top-k mask (1), the
+# softmax / cumsum of the sorted values (4), the top-p mask (1) and the scattered result (4) are alive per value
+LOGITS_BYTES_PER_VALUE = 2 + 4 + 4 + 8 + 1 + 4 + 1 + 4
 # Non-torch memory the profile measures (non_torch_increase). Published 0.11-0.13 logs print it: 0.06 GiB
 # (Qwen2.5-7B AWQ on a 16 GB card), 0.21 GiB (Qwen3-235B FP8, TP 4 on L40S), 0.35 GiB (Llama 3.1 8B on an RTX 3090,
 # 0.6); NCCL adds its buffers with tensor parallelism. A cited estimate, not a model.
@@ -106,9 +110,9 @@ def activation_terms(sc: Scenario, tp: int, tokens: int, seqs: int) -> Activatio
     _dummy_run(max_num_batched_tokens) then _dummy_sampler_run on min(max_num_seqs, tokens) rows. The forward keeps
     hidden_states and residual (16-bit, hidden wide); inside a layer the largest transient is the MLP's gate_up
     output and its activation (2I/tp + I/tp wide), the attention's qkv and output ((q + 2 kv)/tp + q/tp wide), or
-    fused_moe's intermediate caches (top-k x (2I + I)/tp + top-k x H wide, fused_moe.py); the sampler holds the
-    logits of every row (vocabulary wide, gathered from the tensor-parallel ranks) in 16 bits, an fp32 copy and
-    fp32 probabilities."""
+    fused_moe's intermediate caches (top-k x (2I + I)/tp + top-k x H wide, fused_moe.py); the sampler's top-k /
+    top-p pass holds LOGITS_BYTES_PER_VALUE per logit of every row (vocabulary wide, gathered from the
+    tensor-parallel ranks) while the forward's hidden states are still referenced."""
     spec, b = sc.spec, MODEL_DTYPE_BYTES
     h, i = spec.hidden_size, spec.intermediate_size
     hidden = 2 * tokens * h * b
