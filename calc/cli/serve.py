@@ -10,7 +10,7 @@ import math
 
 from calc.contract.boundary import load_scenario
 from calc.contract.units import fmt_gib
-from calc.serve.plan import ServePlan, plan, serving_of, utilization_for
+from calc.serve.plan import ServePlan, launch_command, plan, serving_of, utilization_for
 
 MAX_CONCURRENCY = 1_000_000.0  # requests at once: far above what any GPU's KV cache holds
 
@@ -39,12 +39,14 @@ def run(args: argparse.Namespace) -> int:
     needed = utilization_for(sc, args.concurrency) if args.concurrency is not None else None
     if args.format == "json":
         data = result.model_dump(mode="json")
+        data["launch_command"] = launch_command(sc)
         if args.concurrency is not None:
             data["target_concurrency"] = args.concurrency
             data["gpu_memory_utilization_needed"] = needed
         print(json.dumps(data, indent=2))
         return 0
     print(format_table(result))
+    print(f"launch: {launch_command(sc)}")
     if args.concurrency is not None:
         print(concurrency_line(args.concurrency, needed, serving_of(sc).engine))
     return 0

@@ -22,6 +22,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vllm/config/cache.py CacheConfig.gpu_mem
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py: block_size None becomes 16 on CUDA (platforms/cuda.py)
 MAX_BATCHED_TOKENS = 2**22  # 4 M tokens in one forward: 30x vLLM's largest default (16,384 for LLM())
 MAX_NUM_SEQS = 2**16  # 64x vLLM's largest default (1,024 on H100-class GPUs)
+SGLANG_PAGE_SIZE = 1  # SGLang's server_args.py: page_size defaults to one token per page
 SGLANG_ALIASES = {"mem_fraction_static": "gpu_memory_utilization", "page_size": "block_size"}
 
 
@@ -58,6 +59,8 @@ class ServingConfig(BaseModel):
                 if field in out:
                     raise UserError(T_("serving: give {a} or {b}, not both", a=sglang, b=field))
                 out[field] = out.pop(sglang)
+        if out.get("engine") == "sglang" and "block_size" not in out:
+            out["block_size"] = SGLANG_PAGE_SIZE
         return out
 
 

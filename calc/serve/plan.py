@@ -155,3 +155,53 @@ def utilization_for(sc: Scenario, concurrency: float) -> float | None:
         else:
             lo = mid + 1
     return round(lo * UTILIZATION_STEP, 3) if plan(sc, lo * UTILIZATION_STEP).starts else None
+
+
+def hub_id(sc: Scenario) -> str:
+    """The Hugging Face repository a preset's config comes from (its source URL), else a placeholder."""
+    from calc.contract.presets import model_presets
+
+    if isinstance(sc.model, str):
+        source = model_presets()[sc.model].source
+        parts = source.removeprefix("https://huggingface.co/").split("/")
+        if source.startswith("https://huggingface.co/") and len(parts) >= 2:
+            return f"{parts[0]}/{parts[1]}"
+    return "<model>"
+
+
+def launch_command(sc: Scenario) -> str:
+    """The command that starts the planned server: vLLM's `vllm serve` flags, or SGLang's launch_server; the
+    defaults the plan assumed are spelled out where they matter (tensor parallelism, memory share, context)."""
+    s, model = serving_of(sc), hub_id(sc)
+    length = s.max_model_len or sc.spec.max_position_embeddings
+    if s.engine == "sglang":
+        parts = [f"python -m sglang.launch_server --model-path {model} --tp {s.tensor_parallel}",
+                 f"--mem-fraction-static {s.gpu_memory_utilization:g} --context-length {length}"]
+        parts += ["--kv-cache-dtype fp8_e4m3"] if s.kv_cache_dtype == "fp8" else []
+        parts += [f"--page-size {s.block_size}"] if s.block_size != 1 else []
+        parts += [] if s.cuda_graphs else ["--disable-cuda-graph"]
+        return " ".join(parts)
+    parts = [f"vllm serve {model} --tensor-parallel-size {s.tensor_parallel}",
+             f"--gpu-memory-utilization {s.gpu_memory_utilization:g} --max-model-len {length}"]
+    parts += ["--kv-cache-dtype fp8"] if s.kv_cache_dtype == "fp8" else []
+    parts += [f"--block-size {s.block_size}"] if s.block_size != 16 else []
+    parts += [] if s.cuda_graphs else ["--enforce-eager"]
+    parts += [f"--max-num-batched-tokens {s.max_num_batched_tokens}"] if s.max_num_batched_tokens else []
+    parts += [f"--max-num-seqs {s.max_num_seqs}"] if s.max_num_seqs else []
+    return " ".join(parts)
+
+
+MAX_CURVE_POINTS = 64  # a chart's worth of context lengths
+
+
+def concurrency_curve(sc: Scenario, lengths: list[int]) -> list[tuple[int, float]]:
+    """(max_model_len, requests of that length at once) for each length (at most MAX_CURVE_POINTS, each within
+    the model's positions): the plan with only max_model_len changed."""
+    if len(lengths) > MAX_CURVE_POINTS:
+        raise UserError(f"at most {MAX_CURVE_POINTS} context lengths, got {len(lengths)}")
+    serving = serving_of(sc)
+    out = []
+    for n in lengths:
+        varied = sc.variant(serving=serving.model_copy(update={"max_model_len": n}))
+        out.append((n, plan(varied).max_concurrency))
+    return out

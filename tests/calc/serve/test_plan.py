@@ -128,3 +128,23 @@ def test_cli_prints_the_plan_and_the_utilization_for_a_concurrency(tmp_path, cap
     assert out["gpu_memory_utilization_needed"] <= 0.9
     assert main(["serve", str(path)]) == 0
     assert "requests of 16,384 tokens at once" in capsys.readouterr().out
+
+
+def test_launch_command_carries_the_planned_flags():
+    from calc.serve.plan import launch_command
+
+    line = launch_command(serve(gpus=2, tensor_parallel=2, max_model_len=8192, kv_cache_dtype="fp8",
+                                cuda_graphs=False))
+    assert line == ("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --gpu-memory-utilization 0.9 "
+                    "--max-model-len 8192 --kv-cache-dtype fp8 --enforce-eager")
+    sglang = launch_command(serve(engine="sglang", mem_fraction_static=0.85))
+    assert "--mem-fraction-static 0.85" in sglang and "--page-size" not in sglang  # SGLang's page size 1
+
+
+def test_concurrency_falls_with_the_context_length():
+    from calc.serve.plan import concurrency_curve
+
+    curve = concurrency_curve(serve(), [4096, 16384, 65536])
+    assert [n for n, _ in curve] == [4096, 16384, 65536]
+    assert curve[0][1] > curve[1][1] > curve[2][1] > 0
+    assert curve[1][1] == plan(serve(max_model_len=16384)).max_concurrency
