@@ -90,7 +90,23 @@ def weights_bytes(sc: Scenario, tp: int) -> int:
     tables = 1 if spec.tie_word_embeddings else 2
     padding = (padded - spec.vocab_size) * spec.hidden_size * tables * MODEL_DTYPE_BYTES // tp
     rope = spec.max_position_embeddings * spec.rotary_dim * MODEL_DTYPE_BYTES if spec.rotary_dim else 0
-    return st.weights + padding + rope
+    return st.weights + padding + rope + replicated_kv_bytes(wsc, tp)
+
+
+# bytes per weight of each inference.weights kind, for the replicated K/V projections (scales not counted)
+WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "nf4": 0.5, "fp4": 0.5, "gptq-int4": 0.5,
+                "awq-int4": 0.5}
+
+
+def replicated_kv_bytes(sc: Scenario, tp: int) -> int:
+    """With more GPUs than KV heads, QKVParallelLinear gives each GPU one whole KV head (num_kv_head_replicas =
+    tp // KV heads, vllm/model_executor/layers/linear.py) where calc.memory splits the K and V projections by tp:
+    the difference, in the weights' storage."""
+    spec = sc.spec
+    if spec.mla or tp <= spec.num_kv_heads:
+        return 0
+    extra = 2 * (spec.head_dim - spec.kv_width // tp) * spec.hidden_size * spec.num_layers
+    return int(extra * WEIGHT_BYTES[sc.inference.weights or "bf16"])
 
 
 class ActivationTerms(NamedTuple):

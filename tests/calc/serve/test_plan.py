@@ -148,3 +148,13 @@ def test_concurrency_falls_with_the_context_length():
     assert [n for n, _ in curve] == [4096, 16384, 65536]
     assert curve[0][1] > curve[1][1] > curve[2][1] > 0
     assert curve[1][1] == plan(serve(max_model_len=16384)).max_concurrency
+
+
+def test_kv_projections_are_replicated_when_gpus_outnumber_kv_heads():
+    from calc.serve.budget import replicated_kv_bytes, weights_bytes
+
+    sc = serve("llama-3.1-70b", "h100-sxm", 16, tensor_parallel=16)
+    # 8 KV heads over 16 GPUs: each holds one whole head (128 wide) of K and V, not half of one
+    assert replicated_kv_bytes(sc, 16) == 2 * (128 - 64) * 8192 * 80 * 2
+    assert replicated_kv_bytes(serve("llama-3.1-70b", "h100-sxm", 8, tensor_parallel=8), 8) == 0
+    assert weights_bytes(sc, 16) > weights_bytes(serve("llama-3.1-70b", "h100-sxm", 8, tensor_parallel=8), 8) / 2
