@@ -57,3 +57,18 @@ def test_the_page_speaks_chinese():
     shown = visible_text(at.main)
     assert any(CJK.search(t) for t in shown)
     assert [run for t in shown for run in english_runs(t, 3, KEEP)] == []
+
+
+def test_validation_page_lists_the_published_serving_logs():
+    from calc.serve.published import compare, published_logs
+    from tests.app.test_app_helpers import tables
+
+    at = open_app()
+    at.run()
+    at = go(at, "validation")
+    rows = [t for t in tables(at) if "predicted" in t.columns]
+    assert rows, "no serving table"
+    table = rows[-1]
+    expected = [c for log in published_logs() for c in compare(log)]
+    assert len(table) == len(expected)
+    assert f"{expected[0].predicted:,.4g}" == table["predicted"].iloc[0]
