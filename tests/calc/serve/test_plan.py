@@ -158,3 +158,12 @@ def test_kv_projections_are_replicated_when_gpus_outnumber_kv_heads():
     assert replicated_kv_bytes(sc, 16) == 2 * (128 - 64) * 8192 * 80 * 2
     assert replicated_kv_bytes(serve("llama-3.1-70b", "h100-sxm", 8, tensor_parallel=8), 8) == 0
     assert weights_bytes(sc, 16) > weights_bytes(serve("llama-3.1-70b", "h100-sxm", 8, tensor_parallel=8), 8) / 2
+
+
+def test_the_readme_example_runs(capsys):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[3] / "docs" / "serve_scenario.json"
+    assert main(["serve", str(example), "--concurrency", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "launch: vllm serve meta-llama/Llama-3.1-8B" in out and "need gpu_memory_utilization >=" in out
