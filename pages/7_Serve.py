@@ -49,13 +49,15 @@ except (ValueError, ValidationError) as exc:
     st.stop()
 
 if result.starts:
-    st.success(_("About **{n:,.2f}** requests of {length:,} tokens at once; {tokens:,} tokens of KV cache.",
-                 n=result.max_concurrency, length=result.max_model_len, tokens=result.kv_cache_tokens),
+    st.success(_("About **{n}** requests of {length} tokens at once; {tokens} tokens of KV cache.",
+                 n=f"{result.max_concurrency:,.2f}", length=f"{result.max_model_len:,}",
+                 tokens=f"{result.kv_cache_tokens:,}"),
                icon=":material/check_circle:")
 elif result.reason == "max_model_len":
-    st.error(_("Does not start: one request of {length:,} tokens needs {short} more KV cache than the budget "
-               "leaves; the longest that starts is {longest:,} tokens.", length=result.max_model_len,
-               short=fmt.gib(result.shortfall_bytes), longest=result.largest_max_model_len), icon=":material/error:")
+    st.error(_("Does not start: one request of {length} tokens needs {short} more KV cache than the budget "
+               "leaves; the longest that starts is {longest} tokens.", length=f"{result.max_model_len:,}",
+               short=fmt.gib(result.shortfall_bytes), longest=f"{result.largest_max_model_len:,}"),
+             icon=":material/error:")
 else:
     st.error(_("Does not start: the memory needed before the KV cache exceeds what is available by {short}.",
                short=fmt.gib(result.shortfall_bytes)), icon=":material/error:")
@@ -79,8 +81,8 @@ st.code(launch_command(sc), language="bash")
 target = st.number_input(_("Requests of max_model_len you need at once"), 1, 100_000, 8, key="srv_target")
 needed = utilization_for(sc, float(target))
 if needed is None:
-    st.warning(_("{n} requests of {length:,} tokens do not fit on this GPU at any memory share.", n=int(target),
-                 length=result.max_model_len), icon=":material/warning:")
+    st.warning(_("{n} requests of {length} tokens do not fit on this GPU at any memory share.", n=int(target),
+                 length=f"{result.max_model_len:,}"), icon=":material/warning:")
 else:
-    st.markdown(_("{n} requests of {length:,} tokens need a memory share of at least **{util:.3f}**.",
-                  n=int(target), length=result.max_model_len, util=needed))
+    st.markdown(_("{n} requests of {length} tokens need a memory share of at least **{util}**.",
+                  n=int(target), length=f"{result.max_model_len:,}", util=f"{needed:.3f}"))

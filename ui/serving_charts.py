@@ -41,7 +41,9 @@ def concurrency_chart(points: list[tuple[int, float]]) -> go.Figure:
     """Requests of each context length that fit at once."""
     fig = go.Figure()
     fig.add_scatter(x=[n for n, _c in points], y=[c for _n, c in points], mode="lines+markers",
-                    name=_("requests at once"), hovertemplate=_("%{x:,} tokens: %{y:,.2f} requests") + "<extra></extra>")
+                    name=_("requests at once"),
+                    hovertemplate=_("{tokens} tokens: {requests} requests", tokens="%{x:,}", requests="%{y:,.2f}")
+                    + "<extra></extra>")
     fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=10), xaxis_type="log",
                       xaxis_title=_("max_model_len (tokens per request)"), yaxis_title=_("requests at once"))
     return fig
