@@ -167,3 +167,10 @@ def test_the_readme_example_runs(capsys):
     assert main(["serve", str(example), "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
     assert "launch: vllm serve meta-llama/Llama-3.1-8B" in out and "need gpu_memory_utilization >=" in out
+
+
+def test_the_step_estimate_refuses_a_serving_scenario_in_one_line(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"model": "llama-3.1-8b", "mode": "serve", "hardware": {"gpu": "h100-sxm"}}))
+    assert main(["estimate", str(path)]) == 2
+    assert "python -m calc serve" in capsys.readouterr().err
