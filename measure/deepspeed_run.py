@@ -67,7 +67,7 @@ def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
         env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port",
-               str(_free_port()), "-m", "measure.deepspeed_run", str(sc_path), str(out_path), str(steps)]
+               str(free_port()), "-m", "measure.deepspeed_run", str(sc_path), str(out_path), str(steps)]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0 or not out_path.exists():
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -84,7 +84,7 @@ def measure_deepspeed_record(scenario: Scenario, steps: int = 3, name: str | Non
     return measurement_record(scenario, "cpu", steps, raw, started, name, None, engine="deepspeed", sharding=sharding)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -170,7 +170,7 @@ def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
 
 # ---- the committed data set (data/measured_deepspeed.jsonl) ---------------------------------------
 
-def _model(kind: str, width: int = 256, layers: int = 4) -> dict[str, Any]:
+def tiny_model(kind: str, width: int = 256, layers: int = 4) -> dict[str, Any]:
     """Small models of three families (5 M parameters or so: DeepSpeed's 500 M-element buckets dominate
     every peak at this size, so the non-bucket terms are also reported by calc.evidence.validate per record)."""
     if kind == "gpt2":
@@ -302,7 +302,7 @@ def suite_scenarios(entries: list | None = None) -> list[tuple[str, Scenario]]:
         shape = {k: extra.pop(k) for k in ("width", "layers") if k in extra}
         training = {"zero_stage": stage, "precision": prec, "offload_optimizer": oo, "offload_params": op,
                     "micro_batch_size": 2, "seq_len": 128, **extra}
-        out.append((name, Scenario.model_validate({"model": _model(kind, **shape),
+        out.append((name, Scenario.model_validate({"model": tiny_model(kind, **shape),
                                                    "hardware": {"gpu": "a100-80gb", "num_gpus": world},
                                                    "training": training})))
     return out

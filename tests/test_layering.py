@@ -22,7 +22,8 @@ MAY_IMPORT = {
     "recommend": {"memo", "contract", "sim", "memory", "speed"},
     "evidence": {"memo", "contract", "sim", "memory", "speed", "recommend"},
     "export": {"memo", "contract", "sim", "memory", "speed"},
-    "cli": {"memo", "contract", "sim", "memory", "speed", "recommend", "evidence", "export"},
+    "serve": {"memo", "contract", "sim", "memory"},
+    "cli": {"memo", "contract", "sim", "memory", "speed", "recommend", "evidence", "export", "serve"},
 }
 # The package root and the old import paths (kept for scripts and notebooks) re-export; nothing inside calc/ uses them.
 OLD_PATHS = {"calc.engine", "calc.scenario", "calc.presets"}

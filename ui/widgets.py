@@ -67,6 +67,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("pages/4_Explain.py", N_("Explain"), ":material/menu_book:"),
     ("pages/5_Export.py", N_("Export"), ":material/download:"),
     ("pages/6_Validation.py", N_("Validation"), ":material/fact_check:"),
+    ("pages/7_Serve.py", N_("Serve"), ":material/dns:"),
 )
 
 MAX_CONFIG_BYTES = 1 * MiB  # a Hugging Face config.json is a few KiB

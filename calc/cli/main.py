@@ -1,5 +1,5 @@
 """Command line: python -m calc {estimate,presets,fit,recommend,export,export-deepspeed,import-deepspeed,validate,
-calibrate} ...
+calibrate,serve} ...
 
 The parser lists the commands; each command's options and work live in its module (calc.cli.estimate, ...).
 Bad input gives a one-line error on stderr and exit code 2, never a traceback. The table formats
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, NoReturn, TextIO, cast
 
 from pydantic import ValidationError
 
-from calc.cli import calibrate, ds_import, estimate, export, fit, presets, recommend, table, validate
+from calc.cli import calibrate, ds_import, estimate, export, fit, presets, recommend, serve, table, validate
 from calc.contract.boundary import error_message, short
 from calc.contract.output import for_terminal
 
@@ -51,6 +51,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("import-deepspeed", "an existing ds_config.json read back into a scenario (\"auto\" filled as the "
             "Hugging Face Trainer fills it)", ds_import.add_options, ds_import.run),
     Command("validate", "predicted vs measured peaks for a data set", validate.add_options, validate.run),
+    Command("serve", "a serving engine's memory per GPU: KV cache, concurrency, the longest context that starts",
+            serve.add_options, serve.run),
 )
 
 

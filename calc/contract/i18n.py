@@ -39,7 +39,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "explain": ("pages/4_Explain.py", "ui/explain/*.py", "data/claims.yaml", "calc/evidence/claims.py"),
     "export": ("pages/5_Export.py", "calc/export/*.py", "pages/6_Validation.py", "calc/evidence/validate.py",
                "calc/contract/record.py"),
-    "app": ("app.py", "ui/*.py", "presets/clusters/*.yaml"),
+    "app": ("app.py", "ui/*.py", "presets/clusters/*.yaml", "pages/7_Serve.py"),
     "calc": ("calc/**/*.py",),
 }
 

@@ -20,6 +20,7 @@ from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_
 from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
+from calc.contract.serving import ServingConfig, check_serving_fits
 
 
 class Precision(str, Enum):
@@ -99,6 +100,7 @@ class Offload(str, Enum):
 class Mode(str, Enum):
     train = "train"
     inference = "inference"
+    serve = "serve"  # a serving engine (vLLM, SGLang): calc.serve plans its memory from the `serving` block
 
 
 Framework = Literal["transformers", "torchtune", "litgpt", "torchtitan"]
@@ -599,6 +601,8 @@ class Scenario(BaseModel):
     mode: Mode = Mode.train
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    serving: ServingConfig | None = Field(None, description="mode serve: the engine and its flags (null = vLLM's "
+                                          "defaults); inference.weights says how the weights are stored")
 
     @model_validator(mode="before")
     @classmethod
@@ -611,7 +615,7 @@ class Scenario(BaseModel):
         q = config_quantization(data["model"])
         if q is None:
             return data
-        if data.get("mode", Mode.train) in (Mode.inference, "inference"):
+        if data.get("mode", Mode.train) in (Mode.inference, "inference", Mode.serve, "serve"):
             return _fill(data, "inference", q)
         training = data.get("training")
         lora = training.get("lora") if isinstance(training, dict) else None
@@ -628,7 +632,7 @@ class Scenario(BaseModel):
         if q is None:
             return None
         lora = self.training.lora
-        if self.mode == Mode.inference:
+        if self.mode in (Mode.inference, Mode.serve):
             field, got = "inference.weights", self.inference.weights
         elif lora is not None:
             field, got = "lora.base_weights", lora.base_weights
@@ -651,7 +655,13 @@ class Scenario(BaseModel):
     def _fits_model(self) -> Scenario:
         spec = self.spec  # raises a ValueError naming the problem for unknown presets / bad configs
         t = self.training
-        check_tensor_parallel(spec, t.tensor_parallel)
+        if self.mode != Mode.serve:  # vLLM replicates K/V heads when they are fewer than the GPUs (check_serving_fits)
+            check_tensor_parallel(spec, t.tensor_parallel)
+        if self.serving is not None and self.mode != Mode.serve:
+            raise UserError(T_("the serving block applies to mode serve"))
+        if self.mode == Mode.serve:
+            check_serving_fits(self.serving or ServingConfig(), spec.num_heads, spec.num_kv_heads,
+                               self.resolved_hardware().num_gpus, spec.mla, spec.max_position_embeddings)
         if spec.num_layers < t.pipeline_parallel:
             raise UserError(T_("pipeline_parallel={pp} exceeds the {layers} layers", pp=t.pipeline_parallel,
                                layers=spec.num_layers))
@@ -664,7 +674,7 @@ class Scenario(BaseModel):
         if t.optimizer_in_backward and gpus > 1 and self.mode == Mode.train:
             raise UserError(T_("optimizer_in_backward is modelled on one GPU (torchtune's single-device recipes): "
                                "data-parallel gradients are reduced after their hooks run; use num_gpus 1"))
-        if spec.attention_sinks and t.attention != Attention.eager:
+        if spec.attention_sinks and t.attention != Attention.eager and self.mode != Mode.serve:
             raise UserError(T_("attention: gpt_oss runs eager attention in transformers (its attention sinks "
                                "have no SDPA path); choose eager"))
         if t.lora is not None and t.lora.targets == "all-linear" and spec.family == "llama4_text":

@@ -17,6 +17,8 @@ from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 from calc.contract import parallel
+from calc.contract.errors import UserError
+from calc.contract.i18n import T_
 from calc.contract.multimodal import model_note
 from calc.contract.presets import Architecture, gpu_presets
 from calc.contract.scenario import HardwareConfig, InferenceConfig, LoraConfig, Mode, Scenario, TrainingConfig
@@ -137,6 +139,9 @@ def _estimate(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, target: Ta
     """The estimate of `sc` on `hw` (`gpu`: its preset's facts), the peak over its pipeline stages (the first and the
     last; the layers between repeat the first's); `shape_free`: the memos' key of the states and the context
     (None: not memoized)."""
+    if sc.mode == Mode.serve:  # a serving engine budgets its memory itself: calc.serve plans it
+        raise UserError(T_("mode serve is planned by the serving planner (python -m calc serve, the Serve page), "
+                           "not by the per-step estimate"))
     sharding = sharding or sc.training.sharding
     sc = inference_scenario(sc)  # inference.weights: plain weights in their dtype, quantized ones with 16-bit compute
     t, spec = sc.training, sc.spec

@@ -26,6 +26,7 @@ PAGES = {
     "explain": "pages/4_Explain.py",
     "export": "pages/5_Export.py",
     "validation": "pages/6_Validation.py",
+    "serve": "pages/7_Serve.py",
 }
 TIMEOUT = 180  # the Recommend page's first model x hardware table takes seconds on a slow CPU
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \".*\", line \d+")

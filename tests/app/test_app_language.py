@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from calc.contract.i18n import translate
 from tests.app.test_app_helpers import APP, TIMEOUT, assert_clean, go, open_app, visible_text
 from tests.calc.contract.test_i18n import CJK, KEEP, english_runs
-from ui import language
+from ui import language, widgets
 
 ZH_TITLE = translate("GPU memory calculator", "zh")
 
@@ -52,7 +52,7 @@ def test_the_switch_changes_the_language_and_the_links_and_pages_keep_it():
     assert at.title[0].value == ZH_TITLE
     assert at.query_params["lang"] == "zh"
     links = _link_params(at)
-    assert len(links) == 6 and all(q.get("lang") == ["zh"] and q.get("model") for q in links)
+    assert len(links) == len(widgets.PAGES) and all(q.get("lang") == ["zh"] and q.get("model") for q in links)
     assert [link.proto.label for link in at.sidebar.get("page_link")][0] == translate("Calculator", "zh")
     go(at, "compare")  # another page: same session, still Chinese, the URL still says so
     assert at.session_state[language.LANG] == "zh" and at.query_params["lang"] == "zh"

@@ -14,7 +14,7 @@ import pytest
 
 from calc.contract.scenario import Scenario
 from calc.memory.engine import estimate
-from measure.deepspeed_run import _free_port, _model
+from measure.deepspeed_run import free_port, tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def _buffers(scenarios: list[Scenario], tmp: Path) -> list[dict]:
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(scenarios[0].resolved_hardware().num_gpus),
-           "--master_port", str(_free_port()), "-m", "measure.host_buffers", str(sc_path), str(out)]
+           "--master_port", str(free_port()), "-m", "measure.host_buffers", str(sc_path), str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(out.read_text())
@@ -35,7 +35,7 @@ def _buffers(scenarios: list[Scenario], tmp: Path) -> list[dict]:
 def test_offload_parts_are_deepspeeds_buffers(tmp_path):
     """ZeRO-3 and ZeRO-2 with CPU optimizer offload, bf16-mixed, 2 ranks (one launch, ~45 s)."""
     scenarios = [Scenario.model_validate({
-        "model": _model("llama"), "hardware": {"gpu": "a100-80gb", "num_gpus": 2},
+        "model": tiny_model("llama"), "hardware": {"gpu": "a100-80gb", "num_gpus": 2},
         "training": {"zero_stage": stage, "precision": "bf16-mixed", "offload_optimizer": "cpu",
                      "micro_batch_size": 1, "seq_len": 32}}) for stage in (3, 2)]
     for sc, real in zip(scenarios, _buffers(scenarios, tmp_path), strict=True):

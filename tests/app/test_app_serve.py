@@ -1,0 +1,74 @@
+"""Serve page: the plan of the chosen model and GPU as a sentence, the budget bar, concurrency against context
+length and the launch line; a setup that does not start says so; bad input is one message, not a traceback."""
+
+from __future__ import annotations
+
+from calc.contract.scenario import Scenario
+from calc.serve.plan import launch_command, plan
+from tests.app.test_app_helpers import all_text, assert_clean, go, open_app
+
+
+def serve_page():
+    at = open_app()
+    at.run()
+    return go(at, "serve")
+
+
+def test_default_plan_matches_the_engine():
+    at = serve_page()
+    assert_clean(at)
+    expected = plan(Scenario.model_validate({
+        "model": "llama-3.1-8b", "mode": "serve", "hardware": {"gpu": "h100-sxm"}, "inference": {"weights": "bf16"},
+        "serving": {"max_model_len": 8192}}))
+    text = all_text(at)
+    assert f"{expected.kv_cache_tokens:,} tokens of KV cache" in text
+    assert f"{expected.kv_bytes_per_token:,}" in [m.value for m in at.metric]
+    assert at.code[0].value.startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1")
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_a_model_too_big_for_the_gpu_does_not_start():
+    at = serve_page()
+    at.selectbox(key="srv_model").set_value("llama-3.1-70b")
+    at.selectbox(key="srv_gpu").set_value("a100-80gb")
+    at.run()
+    assert_clean(at)
+    assert "Does not start" in at.error[0].value
+    sc = Scenario.model_validate({"model": "llama-3.1-70b", "mode": "serve", "hardware": {"gpu": "a100-80gb"},
+                                  "inference": {"weights": "bf16"}, "serving": {"max_model_len": 8192}})
+    assert launch_command(sc) == at.code[0].value
+
+
+def test_tensor_parallel_that_does_not_divide_the_heads_is_one_message():
+    at = serve_page()
+    at.number_input(key="srv_tp").set_value(3)
+    at.run()
+    assert_clean(at)
+    assert "must divide the 32 attention heads" in at.error[0].value
+
+
+def test_the_page_speaks_chinese():
+    from tests.app.test_app_helpers import visible_text
+    from tests.calc.contract.test_i18n import CJK, KEEP, english_runs
+
+    at = open_app("calculator", {"lang": "zh"})
+    at.run()
+    at = go(at, "serve")
+    shown = visible_text(at.main)
+    assert any(CJK.search(t) for t in shown)
+    assert [run for t in shown for run in english_runs(t, 3, KEEP)] == []
+
+
+def test_validation_page_lists_the_published_serving_logs():
+    from calc.serve.published import compare, published_logs
+    from tests.app.test_app_helpers import tables
+
+    at = open_app()
+    at.run()
+    at = go(at, "validation")
+    rows = [t for t in tables(at) if "predicted" in t.columns]
+    assert rows, "no serving table"
+    table = rows[-1]
+    expected = [c for log in published_logs() for c in compare(log)]
+    assert len(table) == len(expected)
+    assert f"{expected[0].predicted:,.4g}" == table["predicted"].iloc[0]

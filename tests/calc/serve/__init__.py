@@ -1,0 +1,1 @@
+"""calc.serve: the serving planner."""
