@@ -694,6 +694,11 @@ class Scenario(BaseModel):
         if t.lora is not None and self.mode == Mode.inference and self.inference.weights is not None:
             raise UserError(T_("with LoRA the base model's storage is lora.base_weights; leave inference.weights "
                                "unset"))
+        if self.mode == Mode.inference and self.inference.quantized and (t.zero_stage == 3
+                                                                         or t.offload_params != Offload.none):
+            raise UserError(T_("quantized inference weights (inference.weights {weights}) are not partitioned or "
+                               "offloaded by ZeRO-3; use zero_stage 0-2 without parameter offload",
+                               weights=self.inference.weights))
         quantized = t.lora is not None and t.lora.quantized
         if quantized and self.mode == Mode.train and t.zero_stage == 3:
             raise UserError(T_("quantized (int8/nf4) base weights are not partitioned by ZeRO-3; use stage 0-2"))

@@ -102,13 +102,17 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
     out: list[WaterfallStep] = []
     prev: Estimate | None = None
     ga = sc.accumulation_to_global_batch
-    for i, (name, change, upd, method) in enumerate(plan):
-        cur.update(upd)
+    for name, change, upd, method in plan:
+        trial = {**cur, **upd}
         # the scenario's expert parallelism where FSDP2 shards (ZeRO 2/3), 1 before that
-        ep = t.expert_parallel if fsdp and cur["zero_stage"] in (2, 3) else 1
+        ep = t.expert_parallel if fsdp and trial["zero_stage"] in (2, 3) else 1
         # each step at the scenario's global batch (its micro-batch, the accumulation that reaches it), as the
         # recommender's candidates are: the speeds on the page are at one batch
-        s2 = sc.with_training(**cur, expert_parallel=ep, gradient_accumulation_steps=ga)
+        try:
+            s2 = sc.with_training(**trial, expert_parallel=ep, gradient_accumulation_steps=ga)
+        except ValueError:  # a step this scenario cannot take (quantized inference weights under ZeRO-3): left out,
+            continue  # and the later steps go on without it
+        cur = trial
         est = estimate(s2)
         need = est.device_total_bytes.expected
         sp = None
@@ -116,7 +120,7 @@ def optimization_waterfall(sc: Scenario, safety_margin: float = DEFAULT_SAFETY_M
             hw = hardware_of(s2)
             sp = to_estimate(step_time(s2.spec, s2.training, hw, s2.mode, a), hw, a)
         out.append(WaterfallStep(
-            step=i, name=name, change=change, scenario=s2, method_change=method,
+            step=len(out), name=name, change=change, scenario=s2, method_change=method,
             peak_allocated_bytes=est.peak_allocated_bytes, device_total_expected_bytes=need,
             device_total_high_bytes=est.device_total_bytes.high, cpu_ram_bytes=est.cpu_ram_bytes,
             verdict=est.verdict,

@@ -112,7 +112,7 @@ def _table_columns(at) -> list[str]:
 def test_recommend_page_in_chinese():
     at = open_app("recommend", {"lang": "zh"})
     shown = "\n".join(texts(at))
-    for want in ("能放下什么，下一步开启什么", "下一步开启什么", "放得下的最快配置", "模型规模 x 硬件",
+    for want in ("能放下什么，下一步开启什么", "下一步开启什么", "最快的配置", "模型规模 x 硬件",
                  "全参微调（训练全部权重）", "每一格：calc.recommend"):
         assert want in shown, want
     cols = _table_columns(at)
