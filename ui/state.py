@@ -202,7 +202,9 @@ def params_to_scenario(params: dict[str, str]) -> Scenario | None:
     if params.get(LORA_FLAG, "0") not in ("0", ""):
         data.setdefault("training", {}).setdefault("lora", {})
     # a link carries the fields it changes; a hand-written one may leave out the model too
-    data.setdefault("model", DEFAULT_SCENARIO.model)
+    if "model" not in data:  # nor the hardware: the default scenario's, as the sidebar then shows it
+        data["model"] = DEFAULT_SCENARIO.model
+        data.setdefault("hardware", DEFAULT_SCENARIO.hardware.model_dump(exclude_defaults=True))
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
