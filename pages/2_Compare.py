@@ -9,9 +9,10 @@ from calc.recommend import describe, per_step_words
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui import verdict_box as verdict_ui
+from ui.compare_columns import column_name, compare_columns_editor
 from ui.first_screen import stop_after_first_screen
 from ui.language import _, say, tr
-from ui.widgets import column_name, compare_columns_editor, page_setup, scenario_or_stop
+from ui.widgets import page_setup, scenario_or_stop
 
 page_setup("Compare", ":material/compare_arrows:")
 st.title(_("Compare scenarios"))

@@ -22,9 +22,10 @@ from calc.recommend import (
 from calc.recommend.phrase import Phrase
 from ui import compute, fmt, state
 from ui import plots as charts
+from ui.compare_columns import cluster_short_name
 from ui.first_screen import stop_after_first_screen
 from ui.language import _, current, say
-from ui.widgets import cluster_short_name, hardware_name, page_setup, scenario_or_stop
+from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
 st.title(_("What fits, and what to turn on next"))

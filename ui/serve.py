@@ -27,9 +27,6 @@ def warm_up() -> dict[str, float]:
     """Do the first visit's work in this process; returns the seconds each part took (printed at start-up)."""
     with _bare_mode_quiet():
         took = _warm_up()
-    from ui.widgets import freeze_what_is_imported
-
-    freeze_what_is_imported()
     return took
 
 

@@ -8,10 +8,7 @@ shown next to the widget that caused it. Widget values are seeded from the sessi
 
 from __future__ import annotations
 
-import gc
 import json
-import re
-from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -26,7 +23,6 @@ from calc.contract.scenario import (
     FRAMEWORKS,
     Checkpointing,
     Mode,
-    Offload,
     Precision,
     Scenario,
     TrainingConfig,
@@ -34,6 +30,7 @@ from calc.contract.scenario import (
 )
 from calc.contract.units import GiB, MiB
 from ui import compute, fmt, layout, state
+from ui.choices import radio, select
 from ui.labels import (  # noqa: F401 - pages import some of them from here
     ATTENTION_LABELS,
     CKPT_LABELS,
@@ -98,25 +95,9 @@ def section_for(message: str) -> str:
 # ---- page frame ---------------------------------------------------------------------------
 
 
-def freeze_what_is_imported() -> None:
-    """Once per process: move every object alive now (Streamlit, plotly, pandas, the engine and its presets,
-    imported by `python -m ui.serve`'s warm-up, or else by the first page run) out of the cyclic collector's
-    reach. They live as long as the process, yet each full collection walked them all again (a cold server's
-    first visit to Recommend, until its model x hardware table was complete: 6.4-6.6 s of CPU before, 5.5-5.7
-    s after)."""
-    global _frozen
-    if not _frozen:
-        _frozen = True
-        gc.freeze()
-
-
-_frozen = False
-
-
 def page_setup(title: str, icon: str = ":material/memory:") -> None:
     """Page config, session state from the URL on first load, the language and the navigation links.
     `title` is an English page name marked with N_ (one of PAGES' labels)."""
-    freeze_what_is_imported()
     begin_run()
     st.set_page_config(page_title=f"{tr(title)} · vramcalc", page_icon=icon, layout="wide")
     layout.apply()
@@ -214,24 +195,6 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
     }
 
 
-def _labels(mapping: dict[Any, str]) -> tuple[list[str], Callable[[Any], str]]:
-    """Option values and a format_func that words them in this run's language (bound now: a format_func
-    may be called outside the run, where there is no session to ask)."""
-    keys = [k.value if hasattr(k, "value") else k for k in mapping]
-    names = {k: tr(label) for k, label in zip(keys, mapping.values(), strict=True)}
-    return keys, lambda k: names.get(k, str(k))
-
-
-def _select(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
-    opts, fmt = _labels(mapping)
-    return st.selectbox(label, opts, format_func=fmt, key=key, **kw)
-
-
-def _radio(label: str, mapping: dict[Any, str], key: str, **kw: Any) -> Any:
-    opts, fmt = _labels(mapping)
-    return st.radio(label, opts, format_func=fmt, key=key, horizontal=True, **kw)
-
-
 def parse_config_text(text: str | bytes, where: str = "config.json") -> dict[str, Any]:
     """config.json text (or an upload's bytes) -> dict through calc.contract.boundary (size, UTF-8, nesting
     depth, finite numbers), or ValueError with a one-line message for the user."""
@@ -249,7 +212,7 @@ def parse_config_text(text: str | bytes, where: str = "config.json") -> dict[str
 
 
 def _model_section(errors: dict[str, Any]) -> str | dict[str, Any] | None:
-    src = _radio(_("Model source"), MODEL_SOURCE_LABELS, "sc_model_source")
+    src = radio(_("Model source"), MODEL_SOURCE_LABELS, "sc_model_source")
     if src == "preset":
         opts = compute.model_options()
         return st.selectbox(_("Model"), list(opts), format_func=opts.__getitem__, key="sc_model",
@@ -291,7 +254,7 @@ def _take_config_upload(up: Any) -> None:
 
 
 def _hardware_section() -> dict[str, Any]:
-    kind = _radio(_("Hardware"), HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
+    kind = radio(_("Hardware"), HW_KIND_LABELS, "sc_hw_kind", label_visibility="collapsed")
     if kind == "cluster":
         opts = compute.cluster_options(current())
         return {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__, key="sc_cluster")}
@@ -344,7 +307,7 @@ def scenario_sidebar() -> Scenario | None:
     with st.sidebar.expander(_("Model"), expanded=True, icon=":material/neurology:"):
         model = _model_section(errors)
         slots["model"] = st.empty()  # right under the model / config.json widgets
-        mode = _radio(_("Mode"), MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
+        mode = radio(_("Mode"), MODE_LABELS, "sc_mode", on_change=_propose_inference_precision)
     training = mode == Mode.train.value
     hardware = _hardware_expander(slots)
     if training:
@@ -426,7 +389,7 @@ def _framework_expander(tc: dict[str, Any], slots: dict[str, Any]) -> None:
     setup, since it brings its recipes' defaults."""
     with st.sidebar.expander(_("Training framework"), expanded=True, icon=":material/deployed_code:"):
         labels = {f: FRAMEWORK_LABELS[f] for f in offered_frameworks()}
-        tc["framework"] = _select(_("Framework"), labels, "sc_framework", on_change=_apply_framework_defaults,
+        tc["framework"] = select(_("Framework"), labels, "sc_framework", on_change=_apply_framework_defaults,
                                   help=_("Whose model code and training loop run: the memory of the same model "
                                          "differs between frameworks (their attention, loss and defaults)."))
         st.caption(framework_defaults_text(tc["framework"]))
@@ -458,14 +421,14 @@ def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -
 def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
     """The Precision and optimizer section, into `tc`."""
     with st.sidebar.expander(_("Precision and optimizer"), expanded=True, icon=":material/tune:"):
-        tc["precision"] = _select(_("Precision"), PRECISION_LABELS, "sc_precision", help=_(
+        tc["precision"] = select(_("Precision"), PRECISION_LABELS, "sc_precision", help=_(
             "AMP: fp32 weights, gradients and states, 16-bit autocast compute (fp16 with a GradScaler). Mixed: "
             "16-bit weights and gradients plus fp32 master weights and states (DeepSpeed; fp16 with loss scaling). "
             "Pure bf16: everything bf16, optimizer states too."))
         if training:
-            tc["optimizer"] = _select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer", help=_(
+            tc["optimizer"] = select(_("Optimizer"), OPTIMIZER_LABELS, "sc_optimizer", help=_(
                 "Paged optimizers (bitsandbytes) keep their states in CUDA managed memory."))
-            tc["optimizer_impl"] = _select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
+            tc["optimizer_impl"] = select(_("Optimizer implementation"), IMPL_LABELS, "sc_impl")
             tc["optimizer_in_backward"] = bool(st.checkbox(
                 _("Step the optimizer inside backward"), key="sc_opt_bwd",
                 help=_("torchtune's optimizer_in_bwd: each parameter is updated as soon as its gradient is ready "
@@ -477,13 +440,13 @@ def _precision_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any
 def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
     """The Memory savers section (attention, checkpointing, loss kernel, ZeRO, sharding, offload), into `tc`."""
     with st.sidebar.expander(_("Memory savers"), expanded=True, icon=":material/compress:"):
-        tc["attention"] = _select(_("Attention"), ATTENTION_LABELS, "sc_attention")
+        tc["attention"] = select(_("Attention"), ATTENTION_LABELS, "sc_attention")
         if training:
-            tc["activation_checkpointing"] = _select(_("Activation checkpointing"), CKPT_LABELS, "sc_ckpt")
+            tc["activation_checkpointing"] = select(_("Activation checkpointing"), CKPT_LABELS, "sc_ckpt")
             if tc["activation_checkpointing"] == Checkpointing.full.value:
                 tc["checkpoint_every"] = int(st.number_input(_("Checkpoint 1 of every k layers"), 1, 1024, step=1,
                                                              key="sc_every"))
-            tc["cross_entropy"] = _select(
+            tc["cross_entropy"] = select(
                 _("Loss kernel"), CROSS_ENTROPY_LABELS, "sc_ce",
                 help=_("Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "
                        "LLaMA-Factory, Axolotl) computes lm_head and the loss in token chunks, so the B x S x V "
@@ -496,18 +459,18 @@ def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) 
                          else _("Loss chunk size (tokens per chunk; 0 = LitGPT's 128)"))
                 chunks = int(st.number_input(label, 0, 65536, step=1, key="sc_ce_chunks"))
                 tc["cross_entropy_chunks"] = chunks or None
-        tc["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, "sc_zero")
+        tc["zero_stage"] = select(_("ZeRO stage"), ZERO_LABELS, "sc_zero")
         if tc["zero_stage"] in (2, 3):
-            tc["sharding"] = _select(_("Sharded by"), SHARDING_LABELS, "sc_sharding",
+            tc["sharding"] = select(_("Sharded by"), SHARDING_LABELS, "sc_sharding",
                                      help=_("DeepSpeed ZeRO, or PyTorch FSDP2 (fully_shard per layer: stage 3 = "
                                             "FULL_SHARD, stage 2 = reshard_after_forward=False)."))
         elif tc["zero_stage"] == 0 and training and Precision(tc["precision"]).is_mixed:
-            tc["sharding"] = _select(_("Runs under"), ZERO0_RUNNER_LABELS, "sc_runner0",
+            tc["sharding"] = select(_("Runs under"), ZERO0_RUNNER_LABELS, "sc_runner0",
                                      help=_("At ZeRO 0 DeepSpeed's mixed-precision optimizer keeps the 16-bit "
                                             "gradients beside their fp32 copies through the step (2 B/param more "
                                             "than a plain PyTorch loop that frees them)."))
-        tc["offload_optimizer"] = _select(_("Offload optimizer states"), OFFLOAD_LABELS, "sc_off_opt")
-        tc["offload_params"] = _select(_("Offload parameters"), OFFLOAD_LABELS, "sc_off_par",
+        tc["offload_optimizer"] = select(_("Offload optimizer states"), OFFLOAD_LABELS, "sc_off_opt")
+        tc["offload_params"] = select(_("Offload parameters"), OFFLOAD_LABELS, "sc_off_par",
                                        help=_("Needs ZeRO stage 3."))
         slots["savers"] = st.empty()
 
@@ -552,7 +515,7 @@ def _lora_expander(tc: dict[str, Any], base: dict[str, Any], current: Scenario, 
             lora = dict(base["training"]["lora"] or {})
             lora["rank"] = int(st.number_input(_("Rank r"), 1, 4096, step=1, key="sc_lora_rank"))
             linears, savable = _model_modules(model)
-            targets = _select(_("Targets"), {**LORA_TARGET_LABELS, LIST_TARGETS: LORA_LIST_LABEL}, "sc_lora_targets")
+            targets = select(_("Targets"), {**LORA_TARGET_LABELS, LIST_TARGETS: LORA_LIST_LABEL}, "sc_lora_targets")
             if targets == LIST_TARGETS:
                 _keep_known("sc_lora_names", linears)
                 names = st.multiselect(_("Modules with adapters"), linears, key="sc_lora_names",
@@ -568,7 +531,7 @@ def _lora_expander(tc: dict[str, Any], base: dict[str, Any], current: Scenario, 
                 _("Also train in full (modules_to_save)"), savable, key="sc_lora_save",
                 help=_("peft keeps the frozen original and trains a full copy: its weights, gradients and optimizer "
                        "states count."))
-            lora["base_weights"] = _select(_("Base weight precision"), LORA_BASE_LABELS, "sc_lora_base")
+            lora["base_weights"] = select(_("Base weight precision"), LORA_BASE_LABELS, "sc_lora_base")
             lora["double_quant"] = False
             if lora["base_weights"] in ("nf4", "fp4"):
                 lora["double_quant"] = bool(st.checkbox(_("Double quantization (bnb_4bit_use_double_quant)"),
@@ -591,8 +554,8 @@ def _inference_expander(slots: dict[str, Any]) -> dict[str, Any]:
     with st.sidebar.expander(_("Generation"), expanded=True, icon=":material/chat:"):
         new_tokens = int(st.number_input(_("New tokens to generate (0 = one prefill forward)"), 0, 4_194_304,
                                          step=64, key="sc_gen"))
-        kv_cache = _radio(_("KV cache"), KV_CACHE_LABELS, "sc_kv")
-        weights = _select(_("Stored weights"), INFERENCE_WEIGHT_LABELS, "sc_wq",
+        kv_cache = radio(_("KV cache"), KV_CACHE_LABELS, "sc_kv")
+        weights = select(_("Stored weights"), INFERENCE_WEIGHT_LABELS, "sc_wq",
                           help=_("Quantized weights (bitsandbytes, GPTQ, AWQ, FP8) are modelled from the libraries' "
                                  "source: their kernels need CUDA."))
         double = bool(st.checkbox(_("Double quantization (bnb_4bit_use_double_quant)"), key="sc_wdq")) \
@@ -643,94 +606,3 @@ def hardware_name(sc: Scenario) -> str:
     else:
         name = _("custom {size} GiB GPU", size=f"{hw.memory_bytes / GiB:,.2f}") if hw.memory_bytes else _("no GPU")
     return f"{hw.num_gpus} x {name}"
-
-
-# ---- Compare page columns -----------------------------------------------------------------
-
-EXTRA_COMPARE = (state.CompareColumn(cluster="1x-h100-sxm"), state.CompareColumn(cluster="8x-h100-sxm"),
-                 state.CompareColumn(cluster="64x-a100-80gb"))
-
-
-def _compare_values(i: int, col: state.CompareColumn) -> dict[str, Any]:
-    return {
-        f"cmp_{i}_kind": "cluster" if col.cluster else "gpu",
-        f"cmp_{i}_cluster": col.cluster or "8x-a100-80gb",
-        f"cmp_{i}_gpu": col.gpu or "a100-80gb",
-        f"cmp_{i}_n": col.num_gpus,
-        f"cmp_{i}_zero": col.zero_stage,
-        f"cmp_{i}_off_opt": col.offload_optimizer.value,
-        f"cmp_{i}_off_par": col.offload_params.value,
-        f"cmp_{i}_fastest": col.fastest,
-    }
-
-
-def compare_columns_editor() -> list[state.CompareColumn]:
-    """How many scenarios and, per column, hardware + ZeRO + offload. Returns the columns (also
-    stored in the session); every column value is a validated CompareColumn."""
-    cols = state.get_compare()
-    state.seed_widget("cmp_count", len(cols))
-    n = int(st.radio(_("Scenarios"), [2, 3, 4], key="cmp_count", horizontal=True,
-                     help=_("Each column takes the sidebar's scenario and sets its own hardware, ZeRO stage and "
-                            "offload.")))
-    while len(cols) < n:
-        cols.append(EXTRA_COMPARE[(len(cols) - 2) % len(EXTRA_COMPARE)])
-    cols = cols[:n]
-    out: list[state.CompareColumn] = []
-    for i, (box, col) in enumerate(zip(st.columns(n, border=True), cols, strict=True)):
-        for k, v in _compare_values(i, col).items():
-            state.seed_widget(k, v)
-        with box:
-            st.markdown(f"**{chr(65 + i)}**")
-            kind = _radio(_("Hardware"), COMPARE_KIND_LABELS, f"cmp_{i}_kind",
-                          label_visibility="collapsed")
-            if kind == "cluster":
-                opts = compute.cluster_options(current())
-                data: dict[str, Any] = {"cluster": st.selectbox(_("Cluster"), list(opts), format_func=opts.__getitem__,
-                                                                key=f"cmp_{i}_cluster")}
-            else:
-                g = compute.gpu_options()
-                data = {"gpu": st.selectbox("GPU", list(g), format_func=g.__getitem__, key=f"cmp_{i}_gpu"),
-                        "num_gpus": int(st.number_input(_("GPUs"), 1, 65536, step=1, key=f"cmp_{i}_n"))}
-            data["fastest"] = st.toggle(
-                _("Fastest configuration that fits"), key=f"cmp_{i}_fastest",
-                help=_("The recommender's fastest configuration for this hardware (precision, checkpointing, ZeRO, "
-                       "offload, parallelism, micro-batch): full fine-tuning when it fits, else LoRA / QLoRA. "
-                       "Turn off to set ZeRO and offload by hand."))
-            if data["fastest"]:  # the search chooses; hand settings are kept for when the toggle goes off
-                st.caption(_("Precision, checkpointing, ZeRO, offload, parallelism and batch split: chosen by the "
-                             "recommender (below)."))
-                data.update(zero_stage=col.zero_stage, offload_optimizer=col.offload_optimizer,
-                            offload_params=col.offload_params)
-            else:
-                data["zero_stage"] = _select(_("ZeRO stage"), ZERO_LABELS, f"cmp_{i}_zero")
-                data["offload_optimizer"] = _select(_("Offload optimizer"), OFFLOAD_LABELS, f"cmp_{i}_off_opt")
-                data["offload_params"] = _select(_("Offload parameters"), OFFLOAD_LABELS, f"cmp_{i}_off_par")
-            out.append(state.CompareColumn.model_validate(data))
-    state.set_compare(out)
-    return out
-
-
-def cluster_short_name(cluster_id: str) -> str:
-    """'8x A100 80GB', '1x RTX 4090 工作站': a cluster preset's name in the session's language, without its
-    description in brackets (ASCII or full-width)."""
-    from calc.contract.presets import cluster_presets
-
-    return re.split(r" \(|（", tr(cluster_presets()[cluster_id].name))[0]
-
-
-def column_name(i: int, col: state.CompareColumn) -> str:
-    """'A: 8x A100 80GB (one DGX/HGX A100 node), ZeRO-3, optimizer -> CPU'."""
-    from calc.contract.presets import gpu_presets
-
-    if col.cluster:
-        hw = cluster_short_name(col.cluster)
-    else:
-        hw = f"{col.num_gpus}x {gpu_presets()[col.gpu].name.removeprefix('NVIDIA ')}" if col.gpu else _("custom")
-    if col.fastest:
-        return _("{column}: {hardware} (fastest setup)", column=chr(65 + i), hardware=hw)
-    bits = [f"{chr(65 + i)}: {hw}", f"ZeRO-{col.zero_stage}"]
-    if col.offload_optimizer != Offload.none:
-        bits.append(_("opt→{target}", target=col.offload_optimizer.value))
-    if col.offload_params != Offload.none:
-        bits.append(_("params→{target}", target=col.offload_params.value))
-    return ", ".join(bits)

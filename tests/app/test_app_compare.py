@@ -14,7 +14,7 @@ from calc.recommend.describe import method_words, stack_words
 from tests.app.test_app_helpers import all_text, assert_clean, chart, open_app, scenario
 from ui import fmt, state
 from ui import plots as charts
-from ui.widgets import column_name
+from ui.compare_columns import column_name
 
 
 def expected_scenario(base: Scenario, col: state.CompareColumn) -> Scenario:
@@ -92,7 +92,7 @@ def test_every_column_widget():
         check_compare(at, cols)
     _w(at, "cmp_count").set_value(4)
     at.run()
-    from ui.widgets import EXTRA_COMPARE
+    from ui.compare_columns import EXTRA_COMPARE
 
     cols += list(EXTRA_COMPARE[:2])
     check_compare(at, cols)

@@ -61,14 +61,3 @@ def test_a_links_problem_is_shown_on_the_first_screen_and_with_the_rest_then_dro
     assert not at.session_state[state.FIRST_SCREEN] and any("not valid" in w.value for w in at.warning)
     at.run()  # shown once: a later run does not repeat it
     assert not any("not valid" in w.value for w in at.warning)
-
-
-def test_the_first_page_run_of_a_process_freezes_what_it_imported_once(monkeypatch):
-    from ui import widgets
-
-    calls = []
-    monkeypatch.setattr(widgets, "_frozen", False)
-    monkeypatch.setattr(widgets.gc, "freeze", lambda: calls.append(1))
-    at = open_app("calculator")
-    go(at, "recommend")
-    assert calls == [1] and widgets._frozen

@@ -3,18 +3,16 @@ listens (the browser end to end runs against it: tests/e2e/test_e2e_browser.py).
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 
 from calc.recommend import TABLE_GLOBAL_BATCH_TOKENS, TABLE_HARDWARE, TABLE_MODELS, TABLE_SEQ_LEN, table_cell
-from ui import compute, serve, widgets
+from ui import compute, serve
 from ui.state import DEFAULT_SCENARIO
 
 
-def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
+def test_warm_up_searches_the_default_table(monkeypatch):
     monkeypatch.setattr(compute, "_TABLE_CELLS", {})
-    monkeypatch.setattr(widgets, "_frozen", False)
     for cached in (compute.waterfall, compute.recommendations, compute._report, compute.largest_fitting,
                    compute.fastest_fitting):
         cached.clear()  # what earlier tests put there
@@ -26,7 +24,6 @@ def test_warm_up_searches_the_default_table_and_freezes(monkeypatch):
     assert len(cells) == len(TABLE_MODELS) and all(len(row) == len(TABLE_HARDWARE) for row in cells)
     # the cells are the engine's own answers, not a copy of something else
     assert cells[0][0] == table_cell(TABLE_MODELS[0], TABLE_HARDWARE[0])
-    assert widgets._frozen and gc.get_freeze_count() > 0
     assert logging.root.manager.disable == logging.NOTSET  # Streamlit's warnings are back on after it
     # the pages' own cached calls for the default scenario come from Streamlit's cache: what they call is not run
     import calc.evidence.validate

@@ -34,7 +34,7 @@ from tests.e2e.browser import (
     url_params,
 )
 from ui import fmt, state
-from ui.widgets import column_name
+from ui.compare_columns import column_name
 
 pytestmark = pytest.mark.slow
 
