@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         return _fail("--steps must be at least 1")
 
-    from calc.contract.boundary import load_scenario  # bounded, finite, strictly typed JSON
     from calc.contract.errors import UserError
+    from calc.contract.scenario import load_scenario  # bounded, finite, strictly typed JSON
 
     try:
         scenario = load_scenario(args.scenario)

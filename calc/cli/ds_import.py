@@ -10,11 +10,11 @@ import argparse
 import sys
 
 from calc.cli.options import force_option
-from calc.contract.boundary import load_scenario, read_json, short
+from calc.contract.boundary import read_json, short
 from calc.contract.errors import UserError
 from calc.contract.files import write_file
 from calc.contract.output import strict_json
-from calc.contract.scenario import Scenario
+from calc.contract.scenario import Scenario, load_scenario
 
 
 def add_options(p: argparse.ArgumentParser) -> None:

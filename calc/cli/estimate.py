@@ -6,11 +6,11 @@ import argparse
 from typing import TYPE_CHECKING
 
 from calc.cli.options import lang_option
-from calc.contract.boundary import load_scenario, read_text
+from calc.contract.boundary import read_text
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.output import strict_json
-from calc.contract.scenario import Scenario
+from calc.contract.scenario import Scenario, load_scenario
 from calc.contract.units import fmt_gib
 from calc.memory.engine import estimate
 from calc.memory.result import Estimate, event_text

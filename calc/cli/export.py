@@ -8,9 +8,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from calc.cli.options import finite_positive, force_option
-from calc.contract.boundary import load_scenario
 from calc.contract.files import write_file, write_files
 from calc.contract.output import strict_json
+from calc.contract.scenario import load_scenario
 
 if TYPE_CHECKING:
     from calc.export.deepspeed import ExportOptions

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from calc.contract.boundary import load_scenario
 from calc.contract.errors import UserError
+from calc.contract.scenario import load_scenario
 from calc.memory.fit import largest_fitting
 
 

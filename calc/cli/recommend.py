@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from calc.cli.options import count, lang_option
-from calc.contract.boundary import load_scenario, read_json, validate
+from calc.contract.boundary import read_json, validate
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
+from calc.contract.scenario import load_scenario
 from calc.contract.units import GiB, fmt_gib
 from calc.memory.verdict import short
 from calc.recommend.models import Recommendation, RecommendRequest

@@ -8,7 +8,7 @@ import argparse
 import json
 import math
 
-from calc.contract.boundary import load_scenario
+from calc.contract.scenario import load_scenario
 from calc.contract.units import fmt_gib
 from calc.serve.plan import ServePlan, launch_command, plan, serving_of, utilization_for
 

@@ -21,7 +21,7 @@ import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,9 +35,6 @@ from calc.contract.limits import (
     MAX_JSON_INT_DIGITS,
     MAX_MESSAGE_CHARS,
 )
-
-if TYPE_CHECKING:
-    from calc.contract.scenario import Scenario
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -307,17 +304,6 @@ def validate(model: type[M], data: Any, where: str) -> M:
 
 
 _WHOLE = {"Scenario": "scenario", "MeasurementRecord": "record", "RecommendRequest": "request"}
-
-
-def load_scenario(path: str, data: Any = None) -> Scenario:
-    """A scenario JSON file (or '-' for stdin) read by read_json and validated strictly, or already-read `data`
-    validated (no true for 1, no 4096.7 for 4096); UserError naming the file otherwise. The scenario module is
-    imported here, not at the top: it imports calc.contract.architectures, which imports this module."""
-    from calc.contract.scenario import Scenario
-
-    if data is None:
-        data = read_json(path)
-    return validate(Scenario, data, "stdin" if path == "-" else path)
 
 
 def require(value: Any, kind: type | tuple[type, ...], name: str) -> Any:

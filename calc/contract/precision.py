@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from math import prod
 
+from calc.contract.enums import Optimizer, OptimizerImpl, Precision
 from calc.contract.i18n import N_
-from calc.contract.scenario import Optimizer, OptimizerImpl, Precision
 
 FP32, BF16 = 4, 2
 

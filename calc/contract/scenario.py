@@ -13,103 +13,33 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from calc.contract.architectures import PEFT_EXPERT_ADAPTER_FAMILIES, ModelSpec
+from calc.contract.boundary import read_json, validate
+from calc.contract.enums import (  # noqa: F401 - the scenario contract re-exports its settings
+    BASE_WEIGHTS,
+    FRAMEWORKS,
+    PLAIN_WEIGHT_PRECISION,
+    Attention,
+    BaseWeights,
+    Checkpointing,
+    Framework,
+    InferenceWeights,
+    LoraTargetSet,
+    Mode,
+    Offload,
+    Optimizer,
+    OptimizerImpl,
+    Precision,
+)
 from calc.contract.errors import UserError
+from calc.contract.hardware import HardwareConfig
 from calc.contract.hf_rules import check_tensor_parallel
 from calc.contract.i18n import T_, Text
-from calc.contract.limits import MAX_GPU_MEMORY_BYTES, MAX_HOST_BYTES, MAX_LORA_ALPHA
+from calc.contract.limits import MAX_LORA_ALPHA
 from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
 from calc.contract.serving import ServingConfig, check_serving_fits
 
-
-class Precision(str, Enum):
-    """Where 16-bit numbers live during training."""
-
-    fp32 = "fp32"  # everything fp32
-    amp_bf16 = "amp-bf16"  # fp32 weights/grads/states, torch.autocast(bf16) compute (HF Trainer bf16=True)
-    amp_fp16 = "amp-fp16"  # same with fp16 autocast and a GradScaler
-    bf16_mixed = "bf16-mixed"  # bf16 weights+grads on GPU, fp32 master+states in the optimizer (DeepSpeed)
-    fp16_mixed = "fp16-mixed"  # same in fp16, with dynamic loss scaling
-    bf16 = "bf16"  # everything bf16, optimizer states included
-
-    @property
-    def is_amp(self) -> bool:
-        return self in (Precision.amp_bf16, Precision.amp_fp16)
-
-    @property
-    def is_mixed(self) -> bool:
-        return self in (Precision.bf16_mixed, Precision.fp16_mixed)
-
-    @property
-    def uses_fp16(self) -> bool:
-        return self in (Precision.amp_fp16, Precision.fp16_mixed)
-
-    def for_inference(self, gpu_bf16: bool) -> Precision:
-        """The precision to propose when switching to inference: 16-bit weights. fp32 and AMP keep fp32
-        weights (a training choice: autocast needs fp32 masters, inference does not), so they become
-        bf16, or fp16-mixed (fp16 weights; no optimizer in inference) on GPUs without bf16."""
-        if self in (Precision.bf16, Precision.bf16_mixed, Precision.fp16_mixed):
-            return self
-        return Precision.bf16 if gpu_bf16 and not self.uses_fp16 else Precision.fp16_mixed
-
-
-class Optimizer(str, Enum):
-    adamw = "adamw"
-    adam = "adam"
-    sgd = "sgd"
-    sgd_momentum = "sgd-momentum"
-    adafactor = "adafactor"
-    adamw_8bit = "adamw-8bit"
-    paged_adamw = "paged-adamw"  # bitsandbytes PagedAdamW: 32-bit states in CUDA managed (unified) memory
-    paged_adamw_8bit = "paged-adamw-8bit"  # bitsandbytes PagedAdamW8bit: 8-bit states, paged the same way
-
-    @property
-    def paged(self) -> bool:
-        """States in CUDA managed memory: outside torch.cuda.max_memory_allocated, inside nvidia-smi's figure."""
-        return self in (Optimizer.paged_adamw, Optimizer.paged_adamw_8bit)
-
-    @property
-    def bitsandbytes(self) -> bool:
-        return self in (Optimizer.adamw_8bit, Optimizer.paged_adamw, Optimizer.paged_adamw_8bit)
-
-
-class OptimizerImpl(str, Enum):
-    foreach = "foreach"  # PyTorch's default on CUDA: whole-list kernels with list-sized temporaries
-    fused = "fused"  # one fused kernel per group, no temporaries
-    for_loop = "for-loop"  # one parameter at a time
-
-
-class Checkpointing(str, Enum):
-    none = "none"
-    full = "full"  # whole decoder layers, 1 of every `checkpoint_every`
-    selective = "selective"  # only the attention core is recomputed (Korthikanti et al. 2022)
-
-
-class Attention(str, Enum):
-    eager = "eager"  # materialises the B x heads x S x S scores and probabilities
-    sdpa = "sdpa"  # torch SDPA / FlashAttention: keeps only the output and the logsumexp
-
-
-class Offload(str, Enum):
-    none = "none"
-    cpu = "cpu"
-    nvme = "nvme"
-
-
-class Mode(str, Enum):
-    train = "train"
-    inference = "inference"
-    serve = "serve"  # a serving engine (vLLM, SGLang): calc.serve plans its memory from the `serving` block
-
-
-Framework = Literal["transformers", "torchtune", "litgpt", "torchtitan"]
-FRAMEWORKS: tuple[str, ...] = ("transformers", "torchtune", "litgpt", "torchtitan")
-LoraTargetSet = Literal["all-linear", "attention"]
-BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
-BASE_WEIGHTS: tuple[str, ...] = ("bf16", "fp16", "int8", "nf4", "fp4")
-InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8"]
-PLAIN_WEIGHT_PRECISION = {"bf16": Precision.bf16, "fp16": Precision.fp16_mixed, "fp32": Precision.fp32}
 MAX_MODULE_NAMES = 64  # LoRA targets / modules_to_save: more names than any model has kinds of module
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # one module name in Hugging Face naming (q_proj, c_attn, lm_head)
 ModuleNames = tuple[Annotated[str, StringConstraints(pattern=MODULE_NAME)], ...]  # a list of module names
@@ -533,44 +463,6 @@ class InferenceConfig(BaseModel):
 
 
 
-class HardwareConfig(BaseModel):
-    """Which GPUs. `gpu` is a preset id; `cluster` is a cluster preset that fills gpu and count."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    gpu: str | None = Field(None, description="GPU preset id, e.g. a100-80gb")
-    num_gpus: int = Field(1, ge=1, le=65536, description="GPUs in the job")
-    gpus_per_node: int | None = Field(None, ge=1, le=64, description="default: min(num_gpus, 8)")
-    cluster: str | None = Field(None, description="cluster preset id, e.g. 8x-a100-80gb")
-    memory_bytes: int | None = Field(None, gt=0, le=MAX_GPU_MEMORY_BYTES,
-                                     description="custom GPU: usable device memory in bytes")
-    cpu_ram_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="host RAM per node, for offload checks")
-    nvme_bytes: int | None = Field(None, gt=0, le=MAX_HOST_BYTES, description="NVMe capacity per node, for offload checks")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _cluster_count(cls, data: Any) -> Any:
-        """A cluster fixes the GPU count: fill num_gpus from it, so the count is stated once and a
-        dumped scenario validates again; a different num_gpus is an error (not silently replaced)."""
-        if isinstance(data, dict) and isinstance(data.get("cluster"), str) and "num_gpus" not in data:
-            count = _cluster_gpus(data["cluster"])
-            if count is not None:
-                data = {**data, "num_gpus": count}
-        return data
-
-    @model_validator(mode="after")
-    def _cluster_agrees(self) -> HardwareConfig:
-        count = _cluster_gpus(self.cluster) if self.cluster else None
-        if count is not None and self.num_gpus != count:
-            raise UserError(T_("num_gpus={num_gpus} contradicts cluster {cluster}, which has {count} GPUs; give one "
-                               "of them", num_gpus=self.num_gpus, cluster=repr(self.cluster), count=count))
-        return self
-
-    def gpus_in_node(self) -> int:
-        """GPUs per node: `gpus_per_node`, by default min(num_gpus, 8) (the one place this default lives)."""
-        return min(self.gpus_per_node or min(self.num_gpus, 8), self.num_gpus)
-
-
 def _fill(data: dict[str, Any], key: str, q: ConfigQuantization, field: str = "weights") -> dict[str, Any]:
     """`data` with data[key][field] (and double_quant) from the config's quantization unless data[key] states
     them; a validated block (an object, not a dict) is kept as it is."""
@@ -581,14 +473,6 @@ def _fill(data: dict[str, Any], key: str, q: ConfigQuantization, field: str = "w
     if q.double_quant and "double_quant" not in block:
         filled["double_quant"] = True
     return {**data, key: filled}
-
-
-def _cluster_gpus(cluster_id: str) -> int | None:
-    """The GPU count of a cluster preset; None for an unknown id (resolve_hardware names it)."""
-    from calc.contract.presets import cluster_presets
-
-    c = cluster_presets().get(cluster_id)
-    return None if c is None else c.num_gpus
 
 
 class Scenario(BaseModel):
@@ -794,3 +678,11 @@ class Scenario(BaseModel):
         seq_len (the batch its speed is quoted at)."""
         t = self.training
         return t.micro_batch_size * t.gradient_accumulation_steps * self.data_parallel * t.seq_len
+
+
+def load_scenario(path: str, data: Any = None) -> Scenario:
+    """A scenario JSON file (or '-' for stdin) read by calc.contract.boundary.read_json and validated strictly, or
+    already-read `data` validated (no true for 1, no 4096.7 for 4096); UserError naming the file otherwise."""
+    if data is None:
+        data = read_json(path)
+    return validate(Scenario, data, "stdin" if path == "-" else path)

@@ -10,14 +10,10 @@ SGLang's separate sliding-window pool (--swa-full-tokens-ratio) is not modelled 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from calc.contract.scenario import Scenario
 from calc.contract.serving import ServingConfig
 from calc.serve import budget
-
-if TYPE_CHECKING:
-    from calc.serve.plan import ServePlan
+from calc.serve.parts import ServePlan, gpu_memory, kv_dtype_bytes, non_kv_bytes, verdict
 
 
 def cell_bytes(sc: Scenario, serving: ServingConfig, dtype_bytes: int) -> int:
@@ -30,8 +26,6 @@ def cell_bytes(sc: Scenario, serving: ServingConfig, dtype_bytes: int) -> int:
 
 
 def plan(sc: Scenario, serving: ServingConfig, utilization: float | None) -> ServePlan:
-    from calc.serve.plan import ServePlan, gpu_memory, kv_dtype_bytes, non_kv_bytes, verdict
-
     util = serving.gpu_memory_utilization if utilization is None else utilization
     total, name = gpu_memory(sc)
     model_len = serving.max_model_len or sc.spec.max_position_embeddings
