@@ -92,6 +92,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def exported_run(scenario: Scenario) -> tuple[dict[str, Any], Any, list]:
+    """The scenario's export as a run uses it: the ds_config (a dict), the generated train.py loaded as a module
+    (its model builder and dataset are what the measurement trains) and the export's notes."""
+    import importlib.util
+
+    from calc.export import export_bundle
+
+    files, notes = export_bundle(scenario)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "train.py").write_text(files["train.py"])
+        spec = importlib.util.spec_from_file_location("vramcalc_train", Path(tmp) / "train.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+    return json.loads(files["ds_config.json"]), script, notes
+
+
 def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
     """One rank's run; rank 0 returns the record fields, the others None."""
     import gc
@@ -101,22 +117,13 @@ def _run_rank(scenario: Scenario, steps: int) -> dict[str, Any] | None:
     import torch
     from transformers.integrations import HfDeepSpeedConfig
 
-    from calc.export import export_bundle
     from measure.runner import memtracker_fields
     from measure.trackers import PhaseMemTracker
     from measure.workload import NullTracker
 
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
-    files, notes = export_bundle(scenario)
-    cfg = json.loads(files["ds_config.json"])
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "train.py").write_text(files["train.py"])
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("vramcalc_train", Path(tmp) / "train.py")
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
+    cfg, script, notes = exported_run(scenario)
     t = scenario.training
     torch.manual_seed(0)
     mt = PhaseMemTracker() if rank == 0 else NullTracker()

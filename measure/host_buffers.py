@@ -49,24 +49,16 @@ def inventory(engine: Any, stage: int) -> dict[str, Any]:
 
 
 def run_rank(scenario: Scenario) -> dict[str, Any] | None:
-    import importlib.util
-    import tempfile
     from types import SimpleNamespace
 
     import deepspeed
     import torch
     from transformers.integrations import HfDeepSpeedConfig
 
-    from calc.export import export_bundle
+    from measure.deepspeed_run import exported_run
 
     deepspeed.init_distributed(dist_backend="gloo")  # once per process; again for the next scenario is a no-op
-    files, _ = export_bundle(scenario)
-    cfg = json.loads(files["ds_config.json"])
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "train.py").write_text(files["train.py"])
-        spec = importlib.util.spec_from_file_location("vramcalc_train", Path(tmp) / "train.py")
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
+    cfg, script, _ = exported_run(scenario)
     torch.manual_seed(0)
     hf = HfDeepSpeedConfig(cfg)  # noqa: F841 - transformers reads it while from_config runs (zero.Init)
     model = script.build_model(SimpleNamespace(model_config=None))
