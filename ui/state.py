@@ -24,7 +24,7 @@ from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, T_, Lang
 from calc.contract.limits import MAX_JSON_BYTES, MAX_URL_PARAM_CHARS
 from calc.contract.presets import cluster_presets, gpu_presets
-from calc.contract.scenario import FRAMEWORK_DEFAULTS, HardwareConfig, LoraConfig, Offload, Scenario
+from calc.contract.scenario import FRAMEWORK_DEFAULTS, HardwareConfig, LoraConfig, Offload, Scenario, default_seq_len
 from calc.evidence.calibrate import Calibration
 
 # ---- shared, non-widget keys --------------------------------------------------------------
@@ -161,6 +161,7 @@ def scenario_to_params(sc: Scenario) -> dict[str, str]:
     # the framework's defaults are not repeated: a link without them gets them again (TrainingConfig)
     ref["training"].update(FRAMEWORK_DEFAULTS[sc.training.framework])
     ref["training"]["lora"] = LoraConfig().model_dump(mode="json")
+    ref["training"]["seq_len"] = default_seq_len(sc.spec)  # the model's own default (GPT-2: its 1,024 positions)
     out: dict[str, str] = {}
     if isinstance(sc.model, dict):
         out[CONFIG_PARAM] = encode_config(sc.model)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from calc.contract.boundary import decode, parse_json
 from calc.contract.errors import UserError
+from calc.contract.hf_rules import longest_sequence
 from calc.contract.i18n import N_, T_
 from calc.contract.presets import resolve_model
 from calc.contract.scenario import (
@@ -312,7 +313,7 @@ def scenario_sidebar() -> Scenario | None:
     hardware = _hardware_expander(slots)
     if training:
         _framework_expander(tc, slots)
-    _batch_expander(tc, training, slots)
+    _batch_expander(tc, training, slots, _sequence_limit(model))
     _precision_expander(tc, training, slots)
     _savers_expander(tc, training, slots)
     _parallel_expander(tc, current, training, model, slots)
@@ -396,12 +397,31 @@ def _framework_expander(tc: dict[str, Any], slots: dict[str, Any]) -> None:
         slots["framework"] = st.empty()
 
 
-def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) -> None:
-    """The Batch and sequence section, into the training fields `tc`."""
+def _sequence_limit(model: str | dict[str, Any] | None) -> int | None:
+    """The chosen model's longest sequence (GPT-2's position table), None when it has no bound or is not valid."""
+    if model is None:
+        return None
+    try:
+        return longest_sequence(resolve_model(model))
+    except ValueError:
+        return None
+
+
+def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any], seq_limit: int | None) -> None:
+    """The Batch and sequence section, into the training fields `tc`. A model with a learned position table takes
+    sequences up to its length: a longer one left from another model is brought down to it, and said so."""
+    ss = st.session_state
+    shortened = seq_limit is not None and int(ss.get("sc_seq", 0)) > seq_limit
+    if shortened:
+        ss["sc_seq"] = seq_limit
     with st.sidebar.expander(_("Batch and sequence"), expanded=True, icon=":material/view_week:"):
         tc["micro_batch_size"] = int(st.number_input(_("Micro-batch size (sequences per GPU)"), 1, 65536, step=1,
                                                      key="sc_mbs"))
-        tc["seq_len"] = int(st.number_input(_("Sequence length (tokens)"), 1, 4_194_304, step=256, key="sc_seq"))
+        tc["seq_len"] = int(st.number_input(_("Sequence length (tokens)"), 1, seq_limit or 4_194_304, step=256,
+                                            key="sc_seq"))
+        if shortened:
+            st.caption(_("This model reads at most {limit} tokens per sequence (its learned position table): the "
+                         "sequence length is set to {limit}.", limit=f"{seq_limit:,}"))
         if training:
             tc["gradient_accumulation_steps"] = int(st.number_input(_("Gradient accumulation steps"), 1, 65536,
                                                                     step=1, key="sc_ga"))

@@ -23,7 +23,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
                                       "\"auto\" (micro-batch, accumulation, precision)")
     p.add_argument("--model", help="model preset id (instead of --scenario)")
     p.add_argument("--hardware", help="GPU or cluster preset id (instead of --scenario)")
-    p.add_argument("--seq-len", type=int, default=2048, help="sequence length with --model (default 2048)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="sequence length with --model (default 2048, or the model's n_positions when shorter)")
     p.add_argument("-o", "--output", help="write the scenario JSON here instead of stdout")
     force_option(p)
 

@@ -257,10 +257,16 @@ def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
                            "{kv_heads}", tp=tp, kv_heads=spec.num_kv_heads))
 
 
+def longest_sequence(spec: ModelSpec) -> int | None:
+    """The most tokens a sequence of this model can hold: GPT-2's learned position table (wpe) has n_positions
+    rows; RoPE families compute positions on the fly and have no such bound (None)."""
+    return spec.max_position_embeddings if spec.family in NO_ROPE else None
+
+
 def check_positions(spec: ModelSpec, tokens: int) -> None:
-    """GPT-2's learned position table (wpe) has n_positions rows: a longer sequence indexes past it (an
-    IndexError in the forward). RoPE families compute positions on the fly and run past max_position_embeddings."""
-    if spec.family in NO_ROPE and tokens > spec.max_position_embeddings:
+    """A sequence past the learned position table indexes past it (an IndexError in the forward)."""
+    limit = longest_sequence(spec)
+    if limit is not None and tokens > limit:
         raise UserError(T_("{tokens} tokens per sequence exceed {family}'s n_positions={limit} (its learned position "
                            "table has one row per position)", tokens=tokens, family=spec.family,
                            limit=spec.max_position_embeddings))

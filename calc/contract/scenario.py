@@ -32,7 +32,7 @@ from calc.contract.enums import (  # noqa: F401 - the scenario contract re-expor
 )
 from calc.contract.errors import UserError
 from calc.contract.hardware import HardwareConfig
-from calc.contract.hf_rules import check_tensor_parallel
+from calc.contract.hf_rules import check_positions, check_tensor_parallel, longest_sequence
 from calc.contract.i18n import T_, Text
 from calc.contract.limits import MAX_LORA_ALPHA
 from calc.contract.litgpt_lora import litgpt_lora_flags
@@ -490,6 +490,26 @@ class Scenario(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _sequence_within_positions(cls, data: Any) -> Any:
+        """A model with a learned position table (GPT-2's n_positions rows) and no seq_len stated takes the shorter
+        of the default and its table, so picking GPT-2 alone is a scenario that runs; a stated seq_len past the
+        table is refused (_fits_model)."""
+        if not isinstance(data, dict) or data.get("model") is None:
+            return data
+        training = data.get("training", {})
+        if not isinstance(training, dict) or "seq_len" in training:
+            return data
+        try:
+            spec = resolve_positions_spec(data["model"])
+        except (ValueError, TypeError):  # a bad model is reported by the model field's own validation
+            return data
+        seq_len = default_seq_len(spec)
+        if seq_len == TrainingConfig.model_fields["seq_len"].default:
+            return data
+        return {**data, "training": {**training, "seq_len": seq_len}}
+
+    @model_validator(mode="before")
+    @classmethod
     def _config_quantization(cls, data: Any) -> Any:
         """A pasted config.json's quantization_config sets how the weights are stored: inference.weights (and
         double_quant) in mode inference, lora.base_weights when training with LoRA. A field the scenario states
@@ -541,6 +561,8 @@ class Scenario(BaseModel):
         t = self.training
         if self.mode != Mode.serve:  # vLLM replicates K/V heads when they are fewer than the GPUs (check_serving_fits)
             check_tensor_parallel(spec, t.tensor_parallel)
+            new_tokens = self.inference.new_tokens if self.mode == Mode.inference else 0
+            check_positions(spec, t.seq_len + new_tokens)
         if self.serving is not None and self.mode != Mode.serve:
             raise UserError(T_("the serving block applies to mode serve"))
         if self.mode == Mode.serve:
@@ -686,3 +708,20 @@ def load_scenario(path: str, data: Any = None) -> Scenario:
     if data is None:
         data = read_json(path)
     return validate(Scenario, data, "stdin" if path == "-" else path)
+
+
+def resolve_positions_spec(model: Any) -> ModelSpec | None:
+    """The model's architecture when it is a preset id or a config dict (None otherwise), for defaults that depend
+    on it before the scenario is validated."""
+    if not isinstance(model, (str, dict)):
+        return None
+    from calc.contract.presets import resolve_model
+
+    return resolve_model(model)
+
+
+def default_seq_len(spec: ModelSpec | None) -> int:
+    """The sequence length a scenario takes when it states none: 2048, or a shorter learned position table."""
+    default = TrainingConfig.model_fields["seq_len"].default
+    limit = None if spec is None else longest_sequence(spec)
+    return default if limit is None else min(default, limit)

@@ -227,14 +227,16 @@ def import_ds_config(ds_config: dict[str, Any], base: Scenario, options: ExportO
 
 
 def base_scenario(model: str | dict[str, Any], hardware: HardwareConfig | dict[str, Any] | str,
-                  seq_len: int = 2048) -> Scenario:
-    """The default training scenario of `model` on `hardware` (what fills "auto" when no scenario is given)."""
+                  seq_len: int | None = None) -> Scenario:
+    """The default training scenario of `model` on `hardware` (what fills "auto" when no scenario is given); no
+    seq_len: the scenario's default for that model (2048, or a shorter learned position table)."""
+    training = {} if seq_len is None else {"seq_len": seq_len}
     return Scenario.model_validate({"model": model, "hardware": _hardware(hardware).model_dump(exclude_none=True),
-                                    "training": {"seq_len": seq_len}})
+                                    "training": training})
 
 
 def scenario_from_ds_config(ds_config: dict[str, Any], model: str | dict[str, Any],
-                            hardware: HardwareConfig | dict[str, Any] | str, *, seq_len: int = 2048,
+                            hardware: HardwareConfig | dict[str, Any] | str, *, seq_len: int | None = None,
                             **training: Any) -> Scenario:
     """The Scenario a ds_config describes on `hardware` for `model` (import_ds_config over base_scenario)."""
     return import_ds_config(ds_config, base_scenario(model, hardware, seq_len), **training).scenario

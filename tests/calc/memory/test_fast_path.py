@@ -26,6 +26,7 @@ from calc.sim.layers import liger_chunk_tokens
 from calc.sim.symbolic import Trace, Unsupported, fixed
 from calc.speed import SpeedAssumptions, hardware_of, step_time
 from tests.calc.memory.test_properties import FAST, scenarios
+from tests.positions import within_positions
 
 
 def _cold(sc: Scenario, **kw) -> str:
@@ -229,7 +230,8 @@ def test_a_pickled_estimate_keeps_its_timeline():
 
 def _shape_scenario(model: str, batch: int, seq: int, **training) -> Scenario:
     return Scenario.model_validate({"model": model, "hardware": {"gpu": "a100-80gb", "num_gpus": 8},
-                                    "training": {"micro_batch_size": batch, "seq_len": seq, **training}})
+                                    "training": {"micro_batch_size": batch, "seq_len": within_positions(model, seq),
+                                                 **training}})
 
 
 SHAPE_CONTEXTS = [  # (model, training options): families and branches whose ops or sizes differ

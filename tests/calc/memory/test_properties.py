@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from calc.contract.scenario import Scenario
 from calc.memory.estimate import estimate
 from calc.memory.states import model_states
+from tests.positions import within_positions
 
 MODELS = st.sampled_from(["gpt2", "llama-3.2-1b", "qwen2.5-0.5b", "pythia-160m", "phi-3-mini", "gemma-2-2b",
                           "mixtral-8x7b", "qwen3-0.6b"])
@@ -33,6 +34,7 @@ def scenarios(draw, **fixed):
         "zero_stage": draw(st.integers(0, 3)),
     }
     training.update(fixed)
+    training["seq_len"] = within_positions(model, training["seq_len"])
     gpus = draw(st.sampled_from([1, 2, 8, 64]))
     return {"model": model, "hardware": {"gpu": "a100-80gb", "num_gpus": gpus},
             "mode": draw(st.sampled_from(["train", "train", "inference"])), "training": training}

@@ -17,6 +17,7 @@ from calc.memory.estimate import estimate
 from calc.memory.verdict import gib_short, headline, make_verdict, short
 from calc.recommend import RecommendRequest, optimization_waterfall, recommend
 from tests.app.test_app_helpers import all_text, assert_clean, open_app
+from tests.positions import within_positions
 from ui import state
 
 # ---- the verdict itself -----------------------------------------------------------------------------
@@ -75,7 +76,9 @@ def scenarios(draw) -> Scenario:
                 "precision": "bf16-mixed" if zero else draw(st.sampled_from(["amp-bf16", "bf16-mixed"])),
                 "activation_checkpointing": draw(st.sampled_from(["none", "full"])), "zero_stage": zero,
                 "offload_optimizer": off_opt, "offload_params": off_par}
-    return Scenario.model_validate({"model": draw(MODELS), "hardware": hardware, "training": training})
+    model = draw(MODELS)
+    training["seq_len"] = within_positions(model, training["seq_len"])
+    return Scenario.model_validate({"model": model, "hardware": hardware, "training": training})
 
 
 def _cli_verdict(sc: Scenario, tmp: str) -> dict:

@@ -24,12 +24,13 @@ from calc.recommend import (
     recommendation_table,
 )
 from calc.recommend.search import new_search, search_combos
+from tests.positions import within_positions
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def sc(model: str, hw: str, **training) -> Scenario:
-    return Scenario(model=model, hardware={"cluster": hw}, training={"seq_len": 2048, **training})
+    return Scenario(model=model, hardware={"cluster": hw}, training={"seq_len": within_positions(model, 2048), **training})
 
 
 def check_fits(c: Candidate, usable: int) -> None:
