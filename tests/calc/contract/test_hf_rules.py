@@ -186,6 +186,16 @@ def test_gpt2_sequence_beyond_n_positions_is_refused_like_its_position_table(hf)
     with pytest.raises(UserError, match="n_positions=64"):
         check_positions(spec_from_hf_config(FAMILIES["gpt2"]), 65)
     check_positions(spec_from_hf_config(FAMILIES["llama"]), 65)  # RoPE: no table to run past
+    # the scenario asks it: a stated longer sequence is refused, no stated one takes the table's length
+    from calc.contract.scenario import Scenario
+
+    hw = {"gpu": "h100-sxm"}
+    with pytest.raises(ValueError, match="n_positions=64"):
+        Scenario.model_validate({"model": FAMILIES["gpt2"], "hardware": hw, "training": {"seq_len": 65}})
+    with pytest.raises(ValueError, match="n_positions=64"):  # prompt + generated tokens
+        Scenario.model_validate({"model": FAMILIES["gpt2"], "hardware": hw, "mode": "inference",
+                                 "training": {"seq_len": 60}, "inference": {"new_tokens": 5}})
+    assert Scenario.model_validate({"model": FAMILIES["gpt2"], "hardware": hw}).training.seq_len == 64
 
 
 def _one_expert_configs() -> dict[str, dict[str, Any]]:
