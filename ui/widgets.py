@@ -27,6 +27,7 @@ from calc.contract.scenario import (
     Precision,
     Scenario,
     TrainingConfig,
+    default_seq_len,
     unmodelled_values,
 )
 from calc.contract.units import GiB, MiB
@@ -313,7 +314,7 @@ def scenario_sidebar() -> Scenario | None:
     hardware = _hardware_expander(slots)
     if training:
         _framework_expander(tc, slots)
-    _batch_expander(tc, training, slots, _sequence_limit(model))
+    _batch_expander(tc, training, slots, _sequence_for_model(current, model))
     _precision_expander(tc, training, slots)
     _savers_expander(tc, training, slots)
     _parallel_expander(tc, current, training, model, slots)
@@ -397,31 +398,38 @@ def _framework_expander(tc: dict[str, Any], slots: dict[str, Any]) -> None:
         slots["framework"] = st.empty()
 
 
-def _sequence_limit(model: str | dict[str, Any] | None) -> int | None:
-    """The chosen model's longest sequence (GPT-2's position table), None when it has no bound or is not valid."""
+def _sequence_for_model(current: Scenario, model: str | dict[str, Any] | None) -> int | None:
+    """The chosen model's longest sequence (GPT-2's position table; None: no bound, or the model is not valid).
+    A sequence length that was the previous model's default becomes the new model's default (2048, or its
+    table's length): the default follows the model, a length the user chose stays."""
     if model is None:
         return None
     try:
-        return longest_sequence(resolve_model(model))
+        spec = resolve_model(model)
     except ValueError:
         return None
+    ss = st.session_state
+    if model != current.model and int(ss.get("sc_seq", 0)) == default_seq_len(current.spec):
+        ss["sc_seq"] = default_seq_len(spec)
+    return longest_sequence(spec)
 
 
 def _batch_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any], seq_limit: int | None) -> None:
     """The Batch and sequence section, into the training fields `tc`. A model with a learned position table takes
-    sequences up to its length: a longer one left from another model is brought down to it, and said so."""
+    sequences up to its length (a longer one left from another model is brought down to it); at the limit the section
+    says why it stops there."""
     ss = st.session_state
-    shortened = seq_limit is not None and int(ss.get("sc_seq", 0)) > seq_limit
-    if shortened:
+    at_limit = seq_limit is not None and int(ss.get("sc_seq", 0)) >= seq_limit
+    if at_limit:
         ss["sc_seq"] = seq_limit
     with st.sidebar.expander(_("Batch and sequence"), expanded=True, icon=":material/view_week:"):
         tc["micro_batch_size"] = int(st.number_input(_("Micro-batch size (sequences per GPU)"), 1, 65536, step=1,
                                                      key="sc_mbs"))
         tc["seq_len"] = int(st.number_input(_("Sequence length (tokens)"), 1, seq_limit or 4_194_304, step=256,
                                             key="sc_seq"))
-        if shortened:
-            st.caption(_("This model reads at most {limit} tokens per sequence (its learned position table): the "
-                         "sequence length is set to {limit}.", limit=f"{seq_limit:,}"))
+        if at_limit:
+            st.caption(_("This model reads at most {limit} tokens per sequence (its learned position table).",
+                         limit=f"{seq_limit:,}"))
         if training:
             tc["gradient_accumulation_steps"] = int(st.number_input(_("Gradient accumulation steps"), 1, 65536,
                                                                     step=1, key="sc_ga"))

@@ -429,3 +429,20 @@ def test_expert_parallel_control_only_for_moe_models():
     at.run()
     par = [e for e in at.sidebar.expander if e.label == "Parallelism"][0]
     assert any("must divide the 128 experts" in e.value for e in par.error)
+
+
+def test_the_default_sequence_length_follows_the_model_and_a_chosen_one_stays():
+    """GPT-2's learned position table holds 1,024 tokens: picked alone, it takes 1,024 and the section says why;
+    back on a RoPE model the default 2,048 returns; a length the user chose survives a change of model."""
+    at = open_app(params=state.scenario_to_params(Scenario(model="gpt2", hardware={"gpu": "rtx-4090"})))
+    assert scenario(at).training.seq_len == 1024 and _widget(at, "sc_seq").value == 1024
+    assert any("at most 1,024 tokens per sequence" in c.value for c in at.sidebar.caption)
+    _widget(at, "sc_model").set_value("llama-2-7b")
+    at.run()
+    assert scenario(at).training.seq_len == 2048
+    _widget(at, "sc_seq").set_value(512)
+    at.run()
+    _widget(at, "sc_model").set_value("gpt2")
+    at.run()
+    assert scenario(at).training.seq_len == 512 and not any("at most" in c.value for c in at.sidebar.caption)
+    assert _widget(at, "sc_seq").max == 1024  # the box takes no longer sequence for this model
