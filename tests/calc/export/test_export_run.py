@@ -96,8 +96,10 @@ def free_port() -> int:
 
 
 def env() -> dict[str, str]:
+    # a free MASTER_PORT for runs under plain `python` too: accelerate's CPU state would take 29500, which another
+    # job on the machine (a second test run, a measurement) may hold
     e = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-             PYTHONPATH=str(ROOT))
+             PYTHONPATH=str(ROOT), MASTER_PORT=str(free_port()))
     e.pop("LOCAL_RANK", None)
     return e
 
