@@ -136,6 +136,7 @@ def second_server(sc: Scenario, utilization: float) -> PairOutcome:
 class ServeLesson(NamedTuple):
     plan: ServePlan  # the user's model served with vLLM's defaults on the scenario's GPU
     name: str
+    gpu_name: str
     gpu_memory_bytes: int
     layers: int
     heads: int
@@ -143,6 +144,7 @@ class ServeLesson(NamedTuple):
     head_dim: int
     dtype_bytes: int
     mla: bool
+    latent_dims: tuple[int, int]  # MLA: (kv_lora_rank, qk_rope_head_dim); (0, 0) otherwise
     formula_bytes_per_token: int
     context: int  # the typical request length
     requests: int
@@ -157,11 +159,14 @@ def serving_lesson(sc: Scenario) -> ServeLesson:
     ssc = serving_variant(sc)
     spec, serving = ssc.spec, serving_of(ssc)
     p = plan(ssc)
+    _total, gpu_name = gpu_memory(ssc)
     context = min(TYPICAL_CONTEXT, spec.max_position_embeddings)
     return ServeLesson(
-        plan=p, name=spec.name or spec.family, gpu_memory_bytes=p.gpu_memory_bytes, layers=spec.num_layers,
+        plan=p, name=spec.name or spec.family, gpu_name=gpu_name, gpu_memory_bytes=p.gpu_memory_bytes, layers=spec.num_layers,
         heads=spec.num_heads, kv_heads=1 if spec.mla else spec.num_kv_heads, head_dim=spec.head_dim,
-        dtype_bytes=kv_dtype_bytes(ssc, serving), mla=spec.mla, formula_bytes_per_token=formula_bytes_per_token(ssc),
+        dtype_bytes=kv_dtype_bytes(ssc, serving), mla=spec.mla,
+        latent_dims=(spec.kv_lora_rank, spec.qk_rope_head_dim) if spec.mla else (0, 0),
+        formula_bytes_per_token=formula_bytes_per_token(ssc),
         context=context, requests=TYPICAL_REQUESTS, typical_kv_bytes=TYPICAL_REQUESTS * request_bytes(ssc, context),
         free_at_start_bytes=p.gpu_memory_bytes - budget.cuda_context_bytes(), features=feature_rows(ssc),
         pairs=tuple(second_server(ssc, u) for u in PAIR_UTILIZATIONS))
