@@ -35,6 +35,11 @@ class ServingCell(BaseModel):
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
     @property
+    def weights_exceed_budget(self) -> bool:
+        """The weights alone are more than the budget (else the profile run's peak took what was left)."""
+        return self.weights_bytes > self.budget_bytes
+
+    @property
     def total_concurrency(self) -> float:
         """Requests of `context` tokens at once over every replica."""
         return self.max_concurrency * self.replicas
