@@ -23,8 +23,8 @@ def serving_cell_text(c: ServingCell, context: int) -> str:
     if c.starts:
         fields = dict(total=f"{c.total_concurrency:,.1f}", tp=c.tensor_parallel, replicas=c.replicas,
                       per=f"{c.max_concurrency:,.1f}")
-        text = _("{total} requests at once — TP {tp}, one replica", **fields) if c.replicas == 1 else \
-            _("{total} requests at once — TP {tp} x {replicas} replicas, {per} each", **fields)
+        text = _("{total} requests (TP {tp})", **fields) if c.replicas == 1 else \
+            _("{total} requests ({replicas} replicas of TP {tp}, {per} each)", **fields)
         return text + limit
     fields = dict(weights=fmt.gib(c.weights_bytes), budget=fmt.gib(c.budget_bytes), tp=c.tensor_parallel)
     if c.reason == "no_kv_memory" and c.weights_exceed_budget:

@@ -26,12 +26,12 @@ def test_the_serving_view_shows_what_vllm_gives_per_cell():
     rows = {r["model"].split(" (")[0]: r for r in df.to_dict("records")}
     # Llama 3.1 8B on one A100: one replica, its concurrency the planner's
     c = serving_cell("llama-3.1-8b", "1x-a100-80gb", SERVING_CONTEXT)
-    assert rows["Llama 3.1 8B"]["1x A100 80GB"] == f"{c.max_concurrency:,.1f} requests at once — TP 1, one replica"
+    assert rows["Llama 3.1 8B"]["1x A100 80GB"] == f"{c.max_concurrency:,.1f} requests (TP 1)"
     # Llama 3.1 70B on 8 A100s: TP 2 (131 GiB of weights over 72 GiB budgets), 4 replicas
     c = serving_cell("llama-3.1-70b", "8x-a100-80gb", SERVING_CONTEXT)
     assert (c.tensor_parallel, c.replicas) == (2, 4)
     assert rows["Llama 3.1 70B"]["8x A100 80GB"] == \
-        f"{4 * c.max_concurrency:,.1f} requests at once — TP 2 x 4 replicas, {c.max_concurrency:,.1f} each"
+        f"{4 * c.max_concurrency:,.1f} requests (4 replicas of TP 2, {c.max_concurrency:,.1f} each)"
     # Llama 2 13B on an RTX 4090: the weights alone are over 0.9 x 24 GiB; and its context is 4,096 tokens
     c = serving_cell("llama-2-13b", "1x-rtx-4090", SERVING_CONTEXT)
     cell = rows["Llama 2 13B"]["1x RTX 4090 workstation"]
@@ -62,5 +62,5 @@ def test_the_serving_view_in_chinese():
     assert "每个单元格：**vLLM 0.13** 的默认设置（gpu_memory_utilization 0.9" in text and "**8,192 token**" in text
     df = next(t for t in tables(at) if len(t.columns) == len(TABLE_HARDWARE) + 1 and len(t) == len(TABLE_MODELS))
     cells = list(df.astype(str).values.ravel())
-    assert any(v.startswith("可同时处理") and "TP 2 x 4 个副本" in v for v in cells)
+    assert any("个请求（4 个 TP 2 副本，每个" in v for v in cells)
     assert any(v.startswith("无法启动（TP 1 时每张 GPU 的权重") for v in cells)

@@ -109,7 +109,7 @@ def what_shrinks_it(x: ServeLesson) -> None:
 def kv_per_token_chart(x: ServeLesson) -> go.Figure:
     """KV cache per token (KiB): each technique's model with it and without it."""
     f = x.features
-    rows = [(_("{name}, 16-bit", name=f["fp8"].name), f["fp8"].without_bytes, f["fp8"].with_bytes),
+    rows = [(f"fp8: {f['fp8'].name}", f["fp8"].without_bytes, f["fp8"].with_bytes),
             (f"GQA: {f['gqa'].name}", f["gqa"].without_bytes, f["gqa"].with_bytes),
             (f"MLA: {f['mla'].name}", f["mla"].without_bytes, f["mla"].with_bytes)]
     fig = go.Figure()
