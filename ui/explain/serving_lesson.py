@@ -116,7 +116,7 @@ def kv_per_token_chart(x: ServeLesson) -> go.Figure:
     for name, i, colour in ((_("without it"), 1, "#bab0ac"), (_("with it"), 2, "#54a24b")):
         fig.add_bar(y=[fmt.plot_text(r[0]) for r in rows], x=[r[i] / KiB for r in rows], orientation="h", name=name,
                     marker_color=colour, hovertemplate="%{x:,.1f} KiB<extra>%{fullData.name}</extra>")
-    fig.update_layout(height=260, barmode="group", margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log",
+    fig.update_layout(height=260, barmode="group", margin=dict(l=10, r=10, t=30, b=10), xaxis_type="log", xaxis_dtick=1,
                       xaxis_title=_("KV cache per token (KiB, log scale)"),
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
