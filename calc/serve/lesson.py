@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from calc.contract.scenario import Mode, Scenario
+from calc.contract.scenario import Mode, Scenario, TrainingConfig
 from calc.contract.serving import ServingConfig
 from calc.serve import budget, kv_cache
 from calc.serve.parts import Reason, ServePlan, gpu_memory, kv_dtype_bytes, layer_specs, serving_of, verdict
@@ -24,10 +24,12 @@ PAIR_UTILIZATIONS = (0.9, 0.45)  # two servers on one GPU: both at vLLM's defaul
 
 
 def serving_variant(sc: Scenario) -> Scenario:
-    """The scenario as a vLLM server with its defaults on the scenario's GPU (itself when already mode serve)."""
+    """The scenario as a vLLM server with its defaults on the scenario's GPU (itself when already mode serve). The
+    training block goes back to its defaults: a served model is not trained, so its LoRA adapters and training
+    layout do not apply (the weights' storage is inference.weights, kept)."""
     if sc.mode == Mode.serve:
         return sc
-    return sc.variant(mode=Mode.serve, serving=ServingConfig())
+    return sc.variant(mode=Mode.serve, serving=ServingConfig(), training=TrainingConfig())
 
 
 def preset_variant(sc: Scenario, preset: str) -> Scenario:

@@ -78,6 +78,15 @@ def test_an_already_serving_scenario_is_kept():
     assert formula_bytes_per_token(sc) == 2 * 32 * 8 * 128 * 1
 
 
+def test_a_lora_training_scenario_is_served_as_its_base_model():
+    sc = Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"gpu": "rtx-4090"},
+                                  "training": {"lora": {"rank": 16, "base_weights": "nf4"}, "seq_len": 1024}})
+    lesson = serving_lesson(sc)
+    assert lesson.formula_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert lesson.plan.weights_bytes == serving_lesson(Scenario(model="llama-3.1-8b", hardware={"gpu": "rtx-4090"})
+                                                       ).plan.weights_bytes
+
+
 def test_no_gpu_is_a_value_error():
     with pytest.raises(ValueError):
         serving_lesson(Scenario(model="llama-2-7b"))
