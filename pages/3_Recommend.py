@@ -20,11 +20,13 @@ from calc.recommend import (
     usable_bytes,
 )
 from calc.recommend.phrase import Phrase
+from calc.serve.table import SERVING_CONTEXT
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui.compare_columns import cluster_short_name
 from ui.first_screen import stop_after_first_screen
 from ui.language import _, current, say
+from ui.serving_table import draw_serving_table
 from ui.widgets import hardware_name, page_setup, scenario_or_stop
 
 page_setup("Recommend", ":material/recommend:")
@@ -155,6 +157,11 @@ if rec is not None:
 
 # ---- model x hardware --------------------------------------------------------------------
 st.header(_("Model size x hardware"))
+view = st.radio(_("Table"), ["training", "serving"], horizontal=True, key="rec_table_view",
+                format_func=lambda v: _("training") if v == "training" else _("serving (vLLM)"))
+if view == "serving":
+    draw_serving_table(SERVING_CONTEXT)
+    st.stop()
 st.session_state.setdefault("rec_seq", TABLE_SEQ_LEN)
 seq = st.selectbox(_("Sequence length (tokens)"), TABLE_SEQ_LENS, key="rec_seq")
 seq_len, batch_tokens = int(seq or TABLE_SEQ_LEN), sc.training.global_batch_tokens  # the sidebar's global batch

@@ -1,6 +1,7 @@
 """Explain: where GPU memory goes and what each technique does to it, with every number computed
 live by calc/ for the scenario in the sidebar (ui.explain.figures runs the what-ifs), the lessons'
-plots (ui.explain.lesson_plots), worked recipes and the source articles' claims checked against the engine."""
+plots (ui.explain.lesson_plots), the serving lesson (ui.explain.serving_lesson), worked recipes and
+the source articles' claims checked against the engine."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ui.explain import lesson_plots as xcharts
 from ui.explain.claim_rows import article_names, claim_rows, verdict_counts
 from ui.explain.figures import BPP_ZERO_GPUS, bytes_per_param_table, figures
 from ui.explain.recipes import recipe_rows
+from ui.explain.serving_lesson import draw as draw_serving_lesson
 from ui.first_screen import stop_after_first_screen
 from ui.language import _, current, say, tr
 from ui.widgets import page_setup, scenario_or_stop
@@ -51,7 +53,7 @@ TOPICS = [(N_("Where memory goes"), "where-memory-goes"), (N_("Bytes per paramet
           (N_("What to try, in order"), "what-to-try"), (N_("Worked recipes"), "worked-recipes"),
           (N_("Model size x hardware"), "model-size-x-hardware"), (N_("The largest micro-batch"), "largest-micro-batch"),
           (N_("Monitoring"), "monitoring"), (N_("Troubleshooting"), "troubleshooting"),
-          (N_("Common claims, checked"), "common-claims-checked")]
+          (N_("Serving: the KV cache"), "serving-kv-cache"), (N_("Common claims, checked"), "common-claims-checked")]
 st.markdown(" · ".join(f"[{tr(t)}](#{a})" for t, a in TOPICS))
 
 
@@ -502,8 +504,12 @@ st.markdown("\n" + "\n".join("- " + item for item in (
       "in checkpointed forward code."),
 )) + "\n")
 
-# ---- common claims, checked -----------------------------------------------------------------
+# ---- serving: the KV cache ------------------------------------------------------------------
 header(16)
+draw_serving_lesson(sc)
+
+# ---- common claims, checked -----------------------------------------------------------------
+header(17)
 counts = verdict_counts(claims)
 names = article_names(current())
 st.markdown("\n" + _("Every quantitative claim of the two source articles ({articles}), quoted in the original with its "

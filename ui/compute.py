@@ -159,6 +159,16 @@ def table_complete(seq_len: int, global_batch_tokens: int) -> bool:
     return all((m, h, seq_len, global_batch_tokens) in known for m in TABLE_MODELS for h in TABLE_HARDWARE)
 
 
+@st.cache_data(max_entries=4, show_spinner=False)
+def serving_cells(context: int) -> list[list[Any]]:
+    """The serving view of the model x hardware table: calc.serve.table.serving_cell for every cell of the
+    training table's models and hardware (arithmetic, some 80 plans: no search)."""
+    from calc.recommend import TABLE_HARDWARE, TABLE_MODELS
+    from calc.serve.table import serving_table
+
+    return serving_table(TABLE_MODELS, TABLE_HARDWARE, context)
+
+
 @st.cache_data(max_entries=256, show_spinner=False)
 def waterfall(scenario_json: str):
     """calc.recommend.optimization_waterfall for the scenario."""

@@ -67,8 +67,10 @@ def _import_pages_modules() -> None:
     import ui.explain.figures  # noqa: F401
     import ui.explain.lesson_plots  # noqa: F401
     import ui.explain.recipes  # noqa: F401
+    import ui.explain.serving_lesson  # noqa: F401
     import ui.first_screen  # noqa: F401
     import ui.plots  # noqa: F401
+    import ui.serving_table  # noqa: F401
     import ui.verdict_box  # noqa: F401
     import ui.widgets  # noqa: F401
     from calc.contract.i18n import LANGS, catalogue

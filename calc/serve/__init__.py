@@ -10,6 +10,9 @@ Pinned to vLLM 0.13.0 (the wheel on PyPI, December 2025); every rule cites the f
 - calc.serve.plan: the plan of one scenario (ServePlan), the verdict, and the inverse questions (the longest
   context that starts, the gpu_memory_utilization a target concurrency needs).
 - calc.serve.sglang: SGLang's budget (mem_fraction_static) and token pool, where it differs.
+- calc.serve.lesson: the Explain page's serving lesson (KV bytes per token, GQA / MLA / sliding windows / fp8,
+  two servers on one GPU), for the user's model or a named preset.
+- calc.serve.table: the serving view of the model x hardware table (serving_cell).
 
 May import: calc.memo, calc.contract, calc.sim, calc.memory (the weights come from calc.memory.states and
 calc.memory.inference_weights, the one source of weight bytes). The CLI (calc.cli.serve) imports this wing.

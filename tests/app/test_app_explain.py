@@ -17,7 +17,7 @@ from ui import fmt, state
 TOPICS = ["Where memory goes", "Bytes per parameter", "Optimizer states", "Mixed precision",
           "Activation checkpointing", "FlashAttention", "ZeRO", "Offload", "Parallelism",
           "Quantization and LoRA / QLoRA", "What to try, in order", "Worked recipes", "Model size x hardware",
-          "The largest micro-batch", "Monitoring", "Troubleshooting", "Common claims, checked"]
+          "The largest micro-batch", "Monitoring", "Troubleshooting", "Serving: the KV cache", "Common claims, checked"]
 MIXED_7B = Scenario(model="llama-2-7b", hardware={"gpu": "a100-80gb"},
                     training={"precision": "bf16-mixed", "activation_checkpointing": "full"})
 

@@ -12,7 +12,7 @@ from ui import state
 
 # page -> (the first chart's key, how many charts the whole page draws for the default scenario)
 FIRST_CHART = {"calculator": ("calc_breakdown", 2), "compare": ("cmp_chart", 1), "recommend": ("rec_waterfall", 1),
-               "explain": ("explain_timeline", 5), "validation": ("val_scatter", 2)}
+               "explain": ("explain_timeline", 7), "validation": ("val_scatter", 2)}
 
 
 def _kinds(at: AppTest) -> list[str]:
