@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 from pydantic import ValidationError
 
-from calc.contract.presets import gpu_presets, model_presets
+from calc.contract.presets import resolve_model
 from calc.contract.scenario import InferenceWeights, Scenario
 from calc.serve.plan import concurrency_curve, launch_command, plan, utilization_for
-from ui import fmt, state
+from ui import compute, fmt, state
 from ui import serving_charts as charts
 from ui.language import _
 from ui.widgets import page_setup
@@ -21,11 +21,16 @@ st.caption(_("What a serving engine does with each GPU, read from vLLM 0.13's so
              "peak and non-torch memory; the rest becomes KV cache blocks. Sizes in GiB (2^30 bytes)."))
 
 WEIGHTS: tuple[str, ...] = InferenceWeights.__args__  # type: ignore[attr-defined]
-models, gpus = sorted(model_presets()), sorted(gpu_presets())
+model_names, gpu_names = compute.model_options(), compute.gpu_options()
+models, gpus = list(model_names), list(gpu_names)
+# the first visit starts from the scenario the other pages share: its model (a preset) and its GPU
+current = state.get_scenario()
+start_model = current.model if isinstance(current.model, str) and current.model in model_names else "llama-3.1-8b"
+start_gpu = current.resolved_hardware().gpu if current.resolved_hardware().gpu in gpu_names else "h100-sxm"
 c1, c2, c3 = st.columns(3)
-model = c1.selectbox(_("Model"), models, index=models.index("llama-3.1-8b"), key="srv_model")
-gpu = c2.selectbox(_("GPU"), gpus, index=gpus.index("h100-sxm"), key="srv_gpu",
-                   format_func=lambda g: gpu_presets()[g].name)
+model = c1.selectbox(_("Model"), models, index=models.index(start_model), key="srv_model",
+                     format_func=model_names.__getitem__)
+gpu = c2.selectbox(_("GPU"), gpus, index=gpus.index(start_gpu), key="srv_gpu", format_func=gpu_names.__getitem__)
 tp = c3.number_input(_("GPUs per replica (tensor parallel)"), 1, 64, 1, key="srv_tp")
 c4, c5, c6 = st.columns(3)
 engine = c4.radio(_("Engine"), ["vllm", "sglang"], horizontal=True, key="srv_engine")
@@ -33,7 +38,8 @@ weights = c5.selectbox(_("Weights"), WEIGHTS, key="srv_weights")
 kv_dtype = c6.radio(_("KV cache dtype"), ["auto", "fp8"], horizontal=True, key="srv_kv")
 c7, c8, c9 = st.columns(3)
 util = c7.slider(_("gpu_memory_utilization (SGLang: mem_fraction_static)"), 0.10, 0.99, 0.90, 0.01, key="srv_util")
-length = c8.number_input(_("max_model_len (0 = the model's context)"), 0, 10_485_760, 8192, 1024, key="srv_len")
+length = c8.number_input(_("max_model_len (0 = the model's context)"), 0, 10_485_760,
+                         min(8192, resolve_model(start_model).max_position_embeddings), 1024, key="srv_len")
 graphs = c9.checkbox(_("CUDA graphs"), True, key="srv_graphs")
 
 try:

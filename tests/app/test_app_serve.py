@@ -6,6 +6,7 @@ from __future__ import annotations
 from calc.contract.scenario import Scenario
 from calc.serve.plan import launch_command, plan
 from tests.app.test_app_helpers import all_text, assert_clean, go, open_app
+from ui import state
 
 
 def serve_page():
@@ -15,22 +16,45 @@ def serve_page():
 
 
 def test_default_plan_matches_the_engine():
+    """The page starts from the scenario the other pages share: the default's model on its GPU."""
     at = serve_page()
     assert_clean(at)
-    expected = plan(Scenario.model_validate({
-        "model": "llama-3.1-8b", "mode": "serve", "hardware": {"gpu": "h100-sxm"}, "inference": {"weights": "bf16"},
-        "serving": {"max_model_len": 8192}}))
+    shared = state.DEFAULT_SCENARIO
+    assert at.selectbox(key="srv_model").value == shared.model
+    assert at.selectbox(key="srv_gpu").value == shared.resolved_hardware().gpu
+    expected = plan(expected_scenario(shared))
     text = all_text(at)
-    assert f"{expected.kv_cache_tokens:,} tokens of KV cache" in text
+    if expected.starts:
+        assert f"{expected.kv_cache_tokens:,} tokens of KV cache" in text
     assert f"{expected.kv_bytes_per_token:,}" in [m.value for m in at.metric]
-    assert at.code[0].value.startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1")
+    assert at.code[0].value == launch_command(expected_scenario(shared))
     assert len(at.get("plotly_chart")) == 2
+
+
+def expected_scenario(shared: Scenario) -> Scenario:
+    """The page's first plan: 8,192-token requests, or the model's own context when shorter (Llama 2: 4,096)."""
+    length = min(8192, shared.spec.max_position_embeddings)
+    return Scenario.model_validate({"model": shared.model, "mode": "serve",
+                                    "hardware": {"gpu": shared.resolved_hardware().gpu},
+                                    "inference": {"weights": "bf16"}, "serving": {"max_model_len": length}})
+
+
+def test_the_page_starts_from_the_shared_scenario_model_and_gpu():
+    at = open_app(params={"model": "llama-3.1-8b", "gpu": "h100-sxm"})
+    at = go(at, "serve")
+    assert_clean(at)
+    assert at.selectbox(key="srv_model").value == "llama-3.1-8b"
+    assert at.selectbox(key="srv_gpu").value == "h100-sxm"
+    expected = plan(expected_scenario(Scenario(model="llama-3.1-8b", hardware={"gpu": "h100-sxm"})))
+    assert f"{expected.kv_cache_tokens:,} tokens of KV cache" in all_text(at)
+    assert at.code[0].value.startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1")
 
 
 def test_a_model_too_big_for_the_gpu_does_not_start():
     at = serve_page()
     at.selectbox(key="srv_model").set_value("llama-3.1-70b")
     at.selectbox(key="srv_gpu").set_value("a100-80gb")
+    at.number_input(key="srv_len").set_value(8192)
     at.run()
     assert_clean(at)
     assert "Does not start" in at.error[0].value

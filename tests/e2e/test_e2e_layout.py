@@ -25,7 +25,7 @@ from tests.e2e.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WAIT_MS, no_tr
 
 pytestmark = pytest.mark.slow
 
-PAGES = ["", "Compare", "Recommend", "Explain", "Export", "Validation"]
+PAGES = ["", "Compare", "Recommend", "Explain", "Export", "Validation", "Serve"]
 WIDTHS = {"desktop": 1280, "phone": 390}
 SHOT_MAX_PX = 12_000  # a screenshot as tall as the page, up to this
 
