@@ -139,3 +139,13 @@ def test_the_engine_reproduces_the_offloaded_runs(records):
     plain = [abs(_error_pct(r.run_scenario().with_training(activation_offload=False), r.peak_allocated_bytes))
              for r in records]
     assert max(plain) > 2.0, plain
+
+
+def test_the_torchtune_export_turns_it_on_with_checkpointing():
+    from calc.export.torchtune import torchtune_config
+
+    cfg = torchtune_config(_offload(framework="torchtune", precision="bf16"))
+    assert cfg["enable_activation_offloading"] is True and cfg["enable_activation_checkpointing"] is True
+    assert torchtune_config(_offload(framework="torchtune", precision="bf16", activation_offload=False))[
+        "enable_activation_offloading"] is False
+
