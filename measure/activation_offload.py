@@ -96,3 +96,14 @@ def offload_decoder_activations(model: nn.Module, device: torch.device) -> Activ
     decoder.register_forward_pre_hook(lambda *_: offload.__enter__())
     decoder.register_forward_hook(lambda *_: offload.__exit__(), always_call=True)
     return offload
+
+
+def offload_torchtune_activations(model: nn.Module, device: torch.device) -> ActivationOffload:
+    """torchtune's get_act_offloading_ctx_manager: the context the recipe enters around `self._model(**batch)`,
+    with a NoOpManager entered and left by hooks on model.output (the output head keeps its tensors as they are)."""
+    offload = ActivationOffload(device)
+    noop = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+    head = model.output if isinstance(model.output, nn.Module) else model.output.linear
+    head.register_forward_pre_hook(lambda *_: noop.__enter__())
+    head.register_forward_hook(lambda *_: noop.__exit__(), always_call=True)
+    return offload

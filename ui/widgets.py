@@ -182,6 +182,7 @@ def _widget_values(sc: Scenario) -> dict[str, Any]:
         "sc_ce_chunks": t.cross_entropy_chunks or 0,
         "sc_framework": t.framework,
         "sc_opt_bwd": t.optimizer_in_backward,
+        "sc_act_off": t.activation_offload,
         "sc_lora": lora is not None,
         "sc_lora_rank": lora.rank if lora else 16,
         "sc_lora_targets": (lora.targets if isinstance(lora.targets, str) else LIST_TARGETS) if lora else "all-linear",
@@ -474,6 +475,14 @@ def _savers_expander(tc: dict[str, Any], training: bool, slots: dict[str, Any]) 
             if tc["activation_checkpointing"] == Checkpointing.full.value:
                 tc["checkpoint_every"] = int(st.number_input(_("Checkpoint 1 of every k layers"), 1, 1024, step=1,
                                                              key="sc_every"))
+                tc["activation_offload"] = bool(st.checkbox(
+                    _("Offload activations to host memory"), key="sc_act_off",
+                    help=_("torchtune's enable_activation_offloading (OffloadActivations): each checkpointed "
+                           "layer's stored input is copied to pinned host memory in forward and back in "
+                           "backward; the last 5 copies stay on the GPU while they are made. The host copies "
+                           "count in host RAM. Needs full checkpointing on every layer and one GPU. Measured "
+                           "on the CPU through an emulation (there the GPU and the host are one memory); the "
+                           "CUDA streams' timing is modelled from torchtune's source.")))
             tc["cross_entropy"] = select(
                 _("Loss kernel"), CROSS_ENTROPY_LABELS, "sc_ce",
                 help=_("Liger Kernel's fused linear cross-entropy (use_liger_kernel=True in HF Trainer / TRL, "

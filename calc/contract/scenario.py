@@ -34,11 +34,17 @@ from calc.contract.errors import UserError
 from calc.contract.hardware import HardwareConfig
 from calc.contract.hf_rules import check_positions, check_tensor_parallel, longest_sequence
 from calc.contract.i18n import T_, Text
-from calc.contract.litgpt_lora import litgpt_lora_flags
 from calc.contract.lora import MAX_MODULE_NAMES, LoraConfig  # noqa: F401 - the scenario re-exports it
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
 from calc.contract.serving import ServingConfig, check_serving_fits
+from calc.contract.training_rules import (  # noqa: F401 - TORCHTUNE_FAMILIES: the scenario re-exports it
+    TORCHTUNE_FAMILIES,
+    activation_offload_fits,
+    litgpt_training_fits,
+    refuse_optimizer_in_backward,
+    torchtune_supported,
+)
 
 # What each framework's recipes do when the scenario does not say (one source: the scenario reads it, the pages
 # state it); each framework adds its recipes' defaults where its support lands.
@@ -147,17 +153,19 @@ class TrainingConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
         _refuse_unmodelled(self)
+        if self.activation_offload:
+            activation_offload_fits(self)
         if self.framework == "litgpt":
-            _litgpt_training_fits(self)
+            litgpt_training_fits(self)
         elif self.framework == "torchtune":
-            _torchtune_supported(self)
+            torchtune_supported(self)
         elif self.cross_entropy == "chunked":
             raise UserError(T_("cross_entropy chunked is the loss of LitGPT's and torchtune's recipes: choose "
                                "framework litgpt or torchtune, or another cross_entropy"))
         if self.cross_entropy_chunks is not None and self.cross_entropy != "chunked":
             raise UserError(T_("cross_entropy_chunks applies to cross_entropy chunked"))
         if self.optimizer_in_backward:
-            _refuse_optimizer_in_backward(self)
+            refuse_optimizer_in_backward(self)
         if self.offload_params != Offload.none and self.zero_stage != 3:
             raise UserError(T_("offload_params needs zero_stage 3 (only ZeRO-3 partitions the weights)"))
         if self.offload_optimizer != Offload.none and self.zero_stage == 0:
@@ -188,92 +196,14 @@ class TrainingConfig(BaseModel):
         return self
 
 
-def _refuse_optimizer_in_backward(t: TrainingConfig) -> None:
-    """What torchtune's optimizer_in_bwd (one optimizer per parameter, stepped in its gradient hook) cannot do."""
-    if t.gradient_accumulation_steps > 1:
-        raise UserError(T_("optimizer_in_backward steps in the gradient hooks, so it cannot accumulate "
-                           "gradients: use gradient_accumulation_steps 1"))
-    if t.zero_stage or t.sharding == "fsdp2":
-        raise UserError(T_("optimizer_in_backward is modelled for plain PyTorch on one GPU: DeepSpeed ZeRO and "
-                           "FSDP2 step sharded gradients; use zero_stage 0"))
-    if t.precision.is_mixed or t.precision == Precision.amp_fp16:
-        raise UserError(T_("optimizer_in_backward steps each weight in its own dtype: fp32 master weights "
-                           "(*-mixed) and GradScaler (amp-fp16) step all gradients at once; use fp32, bf16 or "
-                           "amp-bf16"))
-
-
-# the families whose torchtune builders the engine models (torchtune.models.llama3 / llama3_1 / llama3_2, qwen2,
-# mistral)
-TORCHTUNE_FAMILIES = ("llama", "qwen2", "mistral")
-
-
-def _torchtune_supported(t: TrainingConfig) -> None:
-    """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
-    no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed; full fine-tuning, or LoRA on
-    a bf16 model (lora_finetune_single_device)."""
-    if t.precision not in (Precision.bf16, Precision.fp32):
-        raise UserError(T_("framework torchtune builds the model in its dtype (bf16 or fp32): choose precision "
-                           "bf16 or fp32"))
-    if t.attention != Attention.sdpa:
-        raise UserError(T_("framework torchtune runs attention through SDPA: choose attention sdpa"))
-    if t.activation_checkpointing == Checkpointing.selective:
-        raise UserError(T_("framework torchtune: choose activation_checkpointing none or full (whole layers)"))
-    if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
-        raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
-                           "without tensor or pipeline parallelism"))
-    if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
-        raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
-                           "bf16)"))
-    if t.lora is not None and t.lora.modules_to_save:  # torchtune's recipes train adapters only
-        raise UserError(T_("framework torchtune trains LoRA adapters only: its recipes have no modules_to_save"))
-    if t.cross_entropy == "liger-fused":
-        raise UserError(T_("framework torchtune computes its own loss: choose cross_entropy chunked or standard"))
-
-
 # Values the contract names whose mechanisms the engine does not model yet, each refused with its reason (one place:
 # a mechanism that lands removes its line).
 _UNMODELLED: tuple[tuple[str, Any], ...] = (
     ("framework", "torchtitan"),
-    ("compile", True), ("activation_offload", True),
+    ("compile", True),
 )
 _UNMODELLED_LORA: tuple[tuple[str, Any], ...] = (
 )
-
-
-def _litgpt_lora_sets(t: TrainingConfig) -> None:
-    """What LitGPT's flags can say (calc.contract.litgpt_lora), less the adapter on its chunked lm_head, which the
-    engine does not model: q, k and v in any subset (LoRAQKVLinear with its zero_pad), the projection, the MLP as a
-    whole, each with lora_dropout on the adapter's input."""
-    lora = t.lora
-    if lora is None:
-        return
-    litgpt_lora_flags(lora)
-    if isinstance(lora.targets, tuple) and "lm_head" in lora.targets:
-        raise UserError(T_("framework {framework}: an adapter on lm_head (lora_head) is not modelled; leave "
-                           "lm_head out of lora.targets", framework="litgpt"))
-
-
-def _litgpt_training_fits(t: TrainingConfig) -> None:
-    """What the LitGPT path models: finetune/full.py's and finetune/lora.py's steps on one device (chunked loss,
-    no checkpointing), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
-    bf16-true only, where the frozen base is bf16 as lora.base_weights says), and CausalSelfAttention's
-    F.scaled_dot_product_attention (litgpt/model.py; no eager path without softcapping)."""
-    if t.cross_entropy != "chunked":
-        raise UserError(T_("framework litgpt computes its loss with chunked_cross_entropy: use cross_entropy "
-                           "chunked"))
-    if t.precision not in (Precision.bf16, Precision.amp_bf16):
-        raise UserError(T_("framework litgpt is modelled for precision bf16 (bf16-true) and amp-bf16 "
-                           "(bf16-mixed)"))
-    if t.attention != Attention.sdpa:
-        raise UserError(T_("framework litgpt calls torch SDPA for attention: use attention sdpa"))
-    if t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
-        raise UserError(T_("framework litgpt is modelled without activation checkpointing"))
-    if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
-        raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
-                           "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
-    _litgpt_lora_sets(t)
-    if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
-        raise UserError(T_("framework litgpt is modelled on one GPU in plain PyTorch (sharding torch)"))
 
 
 def unmodelled_values() -> dict[str, tuple[Any, ...]]:
@@ -529,6 +459,9 @@ class Scenario(BaseModel):
             self._litgpt_fits(spec, gpus)
         if t.framework == "torchtune":
             self._torchtune_builds(gpus)
+        if t.activation_offload and self.mode == Mode.train and (gpus > 1 or spec.family not in TORCHTUNE_FAMILIES):
+            raise UserError(T_("activation_offload is modelled on one GPU for Llama, Qwen2 and Mistral models (an "
+                               "RMSNorm before the output head); use num_gpus 1"))
         if t.lora is not None and self.mode == Mode.inference and self.inference.weights is not None:
             raise UserError(T_("with LoRA the base model's storage is lora.base_weights; leave inference.weights "
                                "unset"))

@@ -28,6 +28,7 @@ from calc.memory.breakdown import peak_components
 from calc.memory.fsdp2 import fsdp2_states
 from calc.memory.host import host_memory
 from calc.memory.inference_weights import inference_scenario, quantized, quantized_states
+from calc.memory.offload import activation_offload_parts
 from calc.memory.overhead import cublas_workspace_bytes, device_total
 from calc.memory.result import Estimate, Timeline, make_estimate
 from calc.memory.states import States, inference_states, model_states, param_count
@@ -162,7 +163,8 @@ def _estimate(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, target: Ta
         if best is None or stage.row.total > best.row.total:
             best = stage
     assert best is not None
-    return make_estimate(_estimate_fields(sc, hw, gpu, best.row, best.states, layers, training, target),
+    host_parts = best.states.host_parts + activation_offload_parts(sc, ctx, layers)
+    return make_estimate(_estimate_fields(sc, hw, gpu, best.row, best.states, host_parts, layers, training, target),
                          partial(peak_components, sc, best.states, best.row, workspace_bytes), best.listing)
 
 
@@ -203,7 +205,7 @@ def listed_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool
 
 
 def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row: TimelineRow, st: States,
-                     layers: int, training: bool, target: Target) -> dict[str, Any]:
+                     host_parts: list, layers: int, training: bool, target: Target) -> dict[str, Any]:
     """The Estimate's fields (calc.memory.result.make_estimate) from the peak's row and the stage's states."""
     spec, peak = sc.spec, row.total
     device = device_total(peak, hw.num_gpus, st.paged_optimizer if training else 0)
@@ -211,7 +213,7 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
     step = 1 if (row.phase == "optimizer" or st.optimizer == 0 or not training) else 2
     per_node = hw.gpus_in_node()
     # offload: the host must also hold the model while it is loaded, before DeepSpeed moves it
-    host_mem = host_memory(st.host_parts, st.load_host, per_node, target)
+    host_mem = host_memory(host_parts, st.load_host, per_node, target)
     cpu_ram, nvme = host_mem.ram_per_node_bytes, host_mem.nvme_per_node_bytes
     verdict = verdict_data(device["expected"], mem, cpu_ram, hw.cpu_ram_bytes, nvme, hw.nvme_bytes)
     return {

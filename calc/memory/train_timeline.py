@@ -40,6 +40,7 @@ from calc.memory.fsdp2 import (
     fsdp2_layer_terms,
     fsdp2_local_expert_grad_bytes,
 )
+from calc.memory.offload import offload_plan
 from calc.memory.repeats import (
     Layers,
     LinearSums,
@@ -137,6 +138,12 @@ class TrainStage:
         self.in_flight = parallel.microbatches_in_flight(t.pipeline_parallel, t.gradient_accumulation_steps)
         self.held = held_outputs(ctx, self.lay, t.keep_outputs and self.last, self.ckpt == Checkpointing.selective,
                                  self.fused_ce)
+        # activation_offload (every layer checkpointed): the decoder's packs through torchtune's forward stash
+        # a frozen embedding's output made to require grad (a leaf) stays on the device: its AccumulateGrad holds it
+        self.leaf_h = self.h_bytes if t.activation_offload and self.first and self.ctxs[0].input_grad \
+            and not ctx.trains("embed_tokens") else 0
+        self.offload = offload_plan(ctx, self.layers, self.h_bytes, bool(self.leaf_h)) if t.activation_offload \
+            else None
 
     def _state_terms(self, workspace_bytes: int) -> None:
         """The model states as every row counts them: weights (FSDP2's root stays gathered through forward and
@@ -203,6 +210,7 @@ class TrainStage:
             tl.add("embedding", "forward", self.w + self.root_ag, self.ga_grads, self.opt, acts + emb.saved,
                    self.other_forward + self.held.previous + max(self.mask_bytes, self.kept) + emb.fwd_peak - emb.saved)
             acts += emb.saved
+        self.acts_below = acts  # the activations alive below the layers
         self.cur_before = self.sums(self.saved, acts)  # activations alive before layer i
         self.amp_cache_per_layer = amp_cached_weight_bytes(self.sc.spec, ctx) if ctx.amp else 0
         self.amp_cache_selective = 2 * param_count(self.sc.spec, "attention_params") // ctx.tp \
@@ -236,6 +244,8 @@ class TrainStage:
         o = self.fwd_other + self.amp_sums[i + 1] - (0 if ckpt_i else p.cached_unsaved) + peak - s_i
         o = o if o > 0 else 0
         event, acts = self.names.forward[i], self.cur_before[i] + s_i
+        if self.offload:  # the layers' inputs on the host but those the forward stash still holds
+            acts = self.acts_below + self.offload.layer_inputs_on_device[i] * self.h_bytes
         fsdp = self.fsdp
         if fsdp is None:
             return (TimelineRow(event, "forward", self.w, self.ga_grads, self.opt, acts, o),)
@@ -259,6 +269,9 @@ class TrainStage:
         hook; another stage receives the output's gradient. Sets `grads_top`, the gradients above the layers."""
         st, head, layers, fsdp = self.st, self.head, self.layers, self.fsdp
         cur, amp_cache = self.cur_before[layers], self.amp_sums[layers]
+        if self.offload:  # the output head is opted out; the final norm's own tensors are in the forward stash
+            assert self.offload.norm_on_device, "the final norm's saved tensors left the forward stash"
+            cur = self.acts_below + self.offload.inputs_at_loss * self.h_bytes
         if not self.last:
             self.grads_top = 0
             tl.add("receive output grad", "backward", self.w, self.ga_grads, self.opt, cur,
@@ -378,6 +391,24 @@ class TrainStage:
             again = (p.bwd_peak_pgrad if again[0] else 0,) + again[1:]
         return plain, again
 
+    def copy_left_above(self, i: int) -> int:
+        """activation_offload: bytes of layer i + 1's input, brought back to the device for its recompute, still
+        in the backward stash while layer i's first node runs: torchtune drops it in the hook of the next node that
+        unpacks an offloaded tensor, unless something else held it by the end of its own node (the recompute saved
+        it: then it went with that saved tensor)."""
+        return 0 if i + 1 >= self.layers or self.lay[i + 1].input_saved else self.h_bytes
+
+    def offload_moment(self, i: int) -> Moment:
+        """activation_offload: layer i's backward peak (param grads, saved alive, other): its input brought
+        back (h), and during its recompute (the first node's unpack) the copy left from the layer above."""
+        p, other, h = self.lay[i], self.other_backward, self.h_bytes
+        recompute = p.recompute_peak + h + self.copy_left_above(i)
+        bwd = p.bwd_peak + (0 if p.input_saved else h)
+        if recompute >= bwd:
+            return 0, p.saved, other + recompute - p.saved
+        return (round(p.bwd_peak_pgrad * self.scale_g), p.bwd_peak_saved,
+                other + bwd - p.bwd_peak_saved - p.bwd_peak_pgrad)
+
     def grads_alive(self, i: int) -> int:
         """Gradients alive once layers i + 1 and above have run their backward."""
         return self.grads_top + self.grads_of_all - self.grads_below[i + 1]
@@ -388,6 +419,9 @@ class TrainStage:
         ckpt_i = self.checkpointed(i)
         plain, again = self.moments[self.lay[i]]
         pg, alive, o = again if ckpt_i else plain
+        if self.offload:  # the layers below on the host; layer i + 1's input copy maybe still in the stash
+            cur = self.acts_below + self.leaf_h
+            pg, alive, o = self.offload_moment(i)
         g_now = grads + pg
         if self.reduced is not None:  # DeepSpeed ZeRO-1/2: the layer's own full grads + the partition once reduced
             g_now = (self.ga_grads + (self.part if self.reduced(i) else 0)
@@ -455,6 +489,8 @@ class TrainStage:
             return
         emb = self.emb
         cur, grads = self.cur_before[0] - emb.saved, self.grads_top + self.grads_of_all
+        if self.offload:  # the indices come back to the device; layer 0's input copy waits for this node's hook
+            cur = self.acts_below - emb.saved + self.leaf_h + self.offload_embedding_bytes()
         g_emb = max(self.ga_grads, grads + round(emb.param_grad_bytes * self.scale_g))
         tied = self.sc.spec.tie_word_embeddings and self.last
         if self.in_bwd:
@@ -471,6 +507,13 @@ class TrainStage:
             # temporaries
             tl.add(HOOK_STEP_EMBEDDING, "backward", self.w, self.vocab_grad, self.opt, cur,
                    self.other_backward + self.held.previous + self.hook_temp(HOOK_STEP_EMBEDDING))
+
+    def offload_embedding_bytes(self) -> int:
+        """activation_offload, at the embedding's backward: its indices brought back (when it packed them) and
+        layer 0's input copy (unless its recompute saved it), dropped by this node's hook or, without a node that
+        unpacks, by the end-of-backward callback."""
+        ids = self.input_bytes if self.ctx.trains("embed_tokens") else 0
+        return ids + (0 if self.lay[0].input_saved else self.h_bytes)
 
     def add_gradient_epilogue(self, tl: StepTimeline) -> None:
         """DeepSpeed ZeRO-1/2: the backward epilogue reduces what is left in the bucket into the partition, then

@@ -32,6 +32,7 @@ from calc.contract.files import append_line
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Checkpointing, Mode, Precision, Scenario
 from calc.export.torchtune import torchtune_lora_args
+from measure.activation_offload import offload_torchtune_activations
 from measure.runner import measure_depths, memtracker_fields, unique_storage_bytes
 from measure.trackers import PhaseMemTracker
 from measure.workload import (
@@ -124,6 +125,8 @@ def check_torchtune(sc: Scenario) -> None:
         raise UnsupportedError("framework torchtune: LoRA on bf16 base weights, attention or all-linear targets")
     if sc.resolved_hardware().num_gpus > 1:
         raise UnsupportedError("framework torchtune: the single-device recipe only")
+    if t.activation_offload and t.activation_checkpointing != Checkpointing.full:
+        raise UnsupportedError("framework torchtune: enable_activation_offloading needs activation checkpointing")
 
 
 class TorchtuneStep:
@@ -138,9 +141,13 @@ class TorchtuneStep:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, sc, "cpu")
         self.accum = t.gradient_accumulation_steps
+        # enable_activation_offloading: the recipe's activations_handling_ctx (measure/activation_offload.py)
+        self.offload = offload_torchtune_activations(self.model, torch.device("cpu")) if t.activation_offload \
+            else contextlib.nullcontext()
 
     def loss_step(self, labels: torch.Tensor) -> torch.Tensor:
-        logits = self.model(self.tokens)
+        with self.offload:
+            logits = self.model(self.tokens)
         labels = torch.hstack((labels[..., 1:], self.ignore_labels_cache[: labels.shape[0]]))
         if not isinstance(logits, list):
             labels = labels.reshape(-1)
@@ -172,6 +179,10 @@ def _measure_torchtune_once(sc: Scenario, device: str, steps: int, num_layers: i
     gc.collect()
     if device == "fake":  # nothing allocated: the same step on fake tensors, counted the same way
         from torch._subclasses.fake_tensor import FakeTensorMode
+
+        if sc.training.activation_offload:
+            raise UnsupportedError("activation_offload is unsupported on this device (fake): its host copies "
+                                   "cannot be made outside the fake mode")
 
         with _unscaled_rope_frequencies(), FakeTensorMode():
             return _measure_torchtune_on(sc, steps, num_layers)
