@@ -8,6 +8,7 @@ import streamlit as st
 
 from calc.contract.i18n import N_
 from calc.contract.output import strict_json
+from calc.contract.stacks import launch_problem
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -129,6 +130,10 @@ def _framework_section(framework: str) -> None:
 framework = target.training.framework
 if framework in FRAMEWORK_TITLES:
     _framework_section(framework)
+    ds = None
+elif (stack_problem := launch_problem(target)) is not None:
+    st.error(_("These files would not train: {error}", error=fmt.literal(say(stack_problem))), icon=":material/error:")
+    _verdict_and_speed()
     ds = None
 else:
     try:

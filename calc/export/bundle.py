@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import zipfile
 
+from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
+from calc.contract.stacks import launch_problem
 from calc.export.deepspeed import ExportOptions, export_deepspeed
 from calc.export.hf import DS_CONFIG_FILE, accelerate_config, node_shape, trainer_snippet, uses_deepspeed
 from calc.export.requirements import REQUIREMENTS_FILE, requirements_text
@@ -80,10 +82,14 @@ def export_bundle(sc: Scenario, options: ExportOptions | None = None,
                   lang: Lang = DEFAULT_LANG) -> tuple[dict[str, str], list[str]]:
     """({file name: text}, notes), the words in `lang` (ds_config.json is the same in every language), with the
     requirements.txt they were checked with. ValueError when DeepSpeed (or the scenario's framework) cannot express
-    the scenario."""
+    the scenario; UserError when the Trainer and DeepSpeed at the pinned versions do not train it
+    (calc.contract.stacks, the table the recommender ranks by)."""
     files = framework_files(sc, options, lang)
     notes: list[str] = []
     if files is None:
+        problem = launch_problem(sc)
+        if problem is not None:
+            raise UserError(problem)
         ds = export_deepspeed(sc, options)
         files = {DS_CONFIG_FILE: strict_json(ds.config),
                  TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),

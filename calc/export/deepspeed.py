@@ -141,12 +141,12 @@ def _add_checkpointing(cfg: dict[str, Any], sc: Scenario) -> list[Text]:
                 "activation_checkpointing=True)); the activation_checkpointing block configures "
                 "deepspeed.checkpointing for Megatron-style models")]
     if t.activation_checkpointing == Checkpointing.selective:
-        notes.append(T_("selective (attention-only) recomputation has no DeepSpeed switch: it is Megatron-LM's "
-                        "--recompute-granularity selective; the block above is what DeepSpeed can express"))
+        notes.append(T_("selective (attention-only) recomputation has no DeepSpeed switch: the exported train.py "
+                        "wraps each layer's attention in torch.utils.checkpoint itself (checkpoint_attention)"))
     elif t.checkpoint_every > 1:
-        notes.append(T_("checkpointing 1 in {every} layers needs a custom wrapper (HF checkpoints every layer); "
-                        "number_checkpoints = {n}", every=t.checkpoint_every,
-                        n=cfg["activation_checkpointing"]["number_checkpoints"]))
+        notes.append(T_("checkpointing 1 in {every} layers: the Trainer's activation_checkpointing_kwargs "
+                        "every_n_layers={every}; number_checkpoints = {n} for deepspeed.checkpointing",
+                        every=t.checkpoint_every, n=cfg["activation_checkpointing"]["number_checkpoints"]))
     return notes
 
 

@@ -26,6 +26,7 @@ from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, Text, translate
 from calc.contract.presets import model_presets, resolve_hardware
 from calc.contract.scenario import Checkpointing, Mode, Optimizer, OptimizerImpl, Precision, Scenario, TrainingConfig
+from calc.contract.stacks import trainer_uses_deepspeed
 from calc.export.deepspeed import ExportOptions, ds_optimizer_name, schedule_description
 
 DS_CONFIG_FILE = "ds_config.json"
@@ -34,8 +35,7 @@ _CHECKPOINT_KEYS = ("torch_dtype", "dtype", "architectures", "transformers_versi
 
 
 def uses_deepspeed(sc: Scenario) -> bool:
-    t = sc.training
-    return t.zero_stage > 0 or t.precision.is_mixed or t.precision == Precision.bf16
+    return trainer_uses_deepspeed(sc.training.zero_stage, sc.training.precision)
 
 
 # TrainingArguments.optim of each bitsandbytes optimizer (transformers' OptimizerNames)
@@ -92,8 +92,9 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
         "optim": optim,
         "bf16": t.precision in (Precision.amp_bf16, Precision.bf16_mixed, Precision.bf16),
         "fp16": t.precision in (Precision.amp_fp16, Precision.fp16_mixed),
-        # transformers 5.x name (gradient_checkpointing is its deprecated alias)
-        "activation_checkpointing": t.activation_checkpointing != Checkpointing.none,
+        # transformers 5.x name (gradient_checkpointing is its deprecated alias). Selective checkpointing is
+        # train.py's own (checkpoint_attention): the Trainer checkpoints whole layers only.
+        "activation_checkpointing": t.activation_checkpointing == Checkpointing.full,
         "logging_steps": 1,
         "save_strategy": "no",
         "report_to": "none",
@@ -104,6 +105,8 @@ def trainer_arguments(sc: Scenario, options: ExportOptions | None = None,
         kw["optim_args"] = optim_args
     if kw["activation_checkpointing"]:
         kw["activation_checkpointing_kwargs"] = {"use_reentrant": False}
+        if t.checkpoint_every > 1:  # transformers 5.2x: layers with index % every_n_layers == 0, as the estimate
+            kw["activation_checkpointing_kwargs"]["every_n_layers"] = t.checkpoint_every
     if t.cross_entropy == "liger-fused":  # only the fused loss, as the calculator models it
         kw["use_liger_kernel"] = True
         kw["liger_kernel_config"] = {"fused_linear_cross_entropy": True, "cross_entropy": False, "rope": False,
@@ -147,6 +150,11 @@ _SCRIPT_WORDS: dict[str, str] = {
                   "--dataset it trains on generated random tokens; --dataset FILE.jsonl reads {{\"input_ids\": "
                   "[...]}} lines.\n--model_config config.json builds that architecture with random weights "
                   "instead of {source}."),
+    "t_selective_flag": N_("checkpoint each decoder layer's attention (selective checkpointing)"),
+    "t_selective": N_("Selective checkpointing: each decoder layer's attention call (projections, RoPE and the\n"
+                      "    attention itself) is recomputed in the backward pass (torch.utils.checkpoint, use_reentrant="
+                      "False);\n    the MLP and the norms keep their activations. The recomputed call gets no KV "
+                      "cache."),
     "t_quant": N_("bitsandbytes BitsAndBytesConfig kwargs for a QLoRA base"),
     "t_quantize": N_("A QLoRA base built from a config: from_config takes no quantization_config, so every nn.Linear\n"
                      "    and Conv1D but the modules transformers keeps in full (lm_head, tied weights) becomes the\n"
@@ -197,6 +205,8 @@ ATTENTION = {attention!r}
 LORA = {lora}
 QUANTIZATION = {quant}  # {t_quant}
 CHECKPOINT_KEYS = {checkpoint_keys!r}
+SELECTIVE_CHECKPOINTING = {selective!r}  # {t_selective_flag}
+ATTENTION_MODULES = ("self_attn", "attn", "attention")
 DEFAULT_STEPS = 100  # {t_steps}
 
 
@@ -315,6 +325,25 @@ def report_parameters(model):
     sys.stdout.flush()
 
 
+def checkpoint_attention(model):
+    """{t_selective}"""
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    for layer in [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]:
+        attn = next(getattr(layer, a) for a in ATTENTION_MODULES if hasattr(layer, a))
+        original = attn.forward
+
+        def forward(*args, _original=original, _module=attn, **kwargs):
+            if not (torch.is_grad_enabled() and _module.training):
+                return _original(*args, **kwargs)
+            kwargs = {{k: None if k in ("past_key_values", "past_key_value") else v for k, v in kwargs.items()}}
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        attn.forward = forward
+    return model
+
+
 def with_lora(model):
     if LORA is None:
         return model
@@ -333,6 +362,8 @@ def main():
     model = build_model(script)
     report_parameters(model)
     model = with_lora(model)
+    if SELECTIVE_CHECKPOINTING:
+        checkpoint_attention(model)
     if script.dataset:
         data = TokenFile(script.dataset, script.seq_len)
     else:
@@ -393,7 +424,7 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
         **_script_words(sc, script_notes(sc, o), lang),
         model_id=hub_id(sc), model_config=_literal(_architecture_config(sc)), training_arguments=_literal(kw),
         seq_len=t.seq_len, dtype=dtype, attention=t.attention.value, lora=_literal(lora), quant=_literal(quant),
-        checkpoint_keys=_CHECKPOINT_KEYS)
+        checkpoint_keys=_CHECKPOINT_KEYS, selective=t.activation_checkpointing == Checkpointing.selective)
 
 
 def script_notes(sc: Scenario, o: ExportOptions) -> list[Text]:
@@ -405,16 +436,15 @@ def script_notes(sc: Scenario, o: ExportOptions) -> list[Text]:
                     name=ds_optimizer_name(sc))]
     notes.append(T_("learning rate: lr_scheduler_type {kind}: {schedule}", kind=repr(_lr_scheduler_type(o)),
                     schedule=schedule_description(o)))
-    if t.tensor_parallel > 1 or t.pipeline_parallel > 1:
-        notes.append(T_("TP {tp} x PP {pp}: the Trainer does not pipeline; use DeepSpeed AutoTP "
-                        "(tensor_parallel.autotp_size in the ds_config) or Megatron-DeepSpeed",
-                        tp=t.tensor_parallel, pp=t.pipeline_parallel))
+    if t.tensor_parallel > 1:
+        notes.append(T_("tensor parallelism {tp}: DeepSpeed AutoTP (tensor_parallel.autotp_size in the ds_config) "
+                        "splits the linear layers as the model loads", tp=t.tensor_parallel))
     if t.activation_checkpointing == Checkpointing.selective:
-        notes.append(T_("selective checkpointing is a Megatron-LM option; activation_checkpointing=True checkpoints "
-                        "whole layers"))
+        notes.append(T_("selective checkpointing: checkpoint_attention() recomputes each layer's attention in the "
+                        "backward pass; the MLP and norms keep their activations"))
     elif t.activation_checkpointing == Checkpointing.full and t.checkpoint_every > 1:
-        notes.append(T_("activation_checkpointing=True checkpoints every layer, not 1 in {every}",
-                        every=t.checkpoint_every))
+        notes.append(T_("checkpointing 1 in {every} layers (the first, then every {every}th): "
+                        "activation_checkpointing_kwargs every_n_layers={every}", every=t.checkpoint_every))
     return notes
 
 

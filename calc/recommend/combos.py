@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calc.contract.architectures import ModelSpec
+from calc.contract.i18n import Text
 from calc.contract.presets import gpu_presets
 from calc.contract.scenario import (
     Attention,
@@ -21,6 +22,7 @@ from calc.contract.scenario import (
     Scenario,
     TrainingConfig,
 )
+from calc.contract.stacks import method_of, stack_problem, trainer_uses_deepspeed
 from calc.memo import memoized
 from calc.recommend.models import (
     CHECKPOINTING,
@@ -244,7 +246,16 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
                                 for att in _attention_kernels(spec):
                                     out.append(Combo(p, ck, every, att, z, oo, op, tp, pp, opt, _lora_key(lora),
                                                      lora))
-    return out
+    return [c for c in out if combo_launch_problem(sc, c) is None]
+
+
+def combo_launch_problem(sc: Scenario, c: Combo) -> Text | None:
+    """Why the exported files could not start `c` for `sc`'s model (calc.contract.stacks, the same answer the
+    exporter refuses with), or None."""
+    if sc.mode != Mode.train or sc.training.framework != "transformers":
+        return None
+    return stack_problem(sc.spec.family, sc.spec.moe, c.zero, c.tp, c.pp, method_of(c.lora),
+                         c.off_par != Offload.none, trainer_uses_deepspeed(c.zero, c.precision))
 
 
 def complexity(c: Combo) -> tuple[int, bool, bool]:

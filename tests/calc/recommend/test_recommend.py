@@ -162,8 +162,10 @@ def test_table_shapes_and_cells_come_from_the_search():
     small_4090, big_4090 = table.cells[0][0], table.cells[1][0]
     assert small_4090.status == "fits" and small_4090.tokens_per_s_per_gpu > 0
     assert big_4090.status == "nothing-fits" and "QLoRA" in big_4090.note
+    # 405B on one 8x H100 node fits only as QLoRA split by TP 8, which the Trainer + DeepSpeed stack does not train
+    # (data/stack_support.yaml: QLoRA with AutoTP stops in DeepSpeed's _create_param_mapping), so nothing is offered
     big_h100 = table.cells[1][1]
-    assert big_h100.status in ("fits", "method-change")
+    assert big_h100.status == "nothing-fits"
     for row in table.cells:
         for cell in row:
             if cell.scenario is not None:
