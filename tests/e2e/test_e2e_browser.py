@@ -239,7 +239,7 @@ def test_explain_as_a_reader_sees_it(page, server):
                   training={"precision": "bf16-mixed", "activation_checkpointing": "full"})
     pg.goto(f"{server}/Explain?" + "&".join(f"{k}={v}" for k, v in state.scenario_to_params(sc).items()))
     until(lambda t: expect(pg.get_by_role("heading", name="Common claims, checked")).to_be_visible(timeout=t))
-    until(lambda t: expect(pg.locator(".js-plotly-plot")).to_have_count(5, timeout=t))
+    until(lambda t: expect(pg.locator(".js-plotly-plot")).to_have_count(7, timeout=t))  # five training lessons, two of serving
     settle(pg)
     # every topic after the first is folded under its heading; the reader opens them all
     sections = pg.locator("[data-testid='stExpander'] summary").filter(has_text="Read the section")

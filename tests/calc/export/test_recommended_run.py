@@ -182,9 +182,18 @@ def test_recommended_shape_trains_two_steps(tmp_path, name, sc):
     cmd = [sys.executable, *launcher, "train.py", "--max_steps", "2", "--use_cpu", "true"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=300)
     out = r.stdout + r.stderr
+    if r.returncode != 0 and out.rstrip().endswith(EXIT_ABORT) and "Traceback" not in out:
+        # Seen on a loaded 2-core CI machine, a few shapes in 26, never twice in a row: both ranks finish their
+        # two steps and a rank aborts in the interpreter's exit (a C++ thread still joinable when torch tears
+        # down); the same files then run clean. One more start tells that apart from a real failure.
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=300)
+        out = r.stdout + r.stderr
     assert r.returncode == 0, f"{name} {shape(sc)}:\n{out[-4000:]}"
     losses = [float(x) for x in re.findall(r"'loss': '([^']+)'", out)]
     assert len(losses) == 2, out[-2000:]
+
+
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def test_shapes_are_few_enough():
