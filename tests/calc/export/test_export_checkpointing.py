@@ -8,6 +8,7 @@ About 15 s."""
 from __future__ import annotations
 
 import importlib.util
+import socket
 import sys
 
 import pytest
@@ -20,6 +21,12 @@ pytest.importorskip("transformers")
 LAYERS = 4
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": LAYERS,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 64}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def calls_per_layer(tmp_path, monkeypatch, **training) -> list[tuple[int, int]]:
@@ -42,6 +49,10 @@ def calls_per_layer(tmp_path, monkeypatch, **training) -> list[tuple[int, int]]:
             super().__init__(model=model, **kw)
 
     monkeypatch.setattr(train, "Trainer", CountingTrainer)
+    # the Trainer's CPU state starts a one-rank process group in this process: on a port of its own, not 29500,
+    # where an earlier test's store may still listen (a rendezvous there waits for ranks that never come)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     monkeypatch.setattr(sys, "argv", ["train.py", "--max_steps", "1", "--use_cpu", "true", "--output_dir",
                                       str(tmp_path / "out")])
     train.main()
