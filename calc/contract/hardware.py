@@ -55,3 +55,14 @@ def _cluster_gpus(cluster_id: str) -> int | None:
 
     c = cluster_presets().get(cluster_id)
     return None if c is None else c.num_gpus
+
+
+def preset_hardware(hw_id: str) -> HardwareConfig:
+    """A cluster preset or a GPU preset id as the scenario's hardware (the model x hardware tables name both)."""
+    from calc.contract.presets import cluster_presets, gpu_presets
+
+    if hw_id in cluster_presets():
+        return HardwareConfig(cluster=hw_id)
+    if hw_id in gpu_presets():
+        return HardwareConfig(gpu=hw_id)
+    raise ValueError(f"unknown hardware {hw_id!r}: give a cluster preset (e.g. 8x-a100-80gb) or a GPU preset")

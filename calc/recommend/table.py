@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.contract.hardware import preset_hardware
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
-from calc.contract.presets import cluster_presets, gpu_presets
 from calc.contract.scenario import HardwareConfig, Scenario, TrainingConfig
 from calc.recommend.combos import combo_of
 from calc.recommend.models import (
@@ -64,12 +64,8 @@ def _markdown_cell(c: TableCell) -> Phrase:
 
 
 def hardware_config(hw_id: str) -> HardwareConfig:
-    """A cluster preset or a GPU preset id as the scenario's hardware (the table names both)."""
-    if hw_id in cluster_presets():
-        return HardwareConfig(cluster=hw_id)
-    if hw_id in gpu_presets():
-        return HardwareConfig(gpu=hw_id)
-    raise ValueError(f"unknown hardware {hw_id!r}: give a cluster preset (e.g. 8x-a100-80gb) or a GPU preset")
+    """A cluster or GPU preset id as the scenario's hardware (calc.contract.hardware.preset_hardware)."""
+    return preset_hardware(hw_id)
 
 
 def recommendation_table(models: list[str] | tuple[str, ...] = TABLE_MODELS,

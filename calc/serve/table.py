@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calc.contract.presets import cluster_presets, gpu_presets, model_presets, resolve_hardware
+from calc.contract.hardware import preset_hardware
+from calc.contract.presets import model_presets, resolve_hardware
 from calc.contract.scenario import HardwareConfig, Scenario
 from calc.contract.serving import DEFAULT_GPU_MEMORY_UTILIZATION
 from calc.serve.parts import Reason
@@ -46,12 +47,8 @@ class ServingCell(BaseModel):
 
 
 def hardware_of(hardware: str) -> HardwareConfig:
-    """A cluster or GPU preset id as the scenario's hardware."""
-    if hardware in cluster_presets():
-        return HardwareConfig(cluster=hardware)
-    if hardware in gpu_presets():
-        return HardwareConfig(gpu=hardware)
-    raise ValueError(f"unknown hardware {hardware!r}: give a cluster preset (e.g. 8x-a100-80gb) or a GPU preset")
+    """A cluster or GPU preset id as the scenario's hardware (calc.contract.hardware.preset_hardware)."""
+    return preset_hardware(hardware)
 
 
 def tensor_parallel_choices(model: str, hardware: HardwareConfig) -> list[int]:
