@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from calc.contract.scenario import Scenario
 from calc.serve.plan import launch_command, plan
-from tests.app.test_app_helpers import all_text, assert_clean, go, open_app
+from tests.app.test_app_helpers import ROOT, all_text, assert_clean, go, open_app
 from ui import state
 
 
@@ -96,3 +96,35 @@ def test_validation_page_lists_the_published_serving_logs():
     expected = [c for log in published_logs() for c in compare(log)]
     assert len(table) == len(expected)
     assert f"{expected[0].predicted:,.4g}" == table["predicted"].iloc[0]
+
+
+def test_the_page_and_the_cli_give_the_same_plan(tmp_path):
+    """A user who tries a setup on the page and scripts it with `python -m calc serve --format json` reads the same
+    figures and the same launch line: the page's widgets set, the scenario they stand for written to a file and
+    run through the CLI in its own process."""
+    import json
+    import subprocess
+    import sys
+
+    at = serve_page()
+    at.selectbox(key="srv_model").set_value("qwen3-8b")
+    at.selectbox(key="srv_gpu").set_value("l40s")
+    at.radio(key="srv_kv").set_value("fp8")
+    at.slider(key="srv_util").set_value(0.8)
+    at.number_input(key="srv_len").set_value(16384)
+    at.run()
+    assert_clean(at)
+    scenario = {"model": "qwen3-8b", "mode": "serve", "hardware": {"gpu": "l40s"},
+                "serving": {"gpu_memory_utilization": 0.8, "max_model_len": 16384, "kv_cache_dtype": "fp8"}}
+    (tmp_path / "serve.json").write_text(json.dumps(scenario))
+    r = subprocess.run([sys.executable, "-m", "calc", "serve", str(tmp_path / "serve.json"), "--format", "json"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    cli = json.loads(r.stdout)
+    assert cli["starts"]
+    text = all_text(at)
+    assert f"About **{cli['max_concurrency']:,.2f}** requests of 16,384 tokens at once" in text
+    assert f"{cli['kv_cache_tokens']:,} tokens of KV cache" in text
+    assert f"{cli['kv_bytes_per_token']:,}" in [m.value for m in at.metric]
+    assert f"{cli['largest_max_model_len']:,}" in [m.value for m in at.metric]
+    assert at.code[0].value == cli["launch_command"]
