@@ -49,6 +49,8 @@ class Combo:
     optimizer: Optimizer
     lora_key: tuple | None = None
     lora: LoraConfig | None = field(default=None, compare=False, hash=False)
+    # data-parallel ranks (GPUs / (TP x PP)), for the words only: no ZeRO on one rank is not DDP
+    dp: int = field(default=1, compare=False, hash=False)
 
     def states_key(self) -> tuple:
         """What decides the model states (calc.memory.states.model_states: weights, gradients, optimizer states,
@@ -93,10 +95,10 @@ def light_config(c: Combo, mb: int, ga: int, seq: int) -> LightConfig:
                   c.lora, mb, ga, seq)
 
 
-def combo_of(t: TrainingConfig) -> Combo:
+def combo_of(t: TrainingConfig, dp: int = 1) -> Combo:
     return Combo(t.precision, t.activation_checkpointing, t.checkpoint_every, t.attention, t.zero_stage,
                  t.offload_optimizer, t.offload_params, t.tensor_parallel, t.pipeline_parallel, t.optimizer,
-                 _lora_key(t.lora), t.lora)
+                 _lora_key(t.lora), t.lora, dp)
 
 
 def is_method_change(c: Combo, base: TrainingConfig) -> bool:
@@ -245,7 +247,7 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
                             for ck, every in ckpts:
                                 for att in _attention_kernels(spec):
                                     out.append(Combo(p, ck, every, att, z, oo, op, tp, pp, opt, _lora_key(lora),
-                                                     lora))
+                                                     lora, dp))
     return [c for c in out if combo_launch_problem(sc, c) is None]
 
 

@@ -118,5 +118,6 @@ def table_assumptions(seq_len: int, global_batch_tokens: int, safety_margin: flo
 
 def _cell_label(c: Candidate) -> Phrase:
     t = c.scenario.training
-    return T_("{config}, {precision}, mb {mb} x {ga}", config=short_label(combo_of(t)), precision=t.precision.value,
+    return T_("{config}, {precision}, mb {mb} x {ga}", config=short_label(combo_of(t, c.scenario.data_parallel)),
+              precision=t.precision.value,
               mb=t.micro_batch_size, ga=t.gradient_accumulation_steps)

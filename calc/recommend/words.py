@@ -47,7 +47,8 @@ def _method_words(c: Combo) -> str:
 
 def short_label(c: Combo) -> Phrase:
     """'ZeRO-2 + full checkpointing' style name of a combination."""
-    parts: list[object] = [f"ZeRO-{c.zero}" if c.zero else T_("no ZeRO (DDP)"), _ckpt_words(c)]
+    no_zero = T_("no ZeRO (DDP)") if c.dp > 1 else T_("no ZeRO")  # one data-parallel rank: nothing to replicate
+    parts: list[object] = [f"ZeRO-{c.zero}" if c.zero else no_zero, _ckpt_words(c)]
     if c.off_opt != Offload.none or c.off_par != Offload.none:
         parts.append(_off_words(c))
     if c.tp > 1 or c.pp > 1:

@@ -430,3 +430,20 @@ def test_a_framework_scenario_is_searched_within_its_recipes(framework):
         t = c.scenario.training
         assert (t.framework, t.sharding, t.zero_stage, t.tensor_parallel) == (framework, "torch", 0, 1)
         check_fits(c, rec.usable_bytes)
+
+
+def test_no_zero_is_called_ddp_only_with_data_parallel_ranks():
+    """One GPU (or TP over all of them) has no replicas to keep in step: the label says "no ZeRO", not DDP."""
+    from calc.contract.enums import Checkpointing, Optimizer, Precision
+    from calc.contract.i18n import render
+    from calc.recommend.combos import Combo
+    from calc.recommend.words import short_label
+
+    def combo(dp: int, tp: int = 1) -> Combo:
+        return Combo(Precision.bf16_mixed, Checkpointing.none, 1, Attention.sdpa, 0, Offload.none, Offload.none,
+                     tp, 1, Optimizer.adamw, dp=dp)
+
+    assert render(short_label(combo(8)), "en").startswith("no ZeRO (DDP)")
+    for one_rank in (combo(1), combo(1, tp=8)):
+        assert "DDP" not in render(short_label(one_rank), "en")
+    assert "DDP" not in render(short_label(combo(1)), "zh")
