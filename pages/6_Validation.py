@@ -159,13 +159,12 @@ if cases:
 st.subheader(_("Serving engines: published vLLM start-up logs"))
 st.caption(_("Start-up logs published in vLLM's issue threads, with the model, GPU, version and flags they state: "
              "each figure the log printed beside the serving planner's prediction for the same settings (the KV "
-             "cache tokens from the KV cache memory the log reports). A named miss is a checkpoint format the "
-             "planner does not model."))
+             "cache tokens from the KV cache memory the log reports)."))
 FIGURES = {"weights_gib": N_("weights (GiB)"), "kv_tokens": N_("KV cache tokens"),
            "concurrency": N_("maximum concurrency"), "needed_gib": N_("KV cache one request needs (GiB)"),
            "starts": N_("starts (1 = yes)")}
 serve_rows = [{_("log"): f"[{log.id}]({log.source})", _("vLLM"): log.vllm_version, _("GPU"): fmt.literal(log.gpu),
                _("figure"): tr(FIGURES[c.figure]), _("logged"): f"{c.logged:,.4g}", _("predicted"): f"{c.predicted:,.4g}",
-               _("error %"): f"{c.error * 100:+.2f}", _("note"): _("named miss") if log.known_miss else ""}
+               _("error %"): f"{c.error * 100:+.2f}"}
               for log in published_logs() for c in compare(log)]
 st.markdown(fmt.table(serve_rows))

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from calc.contract.presets import resolve_model
 from calc.contract.scenario import InferenceWeights, Scenario
+from calc.serve.budget import checkpoint_weights
 from calc.serve.plan import concurrency_curve, launch_command, plan, utilization_for
 from ui import compute, fmt, state
 from ui import serving_charts as charts
@@ -20,7 +21,8 @@ st.caption(_("What a serving engine does with each GPU, read from vLLM 0.13's so
              "gpu_memory_utilization x the GPU's total memory, minus the weights, the profile run's activation "
              "peak and non-torch memory; the rest becomes KV cache blocks. Sizes in GiB (2^30 bytes)."))
 
-WEIGHTS: tuple[str, ...] = InferenceWeights.__args__  # type: ignore[attr-defined]
+# "" = as the model's hub checkpoint stores them (gpt-oss: MXFP4 experts), what `vllm serve <model>` loads
+WEIGHTS: tuple[str, ...] = ("", *InferenceWeights.__args__)  # type: ignore[attr-defined]
 model_names, gpu_names = compute.model_options(), compute.gpu_options()
 models, gpus = list(model_names), list(gpu_names)
 # the first visit starts from the scenario the other pages share: its model (a preset) and its GPU
@@ -34,7 +36,9 @@ gpu = c2.selectbox(_("GPU"), gpus, index=gpus.index(start_gpu), key="srv_gpu", f
 tp = c3.number_input(_("GPUs per replica (tensor parallel)"), 1, 64, 1, key="srv_tp")
 c4, c5, c6 = st.columns(3)
 engine = c4.radio(_("Engine"), ["vllm", "sglang"], horizontal=True, key="srv_engine")
-weights = c5.selectbox(_("Weights"), WEIGHTS, key="srv_weights")
+weights = c5.selectbox(_("Weights"), WEIGHTS, key="srv_weights",
+                       format_func=lambda w: w or _("as the checkpoint stores them ({weights})",
+                                                    weights=checkpoint_weights(model)))
 kv_dtype = c6.radio(_("KV cache dtype"), ["auto", "fp8"], horizontal=True, key="srv_kv")
 c7, c8, c9 = st.columns(3)
 util = c7.slider(_("gpu_memory_utilization (SGLang: mem_fraction_static)"), 0.10, 0.99, 0.90, 0.01, key="srv_util")
@@ -45,7 +49,7 @@ graphs = c9.checkbox(_("CUDA graphs"), True, key="srv_graphs")
 try:
     sc = Scenario.model_validate({
         "model": model, "mode": "serve", "hardware": {"gpu": gpu, "num_gpus": int(tp)},
-        "inference": {"weights": weights},
+        "inference": {"weights": weights} if weights else {},
         "serving": {"engine": engine, "gpu_memory_utilization": util, "max_model_len": int(length) or None,
                     "kv_cache_dtype": kv_dtype, "tensor_parallel": int(tp), "cuda_graphs": graphs}})
     result = plan(sc)

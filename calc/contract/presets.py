@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from calc.contract.architectures import ModelSpec, spec_from_hf_config
 from calc.contract.boundary import excerpt
+from calc.contract.enums import InferenceWeights
 from calc.contract.errors import UserError
 from calc.contract.i18n import T_
 from calc.contract.limits import MAX_PRESET_ID_CHARS
@@ -42,6 +43,9 @@ class ModelPreset(BaseModel):
         "2 % where the only published figure is rounded or counts modules the CausalLM does not build (the notes "
         "say which)")
     config: dict[str, Any] = Field(description="Hugging Face config.json fields that define the shapes")
+    checkpoint_weights: InferenceWeights | None = Field(
+        None, description="how the hub checkpoint stores its weights where it is not 16-bit (its config.json's "
+        "quantization_config): what a serving engine loads when the scenario names no inference.weights")
     notes: str | None = None
 
     @property

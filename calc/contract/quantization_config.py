@@ -1,6 +1,8 @@
 """A pasted config.json's quantization_config: which stored weights it means (transformers' BitsAndBytesConfig,
-GPTQConfig, AwqConfig, FineGrainedFP8Config as save_pretrained writes them). Apart from calc.contract.quantized,
-whose byte counts need the precision tables: the scenario reads this module while it is itself being defined."""
+GPTQConfig, AwqConfig, FineGrainedFP8Config, FbgemmFp8Config and Mxfp4Config as save_pretrained writes them) and
+which modules it keeps out of the conversion (modules_to_not_convert; bitsandbytes' llm_int8_skip_modules). Apart
+from calc.contract.quantized, whose byte counts need the precision tables: the scenario reads this module while it
+is itself being defined."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any, NamedTuple
 from calc.contract.boundary import excerpt
 from calc.contract.errors import UserError
 from calc.contract.i18n import T_
+from calc.contract.module_paths import check_patterns
 
 INT4_GROUP = 128  # GPTQ / AWQ group_size default
 FP8_BLOCK = 128  # FineGrainedFP8Config weight_block_size (128, 128)
@@ -21,9 +24,10 @@ class ConfigQuantization(NamedTuple):
 
     weights: str  # an InferenceWeights / lora.base_weights value
     double_quant: bool = False
+    not_converted: tuple[str, ...] = ()  # modules_to_not_convert (calc.contract.module_paths patterns)
 
 
-QUANT_METHODS = ("bitsandbytes", "gptq", "awq", "fp8")
+QUANT_METHODS = ("bitsandbytes", "gptq", "awq", "fp8", "fbgemm_fp8", "mxfp4")
 
 
 def config_quantization(config: dict[str, Any]) -> ConfigQuantization | None:
@@ -36,17 +40,22 @@ def config_quantization(config: dict[str, Any]) -> ConfigQuantization | None:
     if not isinstance(qc, dict):
         raise UserError(T_("the config's quantization_config must be an object"))
     method = qc.get("quant_method")
+    skip = check_patterns(qc.get("llm_int8_skip_modules" if method == "bitsandbytes" else "modules_to_not_convert"))
     if method == "bitsandbytes":
-        return _bitsandbytes(qc)
+        return _bitsandbytes(qc)._replace(not_converted=skip)
     if method in ("gptq", "awq"):
         _int4_groups(qc, method)
-        return ConfigQuantization(f"{method}-int4")
+        return ConfigQuantization(f"{method}-int4", not_converted=skip)
     if method == "fp8":
         block = qc.get("weight_block_size", [FP8_BLOCK, FP8_BLOCK])
         if block not in ([FP8_BLOCK, FP8_BLOCK], (FP8_BLOCK, FP8_BLOCK)):
             raise UserError(T_("the config's fp8 quantization_config is modelled for weight_block_size [128, 128], "
                                "not {block}", block=excerpt(block)))
-        return ConfigQuantization("fp8")
+        return ConfigQuantization("fp8", not_converted=skip)
+    if method == "fbgemm_fp8":  # fp8 weights with one fp32 scale per output channel: the block-scale bytes within
+        return ConfigQuantization("fp8", not_converted=skip)  # 0.01 % (calc.contract.quantized.fp8_weight_bytes)
+    if method == "mxfp4":  # Mxfp4Config: the routed experts in MXFP4, every nn.Linear 16-bit
+        return ConfigQuantization("mxfp4", not_converted=skip)
     raise UserError(T_("the config's quantization_config quant_method {method} is not modelled; modelled: {known}",
                        method=excerpt(method), known=", ".join(QUANT_METHODS)))
 

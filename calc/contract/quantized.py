@@ -18,7 +18,9 @@ Sources (bitsandbytes 0.50.2, transformers 5.23):
   qzeros int32 (in / group x out / 8), fp16 scales (in / group x out) and g_idx int32 (in); AWQ
   (`awq_weight_bytes`; autoawq's WQLinear_GEMM): qweight int32 (in x out / 8), qzeros int32 (in / group x out / 8),
   fp16 scales; FP8 (`fp8_weight_bytes`; transformers integrations/finegrained_fp8.py FP8Linear,
-  FineGrainedFP8Config): float8_e4m3 weight (out x in) and an fp32 weight_scale_inv per 128 x 128 block.
+  FineGrainedFP8Config): float8_e4m3 weight (out x in) and an fp32 weight_scale_inv per 128 x 128 block; MXFP4
+  (`mxfp4_weight_bytes`; transformers integrations/mxfp4.py Mxfp4GptOssExperts, vLLM's Mxfp4MoEMethod): each
+  routed expert's matrix as uint8 blocks of two e2m1 values and one uint8 (e8m0) scale per 32 values of a row.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 from calc.contract.model_spec import Linear, ModelSpec, per_spec
+from calc.contract.module_paths import converted_layers
 from calc.contract.precision import BF16, FP32
 from calc.contract.quantization_config import FP8_BLOCK, INT4_GROUP
 
@@ -91,22 +94,26 @@ class FrozenBase(NamedTuple):
         return self.quantized_bytes + SIXTEEN_BIT * (params_local - self.quantized_elements)
 
 
-def frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int, first: bool) -> FrozenBase:
+def frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int, first: bool,
+                not_converted: tuple[str, ...] = ()) -> FrozenBase:
     """The decoder layers' linears on this GPU (this tensor-parallel slice; a MoE model's dense layers on the
-    first stage) as `kind` stores them, memoized per spec."""
-    key = ("frozen base", kind, double_quant, layers, tp, first)
-    return per_spec(spec, key, lambda: _count_frozen_base(spec, kind, double_quant, layers, tp, first))
+    first stage; the first `layers` layers, or the last ones) as `kind` stores them, less those a pasted config's
+    modules_to_not_convert names, memoized per spec."""
+    key = ("frozen base", kind, double_quant, layers, tp, first, not_converted)
+    return per_spec(spec, key, lambda: _count_frozen_base(spec, kind, double_quant, layers, tp, first, not_converted))
 
 
 def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int,
-                       first: bool) -> FrozenBase:
+                       first: bool, not_converted: tuple[str, ...]) -> FrozenBase:
     if kind not in QUANTIZED_KINDS:
         return FrozenBase(0, 0)
     dense = min(layers, spec.dense_layers) if first else 0
+    start = 0 if first else spec.num_layers - layers
     stored = elements = 0
-    for is_dense, n in ((False, layers - dense), (True, dense)):
-        for lin in spec.linear_layers(is_dense) if n else []:
-            if is_quantized_linear(lin):
+    for is_dense, indices in ((True, range(start, start + dense)), (False, range(start + dense, start + layers))):
+        for lin in spec.linear_layers(is_dense) if indices else []:
+            n = converted_layers(spec, lin, indices, not_converted) if is_quantized_linear(lin) else 0
+            if n:
                 fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
                 stored += lin.count * n * bnb_weight_bytes(kind, fout, fin, double_quant)
                 elements += lin.count * n * fin * fout
@@ -133,7 +140,16 @@ def fp8_weight_bytes(out_features: int, in_features: int) -> int:
                                                                                                   FP8_BLOCK)
 
 
-QUANTIZED_WEIGHTS = ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8")
+MXFP4_BLOCK = 32  # values per e8m0 scale (OCP microscaling)
+
+
+def mxfp4_weight_bytes(out_features: int, in_features: int) -> int:
+    """An MXFP4 matrix: in / 2 bytes of packed values and in / 32 scale bytes per output row."""
+    return out_features * (_ceil_div(in_features, 2) + _ceil_div(in_features, MXFP4_BLOCK))
+
+
+QUANTIZED_WEIGHTS = ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8", "mxfp4")
+EXPERT_ONLY_WEIGHTS = ("mxfp4",)  # Mxfp4Config converts the routed experts and leaves every nn.Linear 16-bit
 
 
 def quantized_weight_bytes(kind: str, out_features: int, in_features: int, double_quant: bool = False,
@@ -147,4 +163,6 @@ def quantized_weight_bytes(kind: str, out_features: int, in_features: int, doubl
         return awq_weight_bytes(out_features, in_features, group_size)
     if kind == "fp8":
         return fp8_weight_bytes(out_features, in_features)
+    if kind == "mxfp4":
+        return mxfp4_weight_bytes(out_features, in_features)
     raise ValueError(f"not a quantized kind: {kind}")

@@ -411,6 +411,18 @@ class Scenario(BaseModel):
                   field=field, got=got, weights=q.weights)
 
     @cached_property
+    def not_converted(self) -> tuple[str, ...]:
+        """A pasted config's modules_to_not_convert, where its quantization is the one the scenario stores
+        (inference.weights or lora.base_weights): those modules keep the 16-bit dtype."""
+        q = config_quantization(self.model) if isinstance(self.model, dict) else None
+        if q is None:
+            return ()
+        lora = self.training.lora
+        stored = (lora.base_weights if lora is not None else
+                  self.inference.weights if self.mode in (Mode.inference, Mode.serve) else None)
+        return q.not_converted if stored == q.weights else ()
+
+    @cached_property
     def spec(self) -> ModelSpec:
         """The resolved architecture (from the preset or the config dict)."""
         from calc.contract.presets import resolve_model
@@ -462,6 +474,9 @@ class Scenario(BaseModel):
         if t.activation_offload and self.mode == Mode.train and (gpus > 1 or spec.family not in TORCHTUNE_FAMILIES):
             raise UserError(T_("activation_offload is modelled on one GPU for Llama, Qwen2 and Mistral models (an "
                                "RMSNorm before the output head); use num_gpus 1"))
+        if self.inference.weights == "mxfp4" and self.mode in (Mode.inference, Mode.serve) and not spec.moe:
+            raise UserError(T_("inference.weights mxfp4 stores a mixture-of-experts model's routed experts (as "
+                               "gpt-oss ships them); this model has none: choose another weight format"))
         if t.lora is not None and self.mode == Mode.inference and self.inference.weights is not None:
             raise UserError(T_("with LoRA the base model's storage is lora.base_weights; leave inference.weights "
                                "unset"))

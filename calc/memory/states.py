@@ -213,8 +213,8 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
     shapes = per_spec(spec, shapes_key, lambda: adapters + copies if same_dtype else adapters)
     copy_params = sum(prod(s) * c for s, c in copies)
     trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in adapters)) + copy_params
-    base_bytes = quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first).total_bytes(
-        params_local)
+    base_bytes = quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first,
+                                       sc.not_converted).total_bytes(params_local)
     formula = words("formula", N_("{base} frozen base params = {base_bytes} B ({quant}) + {lora} LoRA params "
                                   "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:,}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)

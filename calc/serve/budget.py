@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from calc.contract.presets import model_presets
+from calc.contract.presets import gpu_presets, model_presets
+from calc.contract.quantized import mxfp4_weight_bytes
 from calc.contract.scenario import Attention, Mode, Scenario
 from calc.contract.serving import ServingConfig
 from calc.contract.units import GiB, MiB
@@ -65,6 +66,18 @@ def config_sliding_window(sc: Scenario) -> int | None:
     return sc.spec.sliding_window
 
 
+def checkpoint_weights(model: str | dict) -> str:
+    """How a preset's hub checkpoint stores its weights (gpt-oss: MXFP4 experts), else 16-bit (vLLM's dtype
+    auto); a pasted config's quantization_config has set inference.weights already."""
+    preset = model_presets().get(model) if isinstance(model, str) else None
+    return (preset.checkpoint_weights if preset else None) or "bf16"
+
+
+def served_weights(sc: Scenario) -> str:
+    """How the served weights are stored: inference.weights, else as the checkpoint stores them."""
+    return sc.inference.weights or checkpoint_weights(sc.model)
+
+
 def weights_scenario(sc: Scenario, tp: int) -> Scenario:
     """The scenario whose weights vLLM loads on one GPU: inference with the serving tensor parallelism, stored as
     inference.weights says (calc.memory.inference_weights: the one source of weight bytes)."""
@@ -72,7 +85,7 @@ def weights_scenario(sc: Scenario, tp: int) -> Scenario:
     if sc.spec.attention_sinks:  # the estimate models gpt-oss's sinks in eager attention only; weights do not care
         update["attention"] = Attention.eager
     training = sc.training.model_copy(update=update)
-    inference = sc.inference.model_copy(update={"weights": sc.inference.weights or "bf16"})  # dtype auto: 16-bit
+    inference = sc.inference.model_copy(update={"weights": served_weights(sc)})
     # built from the validated fields without validating again: vLLM replicates K/V heads that are fewer than the
     # GPUs (calc.contract.serving checked the layout), which the training-side rule (hf_rules.check_tensor_parallel)
     # refuses for transformers' and AutoTP's shards
@@ -99,12 +112,39 @@ def weights_bytes(sc: Scenario, tp: int) -> int:
     tables = 1 if spec.tie_word_embeddings else 2
     padding = (padded - spec.vocab_size) * spec.hidden_size * tables * MODEL_DTYPE_BYTES // tp
     rope = spec.max_position_embeddings * spec.rotary_dim * MODEL_DTYPE_BYTES if spec.rotary_dim else 0
-    return st.weights + padding + rope + replicated_kv_bytes(wsc, tp)
+    mxfp4 = mxfp4_padding_bytes(wsc, tp) if wsc.inference.weights == "mxfp4" else 0
+    return st.weights + padding + rope + replicated_kv_bytes(wsc, tp) + mxfp4
 
 
 # bytes per weight of each inference.weights kind, for the replicated K/V projections (scales not counted)
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "nf4": 0.5, "fp4": 0.5, "gptq-int4": 0.5,
-                "awq-int4": 0.5}
+                "awq-int4": 0.5, "mxfp4": 2}  # mxfp4 keeps attention 16-bit
+# vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights: the MoE backend pads each
+# expert's (intermediate / tp, hidden) to multiples of its kernel's tile. Hopper runs the Triton kernels
+# (triton_kernels on SM 9.0-10.x: intermediate to 64), Blackwell FlashInfer's MXFP4 x BF16 (both to 256), the rest
+# (Ampere, Ada) Marlin, which needs n % 256 and k % 128 (intermediate to 128, hidden to 256)
+MXFP4_TILES = {"hopper": (64, 1), "blackwell": (256, 256)}
+MXFP4_MARLIN_TILES = (128, 256)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def mxfp4_padding_bytes(sc: Scenario, tp: int) -> int:
+    """What vLLM's padded MXFP4 expert tensors (w13 and w2: uint8 values, uint8 scales per 32, bf16 biases) add
+    to the unpadded count calc.memory.inference_weights makes, on this GPU's architecture."""
+    spec = sc.spec
+    gpu = sc.resolved_hardware().gpu
+    arch = gpu_presets()[gpu].architecture if gpu in gpu_presets() else None
+    inter_tile, hidden_tile = MXFP4_TILES.get(arch or "", MXFP4_MARLIN_TILES)
+    inter, hidden = spec.intermediate_size // tp, spec.hidden_size
+
+    def experts(i: int, h: int) -> int:  # one expert: w13 (2i x h), w2 (h x i) and their biases
+        return mxfp4_weight_bytes(2 * i, h) + mxfp4_weight_bytes(h, i) + MODEL_DTYPE_BYTES * (2 * i + h)
+
+    per_layer = experts(_round_up(inter, inter_tile), _round_up(hidden, hidden_tile)) - experts(inter, hidden)
+    return per_layer * spec.num_experts * (spec.num_layers - spec.dense_layers)
 
 
 def replicated_kv_bytes(sc: Scenario, tp: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from calc.contract.errors import UserError
 from calc.contract.scenario import Scenario
 from calc.serve import budget, kv_cache, sglang
+from calc.serve.budget import checkpoint_weights, served_weights
 from calc.serve.parts import (  # noqa: F401 - the plan's face: pages and the CLI import these from here
     Reason,
     ServePlan,
@@ -90,20 +91,44 @@ def hub_id(sc: Scenario) -> str:
     return "<model>"
 
 
+# Weights an engine quantizes itself as it loads a 16-bit checkpoint (vLLM: Fp8Config with a 16-bit checkpoint,
+# the in-flight bitsandbytes 4-bit loader; SGLang accepts the same names); the other formats need a checkpoint
+# saved in them
+ONLINE_QUANTIZATION = {"fp8": "fp8", "nf4": "bitsandbytes"}
+DTYPE_FLAGS = {"fp16": "float16", "fp32": "float32"}
+
+
+def weights_flags(sc: Scenario, model: str) -> tuple[str, list[str]]:
+    """(the model to load, its flags) for the weights the plan assumed: the checkpoint as it is, a 16-bit one
+    quantized as it loads, or a placeholder for a checkpoint saved in that format."""
+    stored, weights = checkpoint_weights(sc.model), served_weights(sc)
+    if weights == stored or isinstance(sc.model, dict):  # a pasted config: its own quantization_config
+        return model, []
+    if stored == "bf16" and weights in DTYPE_FLAGS:
+        return model, [f"--dtype {DTYPE_FLAGS[weights]}"]
+    if stored == "bf16" and weights in ONLINE_QUANTIZATION:
+        return model, [f"--quantization {ONLINE_QUANTIZATION[weights]}"]
+    return f"<{weights} checkpoint of {model}>", []
+
+
 def launch_command(sc: Scenario) -> str:
     """The command that starts the planned server: vLLM's `vllm serve` flags, or SGLang's launch_server; the
-    defaults the plan assumed are spelled out where they matter (tensor parallelism, memory share, context)."""
-    s, model = serving_of(sc), hub_id(sc)
+    defaults the plan assumed are spelled out where they matter (tensor parallelism, memory share, context,
+    weights the engine quantizes as it loads)."""
+    s = serving_of(sc)
+    model, weight_flags = weights_flags(sc, hub_id(sc))
     length = s.max_model_len or sc.spec.max_position_embeddings
     if s.engine == "sglang":
         parts = [f"python -m sglang.launch_server --model-path {model} --tp {s.tensor_parallel}",
                  f"--mem-fraction-static {s.gpu_memory_utilization:g} --context-length {length}"]
+        parts += weight_flags
         parts += ["--kv-cache-dtype fp8_e4m3"] if s.kv_cache_dtype == "fp8" else []
         parts += [f"--page-size {s.block_size}"] if s.block_size != 1 else []
         parts += [] if s.cuda_graphs else ["--disable-cuda-graph"]
         return " ".join(parts)
     parts = [f"vllm serve {model} --tensor-parallel-size {s.tensor_parallel}",
              f"--gpu-memory-utilization {s.gpu_memory_utilization:g} --max-model-len {length}"]
+    parts += weight_flags
     parts += ["--kv-cache-dtype fp8"] if s.kv_cache_dtype == "fp8" else []
     parts += [f"--block-size {s.block_size}"] if s.block_size != 16 else []
     parts += [] if s.cuda_graphs else ["--enforce-eager"]

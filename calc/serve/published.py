@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from calc.contract.presets import model_presets
 from calc.contract.scenario import InferenceWeights, Scenario
 from calc.contract.units import GiB
 from calc.serve import budget, kv_cache
@@ -46,19 +47,27 @@ class PublishedLog(BaseModel):
     note: str
     vllm_version: str
     gpu: str
+    gpu_preset: str | None = None  # the GPU preset the log's card is, where the weights depend on its architecture
     model: str
     weights: InferenceWeights
+    quantization_config: dict[str, object] | None = None  # the checkpoint's, where it keeps modules 16-bit
     tensor_parallel: int = Field(ge=1)
     max_model_len: int = Field(ge=1)
     gpu_memory_utilization: float = Field(gt=0, le=1)
     logged: Logged
-    known_miss: str | None = None
 
     def scenario(self) -> Scenario:
+        """The log's settings as a serving scenario: the preset, or its config with the checkpoint's
+        quantization_config; the named GPU preset, else a card large enough for any figure compared here."""
         tp = self.tensor_parallel
+        model: str | dict[str, object] = self.model
+        if self.quantization_config is not None:
+            model = {**model_presets()[self.model].config, "quantization_config": self.quantization_config}
+        hardware = ({"gpu": self.gpu_preset, "num_gpus": tp} if self.gpu_preset
+                    else {"memory_bytes": 2**40, "num_gpus": tp})
         return Scenario.model_validate({
-            "model": self.model, "mode": "serve", "inference": {"weights": self.weights},
-            "hardware": {"memory_bytes": 2**40, "num_gpus": tp},
+            "model": model, "mode": "serve", "inference": {"weights": self.weights},
+            "hardware": hardware,
             "serving": {"tensor_parallel": tp, "max_model_len": self.max_model_len,
                         "gpu_memory_utilization": self.gpu_memory_utilization}})
 

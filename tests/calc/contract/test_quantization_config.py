@@ -25,6 +25,7 @@ CONFIGS = [
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, ("gptq-int4", False)),
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, ("awq-int4", False)),
     ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}, ("fp8", False)),
+    ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, ("fp8", False)),  # Meta's FP8 checkpoints
 ]
 
 
@@ -78,7 +79,9 @@ def test_the_setting_survives_a_dump_and_a_link():
 
 HOSTILE = [
     ("not an object", "must be an object"),
-    ({"quant_method": "mxfp4"}, "quant_method 'mxfp4' is not modelled"),
+    ({"quant_method": "hqq"}, "quant_method 'hqq' is not modelled"),
+    ({"quant_method": "mxfp4"}, "mixture-of-experts"),  # a dense model: MXFP4 stores routed experts only
+    ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"}, "list of module names"),
     ({"quant_method": None}, "quant_method None is not modelled"),
     ({"quant_method": "bitsandbytes"}, "neither or both"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}, "neither or both"),
