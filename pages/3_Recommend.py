@@ -20,7 +20,7 @@ from calc.recommend import (
     usable_bytes,
 )
 from calc.recommend.phrase import Phrase
-from calc.serve.table import SERVING_CONTEXT
+from calc.serve.table import SERVING_CONTEXT, SERVING_CONTEXTS
 from ui import compute, fmt, state
 from ui import plots as charts
 from ui.compare_columns import cluster_short_name
@@ -160,7 +160,10 @@ st.header(_("Model size x hardware"))
 view = st.radio(_("Table"), ["training", "serving"], horizontal=True, key="rec_table_view",
                 format_func=lambda v: _("training") if v == "training" else _("serving (vLLM)"))
 if view == "serving":
-    draw_serving_table(SERVING_CONTEXT)
+    context = st.selectbox(_("Tokens per request (prompt + answer)"), SERVING_CONTEXTS,
+                           index=SERVING_CONTEXTS.index(SERVING_CONTEXT), key="rec_srv_ctx",
+                           format_func=lambda n: f"{n:,}")
+    draw_serving_table(int(context))
     st.stop()
 st.session_state.setdefault("rec_seq", TABLE_SEQ_LEN)
 seq = st.selectbox(_("Sequence length (tokens)"), TABLE_SEQ_LENS, key="rec_seq")

@@ -15,6 +15,7 @@ from calc.serve.parts import Reason
 from calc.serve.plan import plan
 
 SERVING_CONTEXT = 8192  # tokens per request the serving view states (the model's own limit when shorter)
+SERVING_CONTEXTS = (2048, 4096, 8192, 32768, 131072)  # the lengths the view offers: chat, RAG, long documents
 
 
 class ServingCell(BaseModel):

@@ -64,3 +64,17 @@ def test_the_serving_view_in_chinese():
     cells = list(df.astype(str).values.ravel())
     assert any("个请求（4 个 TP 2 副本，每个" in v for v in cells)
     assert any(v.startswith("无法启动（TP 1 时每张 GPU 的权重") for v in cells)
+
+
+def test_the_request_length_is_the_users_choice():
+    """32,768-token requests: the sentence says so, and each cell is the planner's at that length (a model with
+    fewer positions says its own limit)."""
+    at = serving_view()
+    at.selectbox(key="rec_srv_ctx").set_value(32768).run()
+    assert_clean(at)
+    assert "**32,768 tokens**" in all_text(at)
+    df = next(t for t in tables(at) if "model" in t.columns and "8x A100 80GB" in t.columns)
+    rows = {r["model"].split(" (")[0]: r for r in df.to_dict("records")}
+    c = serving_cell("llama-3.1-8b", "1x-a100-80gb", 32768)
+    assert rows["Llama 3.1 8B"]["1x A100 80GB"] == f"{c.max_concurrency:,.1f} requests (TP 1)"
+    assert c.max_concurrency < serving_cell("llama-3.1-8b", "1x-a100-80gb", SERVING_CONTEXT).max_concurrency
