@@ -104,10 +104,14 @@ def test_unmodelled_quantization_is_refused_in_one_line(qc, message):
 
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.sampled_from(["quant_method", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type",
-                                        "bnb_4bit_use_double_quant", "bits", "group_size", "weight_block_size"]),
+                                        "bnb_4bit_use_double_quant", "bits", "group_size", "weight_block_size",
+                                        "modules_to_not_convert", "llm_int8_skip_modules"]),
                        st.one_of(st.none(), st.booleans(), st.integers(-5, 300), st.text(max_size=8),
-                                 st.sampled_from(["bitsandbytes", "gptq", "awq", "fp8", "nf4", "fp4"]),
-                                 st.lists(st.integers(0, 256), max_size=3))))
+                                 st.sampled_from(["bitsandbytes", "gptq", "awq", "fp8", "nf4", "fp4", "fbgemm_fp8",
+                                                  "mxfp4"]),
+                                 st.lists(st.integers(0, 256), max_size=3),
+                                 st.lists(st.text(alphabet="model.layers*0123_(|)+?[]\\$^", max_size=24),
+                                          max_size=6))))
 def test_any_quantization_config_parses_or_says_why(qc):
     """Whatever a config holds, the parser answers a modelled weight kind or a UserError, never a crash."""
     try:
@@ -115,4 +119,23 @@ def test_any_quantization_config_parses_or_says_why(qc):
     except UserError as exc:
         assert str(exc)
         return
-    assert got is not None and got.weights in ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8")
+    assert got is not None and got.weights in ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8", "mxfp4")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(alphabet="model.layers.self_attn.mlp*0123456789_lm_head(|)+?\\", max_size=40), max_size=8))
+def test_any_skip_list_estimates_or_says_why_quickly(skip):
+    """A pasted FP8 config with any modules_to_not_convert: an estimate, or one line naming the entry, in well under
+    a second (the patterns are regular expressions; only bounded ones are compiled)."""
+    import time
+
+    from calc.memory.engine import estimate
+
+    started = time.perf_counter()
+    try:
+        sc = Scenario.model_validate({"model": _model({"quant_method": "fp8", "modules_to_not_convert": skip}),
+                                      "mode": "inference", "training": {"seq_len": 64}})
+        assert estimate(sc).peak_allocated_bytes > 0
+    except ValueError as exc:
+        assert "\n" not in error_message(exc)
+    assert time.perf_counter() - started < 1.0
