@@ -68,7 +68,8 @@ LORA_LIST_LABEL = N_("modules I choose")
 KV_CACHE_LABELS = {"dynamic": N_("dynamic (grows per token)"), "static": N_("static (preallocated)")}
 INFERENCE_WEIGHT_LABELS = {"": N_("as the precision says"), "bf16": "bf16", "fp16": "fp16", "fp32": "fp32",
                            "int8": "int8 (bitsandbytes LLM.int8)", "nf4": "nf4 (bitsandbytes)",
-                           "fp4": "fp4 (bitsandbytes)", "gptq-int4": "GPTQ int4", "awq-int4": "AWQ int4",
+                           "fp4": "fp4 (bitsandbytes)", "gptq-int4": "GPTQ int4", "gptq-int8": "GPTQ int8",
+                           "awq-int4": "AWQ int4",
                            "fp8": N_("FP8 (block scales)"), "mxfp4": N_("MXFP4 experts (gpt-oss)")}
 MODEL_SOURCE_LABELS = {"preset": N_("Preset"), "config": "Hugging Face config.json"}
 HW_KIND_LABELS = {"gpu": N_("GPU preset"), "cluster": N_("Cluster preset"), "custom": N_("Custom memory")}

@@ -93,5 +93,6 @@ FRAMEWORKS: tuple[str, ...] = ("transformers", "torchtune", "litgpt", "torchtita
 LoraTargetSet = Literal["all-linear", "attention"]
 BaseWeights = Literal["bf16", "fp16", "int8", "nf4", "fp4"]
 BASE_WEIGHTS: tuple[str, ...] = ("bf16", "fp16", "int8", "nf4", "fp4")
-InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8", "mxfp4"]
+InferenceWeights = Literal["bf16", "fp16", "fp32", "int8", "nf4", "fp4", "gptq-int4", "gptq-int8", "awq-int4", "fp8",
+                           "mxfp4"]
 PLAIN_WEIGHT_PRECISION = {"bf16": Precision.bf16, "fp16": Precision.fp16_mixed, "fp32": Precision.fp32}

@@ -44,8 +44,8 @@ def config_quantization(config: dict[str, Any]) -> ConfigQuantization | None:
     if method == "bitsandbytes":
         return _bitsandbytes(qc)._replace(not_converted=skip)
     if method in ("gptq", "awq"):
-        _int4_groups(qc, method)
-        return ConfigQuantization(f"{method}-int4", not_converted=skip)
+        bits = _groups_of_128(qc, method)
+        return ConfigQuantization(f"{method}-int{bits}", not_converted=skip)
     if method == "fp8":
         block = qc.get("weight_block_size", [FP8_BLOCK, FP8_BLOCK])
         if block not in ([FP8_BLOCK, FP8_BLOCK], (FP8_BLOCK, FP8_BLOCK)):
@@ -78,11 +78,13 @@ def _bitsandbytes(qc: dict[str, Any]) -> ConfigQuantization:
     return ConfigQuantization(kind, double)
 
 
-def _int4_groups(qc: dict[str, Any], method: str) -> None:
-    """GPTQ and AWQ are modelled for 4-bit weights in groups of 128 (their defaults)."""
+def _groups_of_128(qc: dict[str, Any], method: str) -> int:
+    """GPTQ is modelled for 4- and 8-bit weights, AWQ for 4-bit, in groups of 128 (their defaults): the bits."""
     bits = qc.get("bits", qc.get("w_bit", 4))
     group = qc.get("group_size", qc.get("q_group_size", INT4_GROUP))
-    if bits != 4 or group != INT4_GROUP:
-        raise UserError(T_("the config's {method} quantization_config is modelled for bits 4 and group_size 128, "
-                           "not bits {bits} and group_size {group}", method=method, bits=excerpt(bits),
-                           group=excerpt(group)))
+    allowed = (4, 8) if method == "gptq" else (4,)
+    if bits not in allowed or isinstance(bits, bool) or group != INT4_GROUP:
+        raise UserError(T_("the config's {method} quantization_config is modelled for bits {allowed} and group_size "
+                           "128, not bits {bits} and group_size {group}", method=method,
+                           allowed=" or ".join(map(str, allowed)), bits=excerpt(bits), group=excerpt(group)))
+    return int(bits)

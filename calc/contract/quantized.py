@@ -14,8 +14,9 @@ Sources (bitsandbytes 0.50.2, transformers 5.23):
   embeddings (lm_head), tied weights and the last parameter. Embeddings, norms, biases and MoE expert stacks
   (3-D nn.Parameters, not nn.Linear) stay in the model's torch dtype.
 - Inference weights, modelled from source, not measured (their kernels need CUDA): GPTQ (`gptq_weight_bytes`;
-  transformers' GPTQ integration through gptqmodel / auto-gptq's QuantLinear): qweight int32 (in / 8 x out),
-  qzeros int32 (in / group x out / 8), fp16 scales (in / group x out) and g_idx int32 (in); AWQ
+  transformers' GPTQ integration through gptqmodel / auto-gptq's QuantLinear, 32 / bits values per int32):
+  qweight int32 (in / 8 x out at 4 bits, in / 4 x out at 8), qzeros int32 (in / group x out / 8, or out / 4),
+  fp16 scales (in / group x out) and g_idx int32 (in); AWQ
   (`awq_weight_bytes`; autoawq's WQLinear_GEMM): qweight int32 (in x out / 8), qzeros int32 (in / group x out / 8),
   fp16 scales; FP8 (`fp8_weight_bytes`; transformers integrations/finegrained_fp8.py FP8Linear,
   FineGrainedFP8Config): float8_e4m3 weight (out x in) and an fp32 weight_scale_inv per 128 x 128 block; MXFP4
@@ -120,10 +121,11 @@ def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layer
     return FrozenBase(stored, elements)
 
 
-def gptq_weight_bytes(out_features: int, in_features: int, group_size: int = INT4_GROUP) -> int:
-    """GPTQ 4-bit QuantLinear: qweight, qzeros, scales and g_idx of one out x in weight."""
-    groups = _ceil_div(in_features, group_size)
-    return (INT32_BYTES * _ceil_div(in_features, 8) * out_features + INT32_BYTES * groups * _ceil_div(out_features, 8)
+def gptq_weight_bytes(out_features: int, in_features: int, group_size: int = INT4_GROUP, bits: int = 4) -> int:
+    """GPTQ QuantLinear (4 or 8 bits): qweight, qzeros, scales and g_idx of one out x in weight."""
+    groups, per_int32 = _ceil_div(in_features, group_size), 32 // bits
+    return (INT32_BYTES * _ceil_div(in_features, per_int32) * out_features
+            + INT32_BYTES * groups * _ceil_div(out_features, per_int32)
             + FP16_BYTES * groups * out_features + INT32_BYTES * in_features)
 
 
@@ -148,7 +150,7 @@ def mxfp4_weight_bytes(out_features: int, in_features: int) -> int:
     return out_features * (_ceil_div(in_features, 2) + _ceil_div(in_features, MXFP4_BLOCK))
 
 
-QUANTIZED_WEIGHTS = ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8", "mxfp4")
+QUANTIZED_WEIGHTS = ("int8", "nf4", "fp4", "gptq-int4", "gptq-int8", "awq-int4", "fp8", "mxfp4")
 EXPERT_ONLY_WEIGHTS = ("mxfp4",)  # Mxfp4Config converts the routed experts and leaves every nn.Linear 16-bit
 
 
@@ -157,8 +159,8 @@ def quantized_weight_bytes(kind: str, out_features: int, in_features: int, doubl
     """One weight's bytes for an inference.weights / lora.base_weights quantized kind."""
     if kind in ("int8", "nf4", "fp4"):
         return bnb_weight_bytes(kind, out_features, in_features, double_quant)  # type: ignore[arg-type]
-    if kind == "gptq-int4":
-        return gptq_weight_bytes(out_features, in_features, group_size)
+    if kind in ("gptq-int4", "gptq-int8"):
+        return gptq_weight_bytes(out_features, in_features, group_size, 8 if kind == "gptq-int8" else 4)
     if kind == "awq-int4":
         return awq_weight_bytes(out_features, in_features, group_size)
     if kind == "fp8":

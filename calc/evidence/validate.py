@@ -91,11 +91,12 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
     (N_("bitsandbytes quantized bases on CUDA"),
      N_("the storage, the dequantized weights and int8's saved inputs are measured with bitsandbytes on CPU; its CUDA "
      "kernels' own workspaces are not")),
-    (N_("Quantized inference weights (inference.weights int8 / nf4 / fp4 / gptq-int4 / awq-int4 / fp8)"),
+    (N_("Quantized inference weights (inference.weights int8 / nf4 / fp4 / gptq-int4 / gptq-int8 / awq-int4 / "
+        "fp8 / mxfp4)"),
      N_("bitsandbytes' stored bytes are checked against models bitsandbytes quantized on the CPU; its matmuls' "
         "transients (the 4-bit weight dequantized before a matmul, int8's quantized input and int32 product), "
-        "GPTQ's and AWQ's packed tensors and FineGrainedFP8's weight and block scales are modelled from the "
-        "libraries' source: their kernels need CUDA")),
+        "GPTQ's and AWQ's packed tensors, FineGrainedFP8's weight and block scales and MXFP4's experts are "
+        "modelled from the libraries' source: their kernels need CUDA")),
     (N_("Gemma 2 generation"),
      N_("its KV cache is counted at full length on every layer, an upper bound: transformers keeps only the "
         "window on its sliding layers")),

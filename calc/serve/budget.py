@@ -118,7 +118,7 @@ def weights_bytes(sc: Scenario, tp: int) -> int:
 
 # bytes per weight of each inference.weights kind, for the replicated K/V projections (scales not counted)
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "nf4": 0.5, "fp4": 0.5, "gptq-int4": 0.5,
-                "awq-int4": 0.5, "mxfp4": 2}  # mxfp4 keeps attention 16-bit
+                "gptq-int8": 1, "awq-int4": 0.5, "mxfp4": 2}  # mxfp4 keeps attention 16-bit
 # vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights: the MoE backend pads each
 # expert's (intermediate / tp, hidden) to multiples of its kernel's tile. Hopper runs the Triton kernels
 # (triton_kernels on SM 9.0-10.x: intermediate to 64), Blackwell FlashInfer's MXFP4 x BF16 (both to 256), the rest

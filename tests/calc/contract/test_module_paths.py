@@ -143,3 +143,14 @@ def test_the_gpt_oss_hub_config_is_read_as_mxfp4():
     cfg = {**model_presets()["gpt-oss-20b"].config, "quantization_config": qc}
     sc = Scenario.model_validate({"model": cfg, "mode": "serve"})
     assert sc.inference.weights == "mxfp4" and sc.not_converted == tuple(PATTERN_LISTS[5])
+
+
+def test_gptq_packs_32_over_bits_values_per_int32():
+    """A 4096 x 4096 weight, groups of 128: qweight, qzeros, fp16 scales and g_idx at 4 and 8 bits."""
+    from calc.contract.quantized import gptq_weight_bytes
+
+    groups = 4096 // 128
+    assert gptq_weight_bytes(4096, 4096, 128, 8) == 4 * (4096 // 4) * 4096 + 4 * groups * 4096 // 4 \
+        + 2 * groups * 4096 + 4 * 4096
+    assert gptq_weight_bytes(4096, 4096, 128, 4) == 4 * (4096 // 8) * 4096 + 4 * groups * 4096 // 8 \
+        + 2 * groups * 4096 + 4 * 4096

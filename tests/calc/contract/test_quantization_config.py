@@ -23,6 +23,7 @@ CONFIGS = [
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, ("fp4", False)),  # BitsAndBytesConfig's default type
     ({"quant_method": "bitsandbytes", "load_in_8bit": True, "load_in_4bit": False}, ("int8", False)),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, ("gptq-int4", False)),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False}, ("gptq-int8", False)),  # Qwen's
     ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, ("awq-int4", False)),
     ({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}, ("fp8", False)),
     ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, ("fp8", False)),  # Meta's FP8 checkpoints
@@ -88,9 +89,10 @@ HOSTILE = [
     ({"quant_method": "bitsandbytes", "load_in_4bit": "yes"}, "neither or both"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "int2"}, "not nf4 or fp4"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": "true"}, "true or false"),
-    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "bits 4 and group_size 128"),
-    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "bits 4 and group_size 128"),
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "bits 4 or 8 and group_size 128"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "bits 4 or 8 and group_size 128"),
     ({"quant_method": "awq", "bits": 4, "group_size": 64}, "bits 4 and group_size 128"),
+    ({"quant_method": "awq", "bits": 8, "group_size": 128}, "bits 4 and group_size 128"),
     ({"quant_method": "fp8", "weight_block_size": [64, 64]}, "weight_block_size"),
 ]
 
@@ -119,7 +121,8 @@ def test_any_quantization_config_parses_or_says_why(qc):
     except UserError as exc:
         assert str(exc)
         return
-    assert got is not None and got.weights in ("int8", "nf4", "fp4", "gptq-int4", "awq-int4", "fp8", "mxfp4")
+    assert got is not None and got.weights in ("int8", "nf4", "fp4", "gptq-int4", "gptq-int8", "awq-int4", "fp8",
+                                                       "mxfp4")
 
 
 @settings(max_examples=40, deadline=None)

@@ -111,6 +111,7 @@ def test_quantized_weights_replace_only_the_decoder_linears():
     assert _weights("nf4") == _weights("bf16") - 2 * linears + nf4 * spec.num_layers
     assert _weights("nf4", double_quant=True) < _weights("nf4") < _weights("int8")
     assert _weights("awq-int4") < _weights("gptq-int4") < _weights("int8")  # GPTQ adds g_idx
+    assert _weights("int8") < _weights("gptq-int8") < _weights("bf16")  # fp16 scales per group of 128 and g_idx
     assert _weights("fp8") < _weights("int8") < _weights("bf16")  # int8 keeps an fp32 scale per row
 
 
