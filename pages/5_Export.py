@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from calc.contract.errors import UserError
 from calc.contract.i18n import N_
 from calc.contract.output import strict_json
-from calc.contract.stacks import launch_problem
+from calc.contract.stacks import launch_problem, uses_fsdp2
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -97,20 +98,27 @@ def _verdict_and_speed() -> None:
                                       hardware=hardware_name(target)), detail)
 
 
-FRAMEWORK_NAMES = {"torchtune": "torchtune", "litgpt": "LitGPT"}
+FRAMEWORK_NAMES = {"torchtune": "torchtune", "litgpt": "LitGPT", "fsdp2": "PyTorch FSDP2"}
 FRAMEWORK_TITLES = {"torchtune": N_("torchtune recipe config (torchtune.yaml)"),
-                    "litgpt": N_("LitGPT fine-tuning command (launch.sh)")}
+                    "litgpt": N_("LitGPT fine-tuning command (launch.sh)"),
+                    "fsdp2": N_("PyTorch FSDP2 training script (train.py) and torchrun (launch.sh)")}
 FRAMEWORK_CAPTIONS = {
     "torchtune": N_("Fill in the checkpoint and tokenizer paths at the top of the file, then run launch.sh. The "
                     "file was checked with torchtune's own config parser and model builders, not run end to end."),
     "litgpt": N_("Put the model's LitGPT checkpoint where the command says; extra arguments to launch.sh (e.g. "
                  "`--data ...`) are passed on. The command line was checked with LitGPT's own parser, not run end "
-                 "to end.")}
+                 "to end."),
+    "fsdp2": N_("train.py shards the model with FSDP2 as the estimate assumes (fully_shard on every decoder layer, "
+                "then the root) and trains it under torchrun; extra arguments to launch.sh (e.g. `--steps "
+                "100 --dataset tokens.jsonl`) are passed on. It was run as written on two CPU ranks.")}
 
 
 def _framework_section(framework: str) -> None:
     """torchtune / LitGPT: the framework's own files (calc.export.bundle.framework_files), no DeepSpeed."""
+    problem = launch_problem(target)
     try:
+        if problem is not None:
+            raise UserError(problem)
         files = framework_files(target, opts, lang)
     except ValueError as exc:
         st.error(_("{framework} cannot express this scenario: {error}", framework=FRAMEWORK_NAMES[framework],
@@ -121,13 +129,14 @@ def _framework_section(framework: str) -> None:
     _verdict_and_speed()
     st.caption(tr(FRAMEWORK_CAPTIONS[framework]))
     for name, text in (files or {}).items():
+        language = {".yaml": "yaml", ".py": "python"}.get(name[name.rfind("."):], "bash")
         st.download_button(_("Download {file}", file=name), text, file_name=name,
-                           mime="text/yaml" if name.endswith(".yaml") else "text/x-shellscript",
+                           mime={"yaml": "text/yaml", "python": "text/x-python"}.get(language, "text/x-shellscript"),
                            key=f"exp_download_{name}", on_click="ignore")
-        st.code(text, language="yaml" if name.endswith(".yaml") else "bash")
+        st.code(text, language=language)
 
 
-framework = target.training.framework
+framework = "fsdp2" if uses_fsdp2(target) else target.training.framework
 if framework in FRAMEWORK_TITLES:
     _framework_section(framework)
     ds = None

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from calc.contract.i18n import N_, T_, Text
-from calc.contract.scenario import LoraConfig, Mode, Offload, Precision, Scenario
+from calc.contract.scenario import Checkpointing, LoraConfig, Mode, Offload, Optimizer, Precision, Scenario
 
 TABLE_PATH = Path(__file__).resolve().parents[2] / "data" / "stack_support.yaml"
 PROBED_TP = PROBED_PP = 2  # the AutoTP size and pipeline depth the probe ran beside 1
@@ -106,12 +106,53 @@ def stack_problem(family: str, moe: bool, zero: int, tp: int, pp: int, method: M
               transformers=v.get("transformers", "?"), deepspeed=v.get("deepspeed", "?"), error=cell.error or "")
 
 
+FSDP2_PRECISIONS = (Precision.fp32, Precision.amp_bf16, Precision.bf16_mixed, Precision.bf16)
+FSDP2_OPTIMIZERS = (Optimizer.adamw, Optimizer.adam, Optimizer.sgd, Optimizer.sgd_momentum)
+
+
+def uses_fsdp2(sc: Scenario) -> bool:
+    """A Hugging Face model trained with FSDP2's sharding (sharding fsdp2 at stage 2 or 3): the export writes the
+    PyTorch FSDP2 loop (calc.export.fsdp2), not the Trainer + DeepSpeed files."""
+    t = sc.training
+    return sc.mode == Mode.train and t.framework == "transformers" and t.sharding == "fsdp2" \
+        and t.zero_stage in (2, 3)
+
+
+def fsdp2_problem(sc: Scenario) -> Text | None:
+    """What the exported FSDP2 loop (calc.export.fsdp2, run on two CPU ranks in its tests) does not do for this
+    scenario, or None."""
+    t = sc.training
+    return fsdp2_setting_problem(t.precision, t.activation_checkpointing, t.optimizer, t.expert_parallel,
+                                 t.cross_entropy, t.offload_optimizer != Offload.none or t.offload_params != Offload.none)
+
+
+def fsdp2_setting_problem(precision: Precision, checkpointing: Checkpointing, optimizer: Optimizer,
+                          expert_parallel: int, cross_entropy: str, offloaded: bool) -> Text | None:
+    """fsdp2_problem of the settings the recommender varies (calc.recommend.combos asks it per combination)."""
+    if precision not in FSDP2_PRECISIONS:
+        return T_("the FSDP2 export trains in fp32, bf16, bf16-mixed or amp-bf16, not {precision} (fp16 needs a "
+                  "sharded gradient scaler)", precision=precision.value)
+    if checkpointing == Checkpointing.selective:
+        return T_("the FSDP2 export checkpoints whole decoder layers (or 1 in k): use full checkpointing or none")
+    if optimizer not in FSDP2_OPTIMIZERS:
+        return T_("the FSDP2 export uses torch.optim (AdamW, Adam, SGD); {optimizer} does not update DTensor "
+                  "shards", optimizer=optimizer.value)
+    if expert_parallel > 1:
+        return T_("the FSDP2 export shards every parameter over all ranks: use expert_parallel 1")
+    if cross_entropy != "standard" or offloaded:
+        return T_("the FSDP2 export computes the standard loss and offloads nothing")
+    return None
+
+
 def launch_problem(sc: Scenario) -> Text | None:
-    """Why the exported Trainer files cannot train `sc`, or None (launchable, or not a Trainer training run:
-    torchtune's and LitGPT's recipes and inference are judged by their own exporters)."""
+    """Why the exported files cannot train `sc`, or None (launchable, or not a Trainer training run: torchtune's
+    and LitGPT's recipes and inference are judged by their own exporters). FSDP2 scenarios are judged by the
+    exported FSDP2 loop, the rest by the measured Trainer + DeepSpeed table."""
     t = sc.training
     if sc.mode != Mode.train or t.framework != "transformers":
         return None
+    if uses_fsdp2(sc):
+        return fsdp2_problem(sc)
     return stack_problem(sc.spec.family, sc.spec.moe, t.zero_stage, t.tensor_parallel, t.pipeline_parallel,
                          method_of(t.lora), t.offload_params != Offload.none,
                          trainer_uses_deepspeed(t.zero_stage, t.precision))

@@ -13,7 +13,7 @@ from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, Lang, translate
 from calc.contract.output import strict_json
 from calc.contract.scenario import Scenario
-from calc.contract.stacks import launch_problem
+from calc.contract.stacks import launch_problem, uses_fsdp2
 from calc.export.deepspeed import ExportOptions, export_deepspeed
 from calc.export.hf import DS_CONFIG_FILE, accelerate_config, node_shape, trainer_snippet, uses_deepspeed
 from calc.export.requirements import REQUIREMENTS_FILE, requirements_text
@@ -64,9 +64,14 @@ def launch_script(sc: Scenario, lang: Lang = DEFAULT_LANG) -> str:
 
 def framework_files(sc: Scenario, options: ExportOptions | None = None,
                     lang: Lang = DEFAULT_LANG) -> dict[str, str] | None:
-    """{file name: text} of a torchtune or LitGPT scenario, in its framework's own terms; None for the others.
-    ValueError where the framework's recipe or command line cannot say the scenario."""
+    """{file name: text} of a torchtune or LitGPT scenario, in its framework's own terms, or of an FSDP2 one (its
+    PyTorch loop and torchrun); None for the others (the Trainer + DeepSpeed files). ValueError where the
+    framework's recipe or command line cannot say the scenario."""
     framework = sc.training.framework
+    if uses_fsdp2(sc):
+        from calc.export.fsdp2 import fsdp2_files
+
+        return fsdp2_files(sc, options, lang)
     if framework == "torchtune":
         from calc.export.torchtune import TORCHTUNE_FILE, torchtune_launch_script, torchtune_yaml
 
@@ -84,12 +89,12 @@ def export_bundle(sc: Scenario, options: ExportOptions | None = None,
     requirements.txt they were checked with. ValueError when DeepSpeed (or the scenario's framework) cannot express
     the scenario; UserError when the Trainer and DeepSpeed at the pinned versions do not train it
     (calc.contract.stacks, the table the recommender ranks by)."""
+    problem = launch_problem(sc)
+    if problem is not None:
+        raise UserError(problem)
     files = framework_files(sc, options, lang)
     notes: list[str] = []
     if files is None:
-        problem = launch_problem(sc)
-        if problem is not None:
-            raise UserError(problem)
         ds = export_deepspeed(sc, options)
         files = {DS_CONFIG_FILE: strict_json(ds.config),
                  TRAIN_SCRIPT: trainer_snippet(sc, options, lang=lang),

@@ -125,13 +125,13 @@ def hub_id(sc: Scenario) -> str | None:
     return m.group(1) if m else sc.model
 
 
-def _architecture_config(sc: Scenario) -> dict[str, Any] | None:
+def architecture_config(sc: Scenario) -> dict[str, Any] | None:
     if not isinstance(sc.model, dict):
         return None
     return {k: v for k, v in sc.model.items() if k not in _CHECKPOINT_KEYS}
 
 
-def _literal(value: Any) -> str:
+def python_literal(value: Any) -> str:
     """A Python literal for JSON-like data (True/False/None, never JSON's true/false/null)."""
     return pprint.pformat(value, indent=1, width=110, sort_dicts=False)
 
@@ -404,16 +404,7 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
     dtype = "bfloat16" if t.lora is not None and t.precision != Precision.fp32 else _DTYPES[t.precision]
     if t.lora is not None and t.lora.base_weights == "fp16":
         dtype = "float16"
-    lora = None
-    if t.lora is not None:
-        names = t.lora.targets
-        targets = list(names) if isinstance(names, tuple) else \
-            "all-linear" if names == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
-        lora = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
-        if t.lora.dropout:
-            lora["lora_dropout"] = t.lora.dropout
-        if t.lora.modules_to_save:
-            lora["modules_to_save"] = list(t.lora.modules_to_save)
+    lora = peft_lora_kwargs(t)
     quant = None
     if t.lora is not None and t.lora.base_weights in ("nf4", "fp4"):
         quant = {"load_in_4bit": True, "bnb_4bit_quant_type": t.lora.base_weights,
@@ -422,9 +413,25 @@ def trainer_snippet(sc: Scenario, options: ExportOptions | None = None,
         quant = {"load_in_8bit": True}
     return _SCRIPT.format(
         **_script_words(sc, script_notes(sc, o), lang),
-        model_id=hub_id(sc), model_config=_literal(_architecture_config(sc)), training_arguments=_literal(kw),
-        seq_len=t.seq_len, dtype=dtype, attention=t.attention.value, lora=_literal(lora), quant=_literal(quant),
+        model_id=hub_id(sc), model_config=python_literal(architecture_config(sc)), training_arguments=python_literal(kw),
+        seq_len=t.seq_len, dtype=dtype, attention=t.attention.value, lora=python_literal(lora), quant=python_literal(quant),
         checkpoint_keys=_CHECKPOINT_KEYS, selective=t.activation_checkpointing == Checkpointing.selective)
+
+
+def peft_lora_kwargs(t: TrainingConfig) -> dict[str, Any] | None:
+    """peft.LoraConfig kwargs of the scenario's LoRA (None without): rank, alpha, the target modules ("attention"
+    is the four attention projections), dropout and modules_to_save where set."""
+    if t.lora is None:
+        return None
+    names = t.lora.targets
+    targets = list(names) if isinstance(names, tuple) else \
+        "all-linear" if names == "all-linear" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+    lora: dict[str, Any] = {"r": t.lora.rank, "lora_alpha": t.lora.alpha, "target_modules": targets}
+    if t.lora.dropout:
+        lora["lora_dropout"] = t.lora.dropout
+    if t.lora.modules_to_save:
+        lora["modules_to_save"] = list(t.lora.modules_to_save)
+    return lora
 
 
 def script_notes(sc: Scenario, o: ExportOptions) -> list[Text]:

@@ -35,6 +35,7 @@ def pins() -> dict[str, str]:
 
 def packages(sc: Scenario) -> list[str]:
     """The packages the bundle's files import or launch with, by the scenario's stack."""
+    from calc.contract.stacks import uses_fsdp2
     from calc.export.hf import uses_deepspeed
 
     t = sc.training
@@ -42,6 +43,8 @@ def packages(sc: Scenario) -> list[str]:
         return ["torch", "torchtune", "torchao"]
     if t.framework == "litgpt":
         return ["torch", "litgpt", "lightning", "jsonargparse"]
+    if uses_fsdp2(sc):  # train.py's own loop under torchrun
+        return ["torch", "transformers"] + (["peft"] if t.lora is not None else [])
     names = ["torch", "transformers", "accelerate"]
     if uses_deepspeed(sc):
         names.append("deepspeed")

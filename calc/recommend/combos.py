@@ -22,7 +22,7 @@ from calc.contract.scenario import (
     Scenario,
     TrainingConfig,
 )
-from calc.contract.stacks import method_of, stack_problem, trainer_uses_deepspeed
+from calc.contract.stacks import fsdp2_setting_problem, method_of, stack_problem, trainer_uses_deepspeed
 from calc.memo import memoized
 from calc.recommend.models import (
     CHECKPOINTING,
@@ -254,8 +254,12 @@ def enumerate_combos(sc: Scenario, methods: list[Method]) -> list[Combo]:
 def combo_launch_problem(sc: Scenario, c: Combo) -> Text | None:
     """Why the exported files could not start `c` for `sc`'s model (calc.contract.stacks, the same answer the
     exporter refuses with), or None."""
-    if sc.mode != Mode.train or sc.training.framework != "transformers":
+    t = sc.training
+    if sc.mode != Mode.train or t.framework != "transformers":
         return None
+    if t.sharding == "fsdp2" and c.zero in (2, 3):  # the exported FSDP2 loop (calc.export.fsdp2)
+        return fsdp2_setting_problem(c.precision, c.ckpt, c.optimizer, t.expert_parallel, t.cross_entropy,
+                                     c.off_opt != Offload.none or c.off_par != Offload.none)
     return stack_problem(sc.spec.family, sc.spec.moe, c.zero, c.tp, c.pp, method_of(c.lora),
                          c.off_par != Offload.none, trainer_uses_deepspeed(c.zero, c.precision))
 

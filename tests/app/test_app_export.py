@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from calc.contract.scenario import Scenario
+from calc.contract.scenario import Optimizer, Scenario
 from calc.export import (
     ExportOptions,
     accelerate_config,
@@ -212,3 +212,27 @@ def test_what_torchtune_cannot_say_is_named_in_chinese():
     reason = translate("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1", "zh")
     assert reason != "torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"
     assert any(reason in e.value for e in at.error)
+
+
+FSDP2 = Scenario.model_validate({"model": "llama-3.1-8b", "hardware": {"cluster": "8x-a100-80gb"}, "training": {
+    "sharding": "fsdp2", "zero_stage": 3, "precision": "bf16-mixed", "activation_checkpointing": "full"}})
+
+
+def test_an_fsdp2_scenario_exports_its_pytorch_loop_not_deepspeed():
+    from calc.export.fsdp2 import fsdp2_launch_script, fsdp2_train_script
+
+    at = open_app("export", state.scenario_to_params(FSDP2))
+    assert_clean(at)
+    assert "PyTorch FSDP2 training script (train.py) and torchrun (launch.sh)" in [s.value for s in at.subheader]
+    assert fsdp2_train_script(FSDP2, ExportOptions()).strip() in _codes(at, "python")
+    assert fsdp2_launch_script(FSDP2).strip() in _codes(at, "bash")
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Download train.py", "Download launch.sh", "Download all files (.zip)"]
+    assert not _codes(at, "json")
+
+
+def test_what_the_fsdp2_loop_does_not_do_is_named_on_the_page():
+    sc = FSDP2.model_copy(update={"training": FSDP2.training.model_copy(update={"optimizer": Optimizer.adamw_8bit})})
+    at = open_app("export", state.scenario_to_params(sc))
+    assert any("PyTorch FSDP2 cannot express this scenario" in e.value and "DTensor" in e.value for e in at.error)
+    assert not _codes(at, "python")
