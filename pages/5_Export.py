@@ -32,8 +32,8 @@ from ui.widgets import MAX_CONFIG_BYTES, hardware_name, page_setup, parse_config
 page_setup("Export", ":material/download:")
 st.title(_("Export the configuration"))
 st.caption(_("The same scenario the calculator estimates, written for DeepSpeed, the Hugging Face Trainer and "
-             "accelerate, or for torchtune and LitGPT. The ZeRO bucket sizes in the config are the ones the estimate "
-             "assumes."))
+             "accelerate, for PyTorch FSDP2 under torchrun, or for torchtune and LitGPT. The ZeRO bucket sizes in the "
+             "config are the ones the estimate assumes."))
 lang = current()
 
 sc = scenario_or_stop()

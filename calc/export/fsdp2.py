@@ -55,6 +55,11 @@ _WORDS: dict[str, str] = {
     "t_report": N_("one line per rank: the parameters and the share this rank holds (its DTensor shards)"),
     "t_sync": N_("the gradients are reduce-scattered into their shards after every micro-batch's backward"),
     "t_embedded": N_("the embedded config"),
+    "t_dtype": N_("the dtype of the stored (sharded) weights"),
+    "t_param": N_("MixedPrecisionPolicy's param_dtype for compute (None: compute in DTYPE)"),
+    "t_autocast": N_("the torch.autocast dtype under AMP, or None"),
+    "t_reshard": N_("True: gathered again for backward (ZeRO-3's analogue); False: kept from forward (ZeRO-2's)"),
+    "t_every": N_("0: no activation checkpointing; k: layers 0, k, 2k, ... are recomputed"),
     "t_shutdown": N_("end the process group before exiting"),
 }
 
@@ -85,11 +90,11 @@ CHECKPOINT_KEYS = ("torch_dtype", "dtype", "architectures", "transformers_versio
 SEQ_LEN = {seq_len}
 MICRO_BATCH = {micro_batch}
 ACCUMULATION = {accumulation}
-DTYPE = torch.{dtype}  # the stored (sharded) weights
-PARAM_DTYPE = {param_dtype}  # MixedPrecisionPolicy param_dtype (None: compute in DTYPE)
-AUTOCAST = {autocast}  # torch.autocast dtype (AMP), or None
-RESHARD_AFTER_FORWARD = {reshard!r}
-CHECKPOINT_EVERY = {checkpoint_every}  # 0: no activation checkpointing; k: layers 0, k, 2k, ...
+DTYPE = torch.{dtype}  # {t_dtype}
+PARAM_DTYPE = {param_dtype}  # {t_param}
+AUTOCAST = {autocast}  # {t_autocast}
+RESHARD_AFTER_FORWARD = {reshard!r}  # {t_reshard}
+CHECKPOINT_EVERY = {checkpoint_every}  # {t_every}
 ATTENTION = {attention!r}
 LORA = {lora}
 OPTIMIZER = {optimizer!r}
