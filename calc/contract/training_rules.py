@@ -63,6 +63,9 @@ def torchtune_supported(t: Any) -> None:
     if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
         raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
                            "without tensor or pipeline parallelism"))
+    if t.lora is not None and t.lora.quantized:
+        raise UserError(T_("framework torchtune: its QLoRA recipes (base weights as torchao NF4 tensors) are not "
+                           "modelled yet; for bitsandbytes QLoRA choose framework transformers"))
     if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
         raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
                            "bf16)"))
@@ -100,6 +103,13 @@ def litgpt_training_fits(t: Any) -> None:
         raise UserError(T_("framework litgpt calls torch SDPA for attention: use attention sdpa"))
     if t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
         raise UserError(T_("framework litgpt is modelled without activation checkpointing"))
+    if t.lora is not None and t.lora.quantized:
+        # Lightning's BitsandbytesPrecision (what --quantize bnb.* selects) replaces every nn.Linear built under
+        # init_module, lm_head included; finetune/lora.py then swaps wte for a StableEmbedding and trains with
+        # bnb's PagedAdamW: none of it is in the LitGPT simulator yet
+        raise UserError(T_("framework litgpt: its QLoRA (--quantize bnb.nf4: every Linear, lm_head included, in "
+                           "4 bits, a StableEmbedding, PagedAdamW) is not modelled yet; for bitsandbytes QLoRA "
+                           "choose framework transformers"))
     if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
         raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
                            "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))

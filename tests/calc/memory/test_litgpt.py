@@ -211,6 +211,9 @@ def test_litgpt_default_lora_recipe_is_estimated_and_subsets_count_their_tensors
     ({"targets": ["q_proj", "lm_head"]}, "lora_head"),
     ({"targets": ["q_proj", "gate_proj"]}, "the MLP only as a whole"),
     ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+    ({"base_weights": "nf4"}, "QLoRA .*lm_head included.* not modelled yet"),
+    ({"base_weights": "nf4", "double_quant": True}, "QLoRA .*StableEmbedding, PagedAdamW"),
+    ({"base_weights": "int8"}, "QLoRA"),
 ])
 def test_litgpt_lora_refuses_what_its_flags_or_the_engine_cannot_say(lora, reason):
     """LitGPT's flags adapt the MLP only as a whole and train no module in full; its chunked lm_head adapter is not

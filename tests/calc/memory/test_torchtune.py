@@ -124,6 +124,13 @@ def test_what_torchtune_does_not_run_is_refused(training):
         _tt(**training)
 
 
+def test_torchtune_qlora_is_refused_as_qlora():
+    """torchtune's QLoRA keeps its base as torchao NF4 tensors, which the torchtune path does not model: the refusal
+    says so, and points to the bitsandbytes QLoRA the transformers path does model."""
+    with pytest.raises(ValueError, match="QLoRA recipes .* not modelled yet; for bitsandbytes QLoRA choose framework"):
+        _tt(lora={"rank": 8, "base_weights": "nf4"})
+
+
 def test_torchtune_is_one_device():
     with pytest.raises(ValueError, match="torchtune"):
         Scenario.model_validate({"model": SMALL, "hardware": {"num_gpus": 2},
