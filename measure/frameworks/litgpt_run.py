@@ -33,7 +33,14 @@ from measure.runner import (
     weights_bytes,
 )
 from measure.trackers import PhaseMemTracker
-from measure.workload import UnsupportedError, Workload, hf_config_dict, make_optimizer, precision_plan
+from measure.workload import (
+    UnsupportedError,
+    Workload,
+    hf_config_dict,
+    make_optimizer,
+    precision_plan,
+    quantization_state_tensors,
+)
 
 LITGPT_FAMILIES = ("llama", "mistral", "qwen2")  # RMSNorm, LLaMAMLP, one fused qkv, full RoPE
 
@@ -72,6 +79,9 @@ def _check(scenario: Scenario) -> None:
         raise UnsupportedError("framework litgpt: training without checkpointing is measured")
     if t.lora is not None and t.precision != Precision.bf16:
         raise UnsupportedError("framework litgpt: LoRA is measured in bf16-true")
+    if t.lora is not None and t.lora.quantized and (t.lora.base_weights == "int8" or t.optimizer.value != "paged-adamw"):
+        raise UnsupportedError("framework litgpt: QLoRA is measured with --quantize bnb.nf4 / fp4 (-dq) and the "
+                               "PagedAdamW finetune/lora.py makes for it (optimizer paged-adamw)")
     if t.cross_entropy != "chunked" or t.keep_outputs:
         raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy")
     if scenario.resolved_hardware().num_gpus != 1 or scenario.mode.value != "train":
@@ -87,6 +97,8 @@ def _build(scenario: Scenario, num_layers: int | None) -> tuple[Any, Workload, t
 
     t = scenario.training
     fabric = L.Fabric(accelerator="cpu", devices=1, precision=FABRIC_PRECISION[t.precision])
+    if t.lora is not None and t.lora.quantized:
+        _use_bitsandbytes_precision(fabric, t.lora)
     torch.manual_seed(0)
     config = litgpt_config(hf_config_dict(scenario), num_layers, t.lora)
     with fabric.init_module(empty_init=False):
@@ -98,6 +110,41 @@ def _build(scenario: Scenario, num_layers: int | None) -> tuple[Any, Workload, t
     input_ids = torch.randint(0, config.padded_vocab_size, (t.micro_batch_size, t.seq_len))
     targets = torch.randint(0, config.padded_vocab_size, (t.micro_batch_size, t.seq_len))
     return fabric, Workload(scenario, torch.device("cpu"), model, input_ids, precision_plan(t.precision)), targets
+
+
+def _use_bitsandbytes_precision(fabric: Any, lora: Any) -> None:
+    """finetune/lora.py's --quantize bnb.<mode>: Fabric(plugins=BitsandbytesPrecision(mode, bf16), precision=None).
+    Fabric's connector refuses that plugin without CUDA, so the plugin is put where the bf16-true one stood; its own
+    code then runs as it is: nn.Linear replaced by _NF4Linear / _FP4Linear (-dq: compress_statistics) under
+    init_module, lm_head included (no ignore_modules), quantized by bitsandbytes when setup_module moves the
+    model to the device, bf16 as the default dtype in forward, the outputs cast back."""
+    from lightning.fabric.plugins import BitsandbytesPrecision
+
+    mode = lora.base_weights + ("-dq" if lora.double_quant else "")
+    plugin = BitsandbytesPrecision(mode, torch.bfloat16)
+    fabric._connector.precision = plugin
+    fabric._strategy.precision = plugin
+    fabric._precision = plugin
+
+
+def _bnb_optimizer_and_stable_embedding(fabric: Any, w: Workload) -> Any:
+    """finetune/lora.py under BitsandbytesPrecision: instantiate_bnb_optimizer("AdamW", model.parameters()) (a
+    PagedAdamW over every parameter: states only where a gradient comes), then wte swapped for bitsandbytes'
+    StableEmbedding (its LayerNorm after the lookup), the old weight copied in and the module cast to its dtype.
+    The new module's parameters require grad and are in no optimizer; main's `old_embedding` keeps the old one
+    alive through fit. Returns that old module."""
+    from bitsandbytes.nn import StableEmbedding
+    from litgpt.utils import instantiate_bnb_optimizer
+
+    optimizer = instantiate_bnb_optimizer("AdamW", w.model.parameters())
+    old_embedding = w.model.transformer.wte
+    w.model.transformer.wte = StableEmbedding(old_embedding.num_embeddings, old_embedding.embedding_dim)
+    with torch.no_grad():
+        w.model.transformer.wte.weight.copy_(old_embedding.weight)
+    w.model.transformer.wte = w.model.transformer.wte.to(device=old_embedding.weight.device,
+                                                         dtype=old_embedding.weight.dtype)
+    w.optimizer = fabric.setup_optimizers(optimizer)
+    return old_embedding
 
 
 def _step(fabric: Any, w: Workload, targets: torch.Tensor, tracker: Any) -> None:
@@ -134,10 +181,19 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
     out: dict[str, Any] = {}
     mt = PhaseMemTracker()
     mt.track_external(w.model, w.input_ids, targets)
+    if scenario.training.lora is not None and scenario.training.lora.quantized:
+        # the Linear4bit quantization state (absmax, code, nested state) lives in attributes, not parameters
+        mt.track_parameters(*quantization_state_tensors(w.model))
     with mt:
         w.params = [p for p in w.model.parameters() if p.requires_grad]
-        w.optimizer = fabric.setup_optimizers(make_optimizer(w.params, scenario, "cpu"))
-        out["weights_bytes"] = weights_bytes(w)
+        t = scenario.training
+        old_embedding = None
+        if t.lora is not None and t.lora.quantized:
+            old_embedding = _bnb_optimizer_and_stable_embedding(fabric, w)
+        else:
+            w.optimizer = fabric.setup_optimizers(make_optimizer(w.params, scenario, "cpu"))
+        out["weights_bytes"] = weights_bytes(w) + (0 if old_embedding is None else
+                                                   old_embedding.weight.numel() * old_embedding.weight.element_size())
         out["initial_allocated_bytes"] = mt.current_total()
         for _ in range(steps):
             _step(fabric, w, targets, mt)
@@ -148,13 +204,21 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
     out["num_params"] = sum(p.numel() for p in w.model.parameters())
     out["trainable_params"] = sum(p.numel() for p in w.params)
     out["notes"] = ["peak = MemTracker's live tensor bytes (no 512-byte rounding, no allocator cache); CPU kernels",
-                    f"LitGPT {_litgpt_version()} GPT under Lightning Fabric precision "
-                    f"{FABRIC_PRECISION[scenario.training.precision]}: finetune/full.py's step"]
-    del w
+                    f"LitGPT {_litgpt_version()} GPT under Lightning Fabric {_fabric_precision_words(t)}: "
+                    f"finetune/{'full' if t.lora is None else 'lora'}.py's step"]
+    del w, old_embedding
     with contextlib.suppress(Exception):
         del fabric
     gc.collect()
     return out
+
+
+def _fabric_precision_words(t: Any) -> str:
+    if t.lora is not None and t.lora.quantized:
+        mode = t.lora.base_weights + ("-dq" if t.lora.double_quant else "")
+        return (f"BitsandbytesPrecision({mode}, bf16) (--quantize bnb.{mode}; Fabric's CUDA-only check bypassed), "
+                "StableEmbedding, bitsandbytes PagedAdamW")
+    return f"precision {FABRIC_PRECISION[t.precision]}"
 
 
 def _litgpt_version() -> str:
