@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from calc.contract.enums import Attention, Checkpointing, Precision
+from calc.contract.enums import Attention, Checkpointing, Optimizer, Precision
 from calc.contract.errors import UserError
 from calc.contract.i18n import T_
 from calc.contract.litgpt_lora import litgpt_lora_flags
@@ -88,6 +88,20 @@ def _litgpt_lora_sets(t: Any) -> None:
                            "lm_head out of lora.targets", framework="litgpt"))
 
 
+def _litgpt_qlora_fits(t: Any) -> None:
+    """finetune/lora.py's --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4 / bnb.fp4-dq: Lightning's BitsandbytesPrecision
+    in bf16-true (the script refuses mixed precision with it) and the PagedAdamW it makes for a quantized model."""
+    if t.lora.base_weights == "int8":
+        raise UserError(T_("framework litgpt: --quantize bnb.int8-training is not modelled; choose base_weights "
+                           "nf4 or fp4"))
+    if t.precision != Precision.bf16:
+        raise UserError(T_("framework litgpt quantizes in bf16-true only (finetune/lora.py refuses quantization "
+                           "with mixed precision): choose precision bf16"))
+    if t.optimizer != Optimizer.paged_adamw:
+        raise UserError(T_("framework litgpt trains a quantized model with bitsandbytes' PagedAdamW "
+                           "(instantiate_bnb_optimizer): choose optimizer paged-adamw"))
+
+
 def litgpt_training_fits(t: Any) -> None:
     """What the LitGPT path models: finetune/full.py's and finetune/lora.py's steps on one device (chunked loss,
     no checkpointing), the precisions bf16-true (bf16) and bf16-mixed (amp-bf16; LoRA in
@@ -104,13 +118,8 @@ def litgpt_training_fits(t: Any) -> None:
     if t.activation_checkpointing != Checkpointing.none or t.keep_outputs:
         raise UserError(T_("framework litgpt is modelled without activation checkpointing"))
     if t.lora is not None and t.lora.quantized:
-        # Lightning's BitsandbytesPrecision (what --quantize bnb.* selects) replaces every nn.Linear built under
-        # init_module, lm_head included; finetune/lora.py then swaps wte for a StableEmbedding and trains with
-        # bnb's PagedAdamW: none of it is in the LitGPT simulator yet
-        raise UserError(T_("framework litgpt: its QLoRA (--quantize bnb.nf4: every Linear, lm_head included, in "
-                           "4 bits, a StableEmbedding, PagedAdamW) is not modelled yet; for bitsandbytes QLoRA "
-                           "choose framework transformers"))
-    if t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
+        _litgpt_qlora_fits(t)
+    elif t.lora is not None and (t.precision != Precision.bf16 or t.lora.base_weights != "bf16"):
         raise UserError(T_("framework litgpt with LoRA is modelled in bf16-true (precision bf16, bf16 base "
                            "weights): LitGPT's bf16-mixed keeps the frozen base in fp32"))
     _litgpt_lora_sets(t)

@@ -2,7 +2,8 @@
 ...` or `litgpt finetune_lora ...` (litgpt/__main__.py's jsonargparse CLI over litgpt/finetune/full.py's and
 lora.py's `setup`), with the arguments that state what the estimate assumed: --precision (bf16-true for bf16,
 bf16-mixed for amp-bf16), --devices 1, --train.micro_batch_size, --train.global_batch_size (micro x devices: no
-accumulation), --train.max_seq_length, the optimizer and its kernels, the LoRA flags (calc.contract.litgpt_lora).
+accumulation), --train.max_seq_length, the optimizer and its kernels, the LoRA flags (calc.contract.litgpt_lora)
+and, for QLoRA, --quantize bnb.nf4 / bnb.nf4-dq / bnb.fp4 / bnb.fp4-dq.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def litgpt_argv(sc: Scenario, options: ExportOptions | None = None) -> list[str]
     if t.lora is not None:
         flags = litgpt_lora_flags(t.lora)
         args.update({**flags, "lora_alpha": int(flags["lora_alpha"])})
+    if t.lora is not None and t.lora.quantized:  # BitsandbytesPrecision(mode, bf16); the optimizer a PagedAdamW
+        args["quantize"] = f"bnb.{t.lora.base_weights}" + ("-dq" if t.lora.double_quant else "")
     command = "finetune_full" if t.lora is None else "finetune_lora"
     checkpoint = f"checkpoints/{hub_id(sc)}" if isinstance(sc.model, str) else CHECKPOINT_PLACEHOLDER
     words = ["litgpt", command, checkpoint]

@@ -18,7 +18,7 @@ from calc.contract.architectures import GEMMA_FAMILIES, ModelSpec, per_spec
 from calc.contract.scenario import Attention, Checkpointing, Mode, Precision, Scenario
 from calc.memory.repeats import identical_layers, layers_repeat, of_kinds, per_layer, prefix_sums
 from calc.memory.states import adapter_bytes, param_count
-from calc.sim.frameworks.litgpt import litgpt_logits_bytes
+from calc.sim.frameworks.litgpt import litgpt_logits_bytes, litgpt_qlora_fields
 from calc.sim.frameworks.torchtune import TORCHTUNE_OUTPUT_CHUNKS, torchtune_embedding_block, torchtune_head_block
 from calc.sim.graph import BlockProfile, Graph
 from calc.sim.layers import (
@@ -62,7 +62,8 @@ def block_context(sc: Scenario, target: Target, fsdp: bool = False) -> Ctx:
                adapter_bytes=adapter_bytes(p, lora.base_weights), adapter_amp=p.is_amp and adapter_bytes(p) == 4,
                quantized_base=lora.base_weights if lora.quantized else "", lora_dropout=lora.dropout,
                lora_trained=frozenset(n for n in ("lm_head", "embed_tokens")
-                                      if sc.spec.module_name(n) in lora.modules_to_save), **common)
+                                      if sc.spec.module_name(n) in lora.modules_to_save),
+               **litgpt_qlora_fields(t.framework == "litgpt" and lora.quantized), **common)
 
 
 def output_chunks(sc: Scenario) -> int:
@@ -105,9 +106,10 @@ def embeddings_need_grad(ctx: Ctx, ckpt: Checkpointing) -> bool:
     checkpoints) hooks the input embeddings to require grad (enable_input_require_grads), so the
     checkpointed layers' recompute can reach the adapters; without that hook layer 0's input norm and
     frozen projections record no autograd node and save nothing. A trainable copy of the embedding (LoRA
-    modules_to_save) makes its output require grad. torchtune sets no such hook (its non-reentrant checkpoint
-    needs none)."""
-    return ctx.trains("embed_tokens") or (ckpt == Checkpointing.full and ctx.framework != "torchtune")
+    modules_to_save) makes its output require grad, as LitGPT QLoRA's StableEmbedding does. torchtune sets no such
+    hook (its non-reentrant checkpoint needs none)."""
+    return ctx.trains("embed_tokens") or ctx.stable_embedding or \
+        (ckpt == Checkpointing.full and ctx.framework != "torchtune")
 
 
 # ---- block profiles --------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from calc.sim.frameworks.litgpt import (
     litgpt_logits_bytes,
     litgpt_lora_index_bytes,
     litgpt_rope_cache_bytes,
+    litgpt_stable_embedding_grad_bytes,
 )
 
 
@@ -154,8 +155,8 @@ def activations_source(framework: str) -> str:
 
 
 def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
-    """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers, the fp32 logits and, with
-    LoRA on some of q, k and v, LoRAQKVLinear's index buffers."""
+    """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers, the fp32 logits, with
+    LoRA on some of q, k and v LoRAQKVLinear's index buffers, and with QLoRA its StableEmbedding's gradients."""
     t = sc.training
     ctx = block_context(sc, "cuda")
     b, s = t.micro_batch_size, t.seq_len
@@ -164,10 +165,17 @@ def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
                    f"{sc.spec.num_layers} layers x {index // 8 // sc.spec.num_layers} x 8 B",
                    N_("litgpt.lora.LoRAQKVLinear.lora_ind: int64 per adapted column, kept from the first forward"))
                   ] if index else []
+    stable = litgpt_stable_embedding_grad_bytes(ctx)
+    h = sc.spec.hidden_size
+    index_term += [("stable_embedding_grads", N_("StableEmbedding gradients (in no optimizer)"), stable,
+                    f"2 x ({sc.spec.vocab_size} x {h} + 2 x {h}) B",
+                    N_("litgpt finetune/lora.py with --quantize: the StableEmbedding put in place of wte after the "
+                       "optimizer was made trains, but no optimizer.zero_grad reaches its gradients, which stay "
+                       "from the first backward on"))] if stable else []
     return index_term + [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
              N_("the batch LitGPT's fine-tuning scripts feed the step")),
             ("rope_cache", N_("RoPE cos / sin buffers"), litgpt_rope_cache_bytes(ctx),
-             f"2 x {s} x {sc.spec.rotary_dim} x {ctx.weight_elem_bytes} B",
+             f"2 x {s} x {sc.spec.rotary_dim} x {4 if ctx.fp32_rope else ctx.weight_elem_bytes} B",
              N_("litgpt.model.GPT.rope_cache, sized to the longest sequence")),
             ("kept_logits", N_("fp32 logits the loop keeps"), litgpt_logits_bytes(ctx),
              f"{b} x {s} x {sc.spec.vocab_size} x 4 B",

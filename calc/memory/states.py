@@ -19,7 +19,7 @@ from calc.contract.precision import adapter_bytes
 from calc.contract.scenario import Offload, OptimizerImpl, Precision, Scenario
 from calc.memory import host as hostmem
 from calc.memory.result import HOOK_STEP_EMBEDDING, HOOK_STEP_HEAD, Component, is_hook_step_layer, words
-from calc.sim.frameworks.litgpt import litgpt_param_numels
+from calc.sim.frameworks.litgpt import litgpt_param_numels, litgpt_qlora_base_bytes
 from calc.sim.frameworks.torchtune import rope_cache_bytes
 
 Target = Literal["cuda", "cpu"]
@@ -32,6 +32,11 @@ QUANTIZED_BASE_SOURCE = N_(
     "bitsandbytes' storage of each nn.Linear / Conv1D that transformers' BitsAndBytesConfig quantizes (packed data "
     "+ its quantization state, calc.contract.quantized); lm_head, embeddings, norms and biases stay 16-bit, as "
     "without peft's prepare_model_for_kbit_training (which upcasts them to fp32); measured with bitsandbytes on CPU")
+
+LITGPT_QLORA_SOURCE = N_(
+    "bitsandbytes' storage of every nn.Linear LitGPT's --quantize bnb.* makes 4-bit (lm_head included), the rest "
+    "in bf16, and finetune/lora.py's StableEmbedding beside the embedding it replaced (kept alive by the script); "
+    "measured with LitGPT and bitsandbytes on CPU")
 
 
 @dataclass(frozen=True)
@@ -213,15 +218,18 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
     shapes = per_spec(spec, shapes_key, lambda: adapters + copies if same_dtype else adapters)
     copy_params = sum(prod(s) * c for s, c in copies)
     trainable = per_spec(spec, (shapes_key, "numel"), lambda: sum(prod(s) * c for s, c in adapters)) + copy_params
-    base_bytes = quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first,
-                                       sc.not_converted).total_bytes(params_local)
+    litgpt_qlora = t.framework == "litgpt" and lora.quantized
+    base_bytes = litgpt_qlora_base_bytes(spec, lora.base_weights, lora.double_quant, params_local) if litgpt_qlora \
+        else quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first,
+                                   sc.not_converted).total_bytes(params_local)
     formula = words("formula", N_("{base} frozen base params = {base_bytes} B ({quant}) + {lora} LoRA params "
                                   "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:,}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)
     # the modules_to_save copies stay in the base's 16 bits (peft upcasts only the adapters)
     weight_bytes = round(base_bytes * shard.weights) + per_adapter * (trainable - copy_params) + 2 * copy_params
     return TrainableWeights(weight_bytes, trainable, per_adapter, p if same_dtype else Precision.fp32, shapes,
-                            shapes_key, formula, source=QUANTIZED_BASE_SOURCE if lora.quantized else WEIGHTS_SOURCE,
+                            shapes_key, formula, source=LITGPT_QLORA_SOURCE if litgpt_qlora
+                            else QUANTIZED_BASE_SOURCE if lora.quantized else WEIGHTS_SOURCE,
                             bf16_copies=[] if same_dtype else copies, bf16_copy_params=0 if same_dtype else copy_params)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from calc.contract.model_spec import GEMMA_FAMILIES
 from calc.sim.attention import gpt2_attention, llama_attention, neox_attention
 from calc.sim.context import Ctx
-from calc.sim.frameworks.litgpt import litgpt_head_block, litgpt_layer
+from calc.sim.frameworks.litgpt import litgpt_head_block, litgpt_layer, litgpt_stable_embedding_block
 from calc.sim.frameworks.torchtune import torchtune_layer
 from calc.sim.graph import OUT, Graph
 from calc.sim.mlp import gated_mlp, plain_mlp
@@ -139,6 +139,8 @@ def embedding_block(c: Ctx) -> Graph:
     lm_head has already produced its V x H contribution, which waits in the autograd InputBuffer;
     the buffer sums the two out of place (aten.add, seen with a dispatch-mode trace), so three
     V x H tensors are briefly alive before the sum becomes .grad."""
+    if c.stable_embedding:
+        return litgpt_stable_embedding_block(c)
     s = c.spec
     t, h = c.tokens, s.hidden_size
     g = Graph(input_bytes=0, input_requires_grad=False, round_to=512 if c.cuda else 1)

@@ -41,6 +41,8 @@ class Ctx:
     train: bool = True  # model.train(): dropout active (eval/inference: every dropout is the identity)
     input_grad: bool = True  # the layer's input requires grad (not so for layer 0 on a frozen embedding)
     framework: str = "transformers"  # whose model code the blocks mirror (training.framework)
+    stable_embedding: bool = False  # LitGPT QLoRA: wte is bitsandbytes' StableEmbedding, trained, in no optimizer
+    fp32_rope: bool = False  # the RoPE cache is fp32 (LitGPT QLoRA: nothing casts the model's buffers)
     loss_chunks: int | None = None  # training.cross_entropy_chunks (LitGPT: tokens per chunk; None: its 128)
     output_chunks: int = 0  # torchtune: the output projection in this many chunks of the sequence (0: whole)
 
@@ -87,5 +89,5 @@ class Ctx:
 
     @property
     def rope_elem_bytes(self) -> int:
-        """RoPE output dtype: q/k (compute dtype) times cos/sin (residual dtype) promote."""
-        return max(self.act_elem_bytes, self.residual_elem_bytes)
+        """RoPE output dtype: q/k (compute dtype) times cos/sin (residual dtype, or an fp32 cache) promote."""
+        return 4 if self.fp32_rope else max(self.act_elem_bytes, self.residual_elem_bytes)

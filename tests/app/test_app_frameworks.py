@@ -99,3 +99,16 @@ def test_generation_choices_reach_the_scenario():
     check_numbers(at, scenario(at))
     params = state.scenario_to_params(scenario(at))
     assert state.params_to_scenario(params) == scenario(at)
+
+
+def test_a_litgpt_qlora_link_shows_its_stable_embedding_part():
+    """LitGPT's QLoRA from a link: the Calculator estimates what finetune/lora.py --quantize bnb.nf4-dq runs, with
+    the StableEmbedding's gradients named among the parts, and the same numbers as calc/."""
+    params = {"model": "llama-2-7b", "gpu": "rtx-4090", "seq": "1024", "prec": "bf16", "opt": "paged-adamw",
+              "fw": "litgpt", "lora": "1", "lora_r": "8", "lora_a": "16", "lora_t": "q_proj,v_proj", "lora_w": "nf4",
+              "lora_dq": "1"}
+    at = open_app(params=params)
+    expected = state.params_to_scenario(params)
+    assert expected.training.lora.double_quant and expected.training.framework == "litgpt"
+    check_numbers(at, expected)
+    assert "StableEmbedding gradients" in all_text(at)

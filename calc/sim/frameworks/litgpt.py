@@ -11,7 +11,8 @@ are the shared ops' own, modelled from source.
 
 from __future__ import annotations
 
-from calc.contract.model_spec import ModelSpec
+from calc.contract.model_spec import ModelSpec, per_spec
+from calc.contract.quantized import BnbKind, bnb_weight_bytes
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
@@ -160,6 +161,26 @@ def litgpt_param_numels(spec: ModelSpec) -> tuple[int, ...]:
     return (v * h, v * h, *layer * spec.num_layers, h)
 
 
+def litgpt_linear_shapes(spec: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(out, in) of every nn.Linear in GPT: per Block the fused qkv, proj, fc_1, fc_2 and the MLP's proj, then
+    lm_head."""
+    h, i = spec.hidden_size, spec.intermediate_size
+    layer = ((spec.q_width + 2 * spec.kv_width, h), (h, spec.q_width), (i, h), (i, h), (h, i))
+    return (*layer * spec.num_layers, (spec.vocab_size, h))
+
+
+def litgpt_qlora_base_bytes(spec: ModelSpec, kind: BnbKind, double_quant: bool, params_local: int) -> int:
+    """The frozen model finetune/lora.py --quantize bnb.* trains on: BitsandbytesPrecision makes every nn.Linear
+    built under init_module a Linear4bit (lm_head included: no ignore_modules), stored as bitsandbytes stores it;
+    the rest (wte, norms, biases) in bf16; then the StableEmbedding put in place of wte, whose LayerNorm adds a
+    weight and a bias, while main's `old_embedding` keeps the replaced V x H weight alive through fit."""
+    shapes = per_spec(spec, ("litgpt linears",), lambda: litgpt_linear_shapes(spec))
+    stored = sum(bnb_weight_bytes(kind, out_f, in_f, double_quant) for out_f, in_f in shapes)
+    elements = sum(out_f * in_f for out_f, in_f in shapes)
+    h = spec.hidden_size
+    return stored + 2 * (params_local - elements) + 2 * (spec.vocab_size * h + 2 * h)
+
+
 def litgpt_chunk_rows(rows: int, chunk: int) -> tuple[int, ...]:
     """Tensor.split(chunk) of `rows` rows: full chunks, the last one shorter."""
     return (chunk,) * (rows // chunk) + ((rows % chunk,) if rows % chunk else ())
@@ -203,14 +224,46 @@ def litgpt_batch_bytes(batch: int, seq: int) -> int:
 def litgpt_rope_cache_bytes(c: Ctx) -> int:
     """GPT's RoPE cache buffers cos and sin (max_seq_length x rope_n_elem each, set to the data's longest
     sequence by finetune/full.py), in the weights' dtype: Fabric converts buffers with the module under
-    bf16-true, bf16-mixed keeps them fp32."""
-    return 2 * c.seq * c.spec.rotary_dim * c.weight_elem_bytes
+    bf16-true, bf16-mixed keeps them fp32, and so does BitsandbytesPrecision (QLoRA), which casts no buffer."""
+    return 2 * c.seq * c.spec.rotary_dim * (4 if c.fp32_rope else c.weight_elem_bytes)
+
+
+def litgpt_stable_embedding_grad_bytes(c: Ctx) -> int:
+    """QLoRA: the gradients of the StableEmbedding finetune/lora.py puts in place of wte after making the optimizer
+    (its V x H weight and its LayerNorm's weight and bias, bf16, requires_grad as new parameters are). No optimizer
+    holds them, so no zero_grad frees them: made by the first backward, they stay, and later backwards add into
+    them in place."""
+    if not c.stable_embedding:
+        return 0
+    h = c.spec.hidden_size
+    return 2 * (c.spec.vocab_size * h + 2 * h)
 
 
 def litgpt_resident_bytes(c: Ctx) -> int:
-    """What the step keeps beside the model states throughout: the batch, the RoPE cache and LoRA's qkv index
-    buffers."""
-    return litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c) + litgpt_lora_index_bytes(c)
+    """What the step keeps beside the model states throughout: the batch, the RoPE cache, LoRA's qkv index
+    buffers and QLoRA's StableEmbedding gradients."""
+    return (litgpt_batch_bytes(c.batch, c.seq) + litgpt_rope_cache_bytes(c) + litgpt_lora_index_bytes(c)
+            + litgpt_stable_embedding_grad_bytes(c))
+
+
+def litgpt_qlora_fields(qlora: bool) -> dict[str, bool]:
+    """The block context of finetune/lora.py --quantize bnb.*: its StableEmbedding and fp32 RoPE cache."""
+    return {"stable_embedding": True, "fp32_rope": True} if qlora else {}
+
+
+def litgpt_stable_embedding_block(c: Ctx) -> Graph:
+    """bitsandbytes' StableEmbedding.forward under BitsandbytesPrecision's forward context (default dtype bf16):
+    F.embedding of the bf16 weight (backward: a dense V x H gradient, added in place into the kept .grad and
+    freed), `.to(torch.get_default_dtype())` (bf16 already: no copy), its LayerNorm (saves the input, mean and
+    rstd; backward makes the weight's and bias's gradients, added in place likewise), `.to(self.weight.dtype)`
+    (no copy)."""
+    s = c.spec
+    t, h = c.tokens, s.hidden_size
+    g = Graph(input_bytes=0, input_requires_grad=False, round_to=512 if c.cuda else 1)
+    emb = g.op(2 * t * h, ws_bwd=2 * s.vocab_size * h, name="StableEmbedding lookup")
+    stats = g.op(2 * t * (4 if c.cuda else 2), grad=False, name="layernorm mean+rstd")
+    g.output = g.op(2 * t * h, ins=(emb,), saves=(emb, stats), ws_bwd=2 * 2 * h, name="StableEmbedding norm")
+    return g
 
 
 def litgpt_lora_head_block(c: Ctx) -> Graph:
@@ -230,9 +283,12 @@ def litgpt_lora_head_block(c: Ctx) -> Graph:
     widths = fixed(litgpt_chunk_rows, seq, c.loss_chunks or LITGPT_CHUNK_TOKENS)
     waiting = a * b * seq * h  # the lm_head chunks' input gradients, filled from the last chunk
     split = g.op(0, ins=(y,), ws_bwd=waiting, name="x.split(128, dim=1) (views)")
+    # QLoRA: lm_head is a Linear4bit too; MatMul4Bit dequantizes its weight for each chunk, forward and backward
+    dequantized = 2 * v * h if c.quantized_base in ("nf4", "fp4") else 0
     heads = []
     for w in widths:
-        heads.append(g.op(a * b * w * v, ins=(split,), grad_ins=(), ws_bwd=waiting, name="lm_head chunk"))
+        heads.append(g.op(a * b * w * v, ins=(split,), grad_ins=(), ws_fwd=dequantized, ws_bwd=waiting + dequantized,
+                          name="lm_head chunk"))
         waiting -= a * b * w * h
     f32 = [g.op(4 * b * w * v, ins=(x,), name="chunk.float()") for x, w in zip(heads, widths, strict=True)]
     g.keep(previous, *heads)  # convert_output's list is built whole before `logits` is rebound

@@ -8,6 +8,7 @@ refused by name."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shlex
 from pathlib import Path
@@ -166,6 +167,16 @@ def test_litgpt_command_states_what_the_estimate_assumed(sc):
     assert shlex.split(script.split('cd "$(dirname "$0")"\n')[1].replace("\\\n", " "))[:-1] == litgpt_argv(sc)
 
 
+@pytest.mark.parametrize(("base", "double_quant", "flag"), [("nf4", False, "bnb.nf4"), ("nf4", True, "bnb.nf4-dq"),
+                                                          ("fp4", False, "bnb.fp4"), ("fp4", True, "bnb.fp4-dq")])
+def test_litgpt_qlora_command_quantizes_as_the_estimate_assumed(base, double_quant, flag):
+    sc = lit(precision="bf16", optimizer="paged-adamw",
+             lora={"rank": 8, "alpha": 16, "base_weights": base, "double_quant": double_quant})
+    words = _litgpt_words(sc)
+    assert words["--quantize"] == flag and words["--precision"] == "bf16-true"
+    assert json.loads(words["--optimizer"])["class_path"] == "bitsandbytes.optim.PagedAdamW"
+
+
 def test_litgpt_refuses_a_loss_chunk_its_command_line_cannot_set():
     with pytest.raises(ValueError, match="128-token chunks"):
         litgpt_argv(lit(cross_entropy_chunks=64))
@@ -239,7 +250,10 @@ def test_each_preset_builder_has_the_presets_dims(preset):
 LITGPT_CHECKED = [lit(), lit(precision="bf16", optimizer_impl="fused"),
                   lit(precision="bf16", lora={"rank": 8, "alpha": 16, "targets": "all-linear"}),
                   lit("llama-3.1-8b", precision="bf16", lora={"rank": 4, "targets": "attention"}),
-                  lit(optimizer="paged-adamw", optimizer_impl="fused")]
+                  lit(optimizer="paged-adamw", optimizer_impl="fused"),
+                  lit(precision="bf16", optimizer="paged-adamw",
+                      lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "base_weights": "nf4",
+                            "double_quant": True})]
 
 
 @pytest.mark.slow
@@ -263,6 +277,7 @@ def test_litgpt_parses_the_command_line():
             assert optimizer.defaults[key] == value
         if t.lora is not None:
             assert (run.lora_r, run.lora_alpha, run.lora_dropout) == (t.lora.rank, t.lora.alpha, t.lora.dropout)
+        assert getattr(run, "quantize", None) == (None if t.lora is None or not t.lora.quantized else "bnb.nf4-dq")
         with pytest.raises(SystemExit):  # the same parser refuses what setup() does not take
             parser.parse_args([*argv[1:], "--lora_nonsense", "1"])
 

@@ -211,15 +211,57 @@ def test_litgpt_default_lora_recipe_is_estimated_and_subsets_count_their_tensors
     ({"targets": ["q_proj", "lm_head"]}, "lora_head"),
     ({"targets": ["q_proj", "gate_proj"]}, "the MLP only as a whole"),
     ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
-    ({"base_weights": "nf4"}, "QLoRA .*lm_head included.* not modelled yet"),
-    ({"base_weights": "nf4", "double_quant": True}, "QLoRA .*StableEmbedding, PagedAdamW"),
-    ({"base_weights": "int8"}, "QLoRA"),
+    ({"base_weights": "int8"}, "bnb.int8-training is not modelled"),
 ])
 def test_litgpt_lora_refuses_what_its_flags_or_the_engine_cannot_say(lora, reason):
     """LitGPT's flags adapt the MLP only as a whole and train no module in full; its chunked lm_head adapter is not
     modelled: each refused with its reason, not estimated as if absent."""
     with pytest.raises(ValueError, match=reason):
         _litgpt_lora_peak(**lora)
+
+
+def _litgpt_qlora(**training):
+    lora = {"rank": 8, "base_weights": "nf4", **training.pop("lora", {})}
+    return Scenario.model_validate({"model": "llama-2-7b", "hardware": {"gpu": "a100-40gb"}, "training": {
+        "framework": "litgpt", "precision": "bf16", "optimizer": "paged-adamw", "lora": lora, **training}})
+
+
+@pytest.mark.parametrize(("training", "reason"), [
+    ({"precision": "amp-bf16"}, "bf16-true only"),
+    ({"optimizer": "adamw"}, "PagedAdamW"),
+])
+def test_litgpt_qlora_refuses_what_finetune_lora_does_not_run(training, reason):
+    """finetune/lora.py refuses quantization with mixed precision and always trains a quantized model with
+    bitsandbytes' PagedAdamW: a scenario saying otherwise is refused with the reason."""
+    with pytest.raises(ValueError, match=reason):
+        _litgpt_qlora(**training)
+
+
+def test_litgpt_qlora_counts_its_4bit_head_and_stable_embedding():
+    """LitGPT's QLoRA quantizes lm_head too (its weights are less than the transformers path's, which keeps lm_head
+    in bf16) and keeps the StableEmbedding's gradients and the replaced embedding, each a named part."""
+    sc = _litgpt_qlora()
+    est = estimate(sc)
+    hf = estimate(Scenario.model_validate({"model": "llama-2-7b", "hardware": {"gpu": "a100-40gb"}, "training": {
+        "precision": "bf16", "optimizer": "paged-adamw", "lora": {"rank": 8, "base_weights": "nf4"}}}))
+    spec = sc.spec
+    vh = spec.vocab_size * spec.hidden_size
+    lm_head_saving = 2 * vh - (vh // 2 + vh // 64 * 4 + 64)  # bf16 lm_head vs its nf4 data, absmax and code
+    litgpt_weights = next(c.bytes for c in est.components if c.key == "weights")
+    hf_weights = next(c.bytes for c in hf.components if c.key == "weights")
+    assert hf_weights - litgpt_weights < lm_head_saving  # the replaced embedding and the norm's params added back
+    grads = next(c for c in est.components if c.key == "stable_embedding_grads")
+    assert grads.bytes == 2 * (vh + 2 * spec.hidden_size)
+    assert "zero_grad" in grads.source
+
+
+def test_the_records_cover_litgpt_qlora():
+    lora = [r.scenario.training.lora for r in _records() if r.scenario.training.lora is not None]
+    kinds = {(x.base_weights, x.double_quant) for x in lora if x.quantized}
+    assert kinds == {("nf4", False), ("nf4", True), ("fp4", False), ("fp4", True)}
+    held_out = [r for r in _records() if r.name.startswith("heldout-") and r.scenario.training.lora is not None
+                and r.scenario.training.lora.quantized]
+    assert len(held_out) >= 4
 
 
 def test_the_records_cover_litgpt_lora_subsets_and_dropout():
