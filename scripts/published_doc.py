@@ -51,8 +51,8 @@ How to read it:
   batch is not given, a GPU row whose settings differ from the recipe's). Such entries are kept, and left out of
   the accuracy figures.
 - **not yet estimable**: the configuration uses something this version of the calculator does not model yet
-  (torch.compile, activation offloading, QLoRA in torchtune, LitGPT's QLoRA, bf16-mixed LoRA, several
-  GPUs or generation, torchtitan, GPTQ int8 weights, ...) or that no scenario field can express (float8 training,
+  (torch.compile, QLoRA in torchtune, LitGPT's bf16-mixed LoRA, torchtune on several GPUs, LitGPT's
+  generation, torchtitan, the phi and falcon families, ...) or that no scenario field can express (float8 training,
   context parallelism, FSDP1, FSDP CPU offload, LLaMA-Adapter). The reason is the calculator's own.
 - **development / held out**: torchtune's README and docs are what the frameworks' mechanisms are built against;
   every other source is held out and judges them.
