@@ -34,3 +34,9 @@ def litgpt_lora_flags(lora: Any) -> dict[str, Any]:
                            targets=", ".join(sorted(lora.targets))))
     return {**flags, **{flag: hf in names for hf, flag in LITGPT_LORA_NAMES.items()},
             "lora_mlp": names >= LITGPT_MLP_NAMES}
+
+
+def litgpt_quantize_mode(lora: Any) -> str:
+    """The mode of finetune/lora.py's --quantize bnb.<mode> (and of Lightning's BitsandbytesPrecision) for a
+    quantized lora block: nf4 / nf4-dq / fp4 / fp4-dq (-dq: double quantization)."""
+    return lora.base_weights + ("-dq" if lora.double_quant else "")

@@ -14,7 +14,7 @@ from typing import Any
 
 from calc.contract.errors import UserError
 from calc.contract.i18n import DEFAULT_LANG, N_, T_, Lang, translate
-from calc.contract.litgpt_lora import litgpt_lora_flags
+from calc.contract.litgpt_lora import litgpt_lora_flags, litgpt_quantize_mode
 from calc.contract.scenario import Precision, Scenario
 from calc.export.deepspeed import ExportOptions
 from calc.export.hf import hub_id
@@ -63,7 +63,7 @@ def litgpt_argv(sc: Scenario, options: ExportOptions | None = None) -> list[str]
         flags = litgpt_lora_flags(t.lora)
         args.update({**flags, "lora_alpha": int(flags["lora_alpha"])})
     if t.lora is not None and t.lora.quantized:  # BitsandbytesPrecision(mode, bf16); the optimizer a PagedAdamW
-        args["quantize"] = f"bnb.{t.lora.base_weights}" + ("-dq" if t.lora.double_quant else "")
+        args["quantize"] = f"bnb.{litgpt_quantize_mode(t.lora)}"
     command = "finetune_full" if t.lora is None else "finetune_lora"
     checkpoint = f"checkpoints/{hub_id(sc)}" if isinstance(sc.model, str) else CHECKPOINT_PLACEHOLDER
     words = ["litgpt", command, checkpoint]

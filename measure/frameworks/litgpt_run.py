@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from calc.contract.litgpt_lora import litgpt_lora_flags
+from calc.contract.litgpt_lora import litgpt_lora_flags, litgpt_quantize_mode
 from calc.contract.record import MeasurementRecord
 from calc.contract.scenario import Precision, Scenario
 from calc.export.litgpt import FABRIC_PRECISION
@@ -79,9 +79,6 @@ def _check(scenario: Scenario) -> None:
         raise UnsupportedError("framework litgpt: training without checkpointing is measured")
     if t.lora is not None and t.precision != Precision.bf16:
         raise UnsupportedError("framework litgpt: LoRA is measured in bf16-true")
-    if t.lora is not None and t.lora.quantized and (t.lora.base_weights == "int8" or t.optimizer.value != "paged-adamw"):
-        raise UnsupportedError("framework litgpt: QLoRA is measured with --quantize bnb.nf4 / fp4 (-dq) and the "
-                               "PagedAdamW finetune/lora.py makes for it (optimizer paged-adamw)")
     if t.cross_entropy != "chunked" or t.keep_outputs:
         raise UnsupportedError("framework litgpt: finetune/full.py's chunked_cross_entropy")
     if scenario.resolved_hardware().num_gpus != 1 or scenario.mode.value != "train":
@@ -120,8 +117,7 @@ def _use_bitsandbytes_precision(fabric: Any, lora: Any) -> None:
     model to the device, bf16 as the default dtype in forward, the outputs cast back."""
     from lightning.fabric.plugins import BitsandbytesPrecision
 
-    mode = lora.base_weights + ("-dq" if lora.double_quant else "")
-    plugin = BitsandbytesPrecision(mode, torch.bfloat16)
+    plugin = BitsandbytesPrecision(litgpt_quantize_mode(lora), torch.bfloat16)
     fabric._connector.precision = plugin
     fabric._strategy.precision = plugin
     fabric._precision = plugin
@@ -215,7 +211,7 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
 
 def _fabric_precision_words(t: Any) -> str:
     if t.lora is not None and t.lora.quantized:
-        mode = t.lora.base_weights + ("-dq" if t.lora.double_quant else "")
+        mode = litgpt_quantize_mode(t.lora)
         return (f"BitsandbytesPrecision({mode}, bf16) (--quantize bnb.{mode}; Fabric's CUDA-only check bypassed), "
                 "StableEmbedding, bitsandbytes PagedAdamW")
     return f"precision {FABRIC_PRECISION[t.precision]}"
