@@ -63,9 +63,15 @@ def _frozen_linear(g: Graph, x: int, in_f: int, out_f: int, t: int, c: Ctx, name
     backward (MatMul8bitLt.backward: CB.to(dtype_A, copy=True)); MatMul8bitLt also keeps its input for
     backward (ctx.tensors = (CAt, subA, A)), which a frozen nn.Linear does not."""
     quant = c.quantized_base if name not in UNQUANTIZED_LINEARS else ""
-    dequantized = c.act_elem_bytes * in_f * out_f if quant else 0
+    dequantized = dequantized_weight_bytes(c, in_f, out_f) if quant else 0
     return g.op(c.act_elem_bytes * t * out_f, ins=(x,), saves=(x,) if quant == "int8" else (),
                 ws_fwd=dequantized if quant in ("nf4", "fp4") else 0, ws_bwd=dequantized, name=name)
+
+
+def dequantized_weight_bytes(c: Ctx, in_f: int, out_f: int) -> int:
+    """The 16-bit weight a bitsandbytes layer dequantizes for one matmul (to the input's dtype), alive while it
+    runs: every 4-bit matmul forward and backward, an int8 one in backward."""
+    return c.act_elem_bytes * in_f * out_f
 
 
 def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx, name: str) -> int:

@@ -16,7 +16,7 @@ from calc.contract.quantized import BnbKind, bnb_weight_bytes
 from calc.sim.attention import attention_core, rope
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
-from calc.sim.ops import activation, dropout, linear, rms_normalise
+from calc.sim.ops import activation, dequantized_weight_bytes, dropout, linear, rms_normalise
 from calc.sim.symbolic import fixed
 
 LITGPT_CHUNK_TOKENS = 128  # chunked_cross_entropy's chunk_size default (litgpt/utils.py)
@@ -284,7 +284,7 @@ def litgpt_lora_head_block(c: Ctx) -> Graph:
     waiting = a * b * seq * h  # the lm_head chunks' input gradients, filled from the last chunk
     split = g.op(0, ins=(y,), ws_bwd=waiting, name="x.split(128, dim=1) (views)")
     # QLoRA: lm_head is a Linear4bit too; MatMul4Bit dequantizes its weight for each chunk, forward and backward
-    dequantized = 2 * v * h if c.quantized_base in ("nf4", "fp4") else 0
+    dequantized = dequantized_weight_bytes(c, h, v) if c.quantized_base in ("nf4", "fp4") else 0
     heads = []
     for w in widths:
         heads.append(g.op(a * b * w * v, ins=(split,), grad_ins=(), ws_fwd=dequantized, ws_bwd=waiting + dequantized,
