@@ -34,6 +34,7 @@ from calc.contract.files import append_line
 from calc.contract.record import MeasurementRecord, Sharding
 from calc.contract.scenario import Mode, Scenario
 from measure.runner import measurement_record
+from measure.shm_buffers import remove_segments
 from measure.workload import UnsupportedError
 
 MAX_WORLD = 4
@@ -66,9 +67,13 @@ def measure_deepspeed(scenario: Scenario, steps: int) -> dict[str, Any]:
         sc_path.write_text(scenario.model_dump_json())
         env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        port = free_port()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port",
-               str(free_port()), "-m", "measure.deepspeed_run", str(sc_path), str(out_path), str(steps)]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+               str(port), "-m", "measure.deepspeed_run", str(sc_path), str(out_path), str(steps)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        finally:
+            remove_segments(port)  # DeepSpeed's CPU all-reduce segments outlive the ranks (measure/shm_buffers.py)
         if r.returncode != 0 or not out_path.exists():
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
             raise UnsupportedError(f"the DeepSpeed run failed: {tail[0]}")

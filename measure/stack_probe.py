@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from measure.deepspeed_run import free_port
+from measure.shm_buffers import remove_segments
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "data" / "stack_support.yaml"
@@ -212,12 +213,15 @@ def env() -> dict[str, str]:
 def run_cell(cell: Cell, folder: Path, tmp: Path) -> dict[str, Any]:
     """Launch two ranks for the cell; {"works": bool, "error": first line} (rank 0's error, else rank 1's)."""
     result = tmp / cell.name
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port", str(free_port()),
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD), "--master_port", str(port),
            "-m", "measure.stack_probe", "--rank", json.dumps(cell.__dict__), str(folder), str(result)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=CELL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"works": False, "error": f"no result within {CELL_TIMEOUT_S} s (a rank waited for the other)"}
+    finally:
+        remove_segments(port)  # DeepSpeed's CPU all-reduce segments outlive the ranks (measure/shm_buffers.py)
     records = [json.loads(p.read_text()) for k in (0, 1) if (p := Path(f"{result}.rank{k}")).exists()]
     failed = [rec for rec in records if not rec["works"]]
     if r.returncode == 0 and len(records) == 2 and not failed:
