@@ -18,22 +18,13 @@ PREFIX = "deepspeed_allreduce_buffer_"
 
 def launch_segments(port: int | str | None = None) -> set[Path]:
     """This user's DeepSpeed all-reduce segments: of the launch on `port`, or all of them."""
-    if not SHM_DIR.is_dir():
-        return set()
-    middle = f"_{port}_" if port is not None else "_"
-    return {p for p in SHM_DIR.glob(f"{PREFIX}{os.getuid()}_*") if middle in p.name[len(PREFIX):]}
+    mine = SHM_DIR.glob(f"{PREFIX}{os.getuid()}_*") if SHM_DIR.is_dir() else ()
+    return {p for p in mine if port is None or p.name.rsplit("_", 2)[1] == str(port)}  # ..._{port}_{rank}
 
 
 def remove_segments(port: int | str) -> int:
     """Unlink the segments of the launch on `port` (its ranks have exited); how many bytes that freed."""
-    freed = 0
-    for path in launch_segments(port):
-        try:
-            freed += path.stat().st_size
-            path.unlink()
-        except FileNotFoundError:  # another cleanup got there first
-            pass
-    return freed
+    return _unlink(launch_segments(port))
 
 
 @contextmanager
@@ -43,5 +34,15 @@ def removing_new_segments() -> Iterator[None]:
     try:
         yield
     finally:
-        for path in launch_segments() - before:
-            path.unlink(missing_ok=True)
+        _unlink(launch_segments() - before)
+
+
+def _unlink(paths: set[Path]) -> int:
+    freed = 0
+    for path in paths:
+        try:
+            freed += path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # another cleanup got there first
+            pass
+    return freed
