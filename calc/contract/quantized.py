@@ -41,6 +41,7 @@ BNB_4BIT_CODE_VALUES = 16  # get_4bit_type: the nf4 / fp4 code, fp32, one per qu
 BNB_DYNAMIC_MAP_VALUES = 256  # create_dynamic_map: the 8-bit map the nested absmax state copies
 QUANTIZED_KINDS = ("int8", "nf4", "fp4")
 INT32_BYTES = 4
+INT64_BYTES = 8
 FP16_BYTES = 2
 FP32_BYTES = 4
 DATA_BITS: dict[str, int] = {"bf16": 16, "fp16": 16, "int8": 8, "nf4": 4, "fp4": 4}  # per weight, without state
@@ -63,6 +64,28 @@ def bnb_4bit_bytes(numel: int, double_quant: bool) -> int:
         return packed + blocks * FP32 + code
     nested = _ceil_div(blocks, BNB_NESTED_BLOCKSIZE) * FP32 + BNB_DYNAMIC_MAP_VALUES * FP32
     return packed + blocks + FP32 + nested + code  # uint8 absmax + fp32 offset + nested state + code
+
+
+TORCHAO_NF4_BLOCK = 64  # torchao.dtypes.nf4tensor.to_nf4: block_size
+TORCHAO_NF4_SCALER_BLOCK = 256  # to_nf4: scaler_block_size (the scalers' own quantization blocks)
+TORCHAO_NF4_TABLE = 16  # NF4Tensor.nf4: the 16 NF4 values, in the weight's dtype, one table per weight
+
+
+def torchao_nf4_bytes(numel: int, elem_bytes: int = SIXTEEN_BIT) -> int:
+    """One NF4Tensor as torchtune's QLoRA builders store a frozen weight (to_nf4 of a 16-bit weight): packed
+    uint8 data, the int8 scalers (always double-quantized), a factor per 256 scalers and the scalers' mean in the
+    weight's dtype, and its NF4 table. to_nf4 asserts numel divides into whole scaler blocks."""
+    blocks = numel // TORCHAO_NF4_BLOCK
+    return numel // 2 + blocks + elem_bytes * (blocks // TORCHAO_NF4_SCALER_BLOCK + 1 + TORCHAO_NF4_TABLE)
+
+
+def torchao_nf4_dequant_bytes(numel: int, elem_bytes: int = SIXTEEN_BIT) -> int:
+    """The peak of NF4Tensor.get_original_weight (every .to(dtype) of the weight), beside the NF4Tensor: both
+    halves of each byte as int64 indices (kept to the return), their NF4 values, the dequantized scalers, each
+    half scaled, then torch.stack of the halves: the 16-bit weight itself."""
+    half = numel // 2
+    scalers = elem_bytes * (numel // TORCHAO_NF4_BLOCK)
+    return 2 * INT64_BYTES * half + 2 * elem_bytes * half + scalers + 2 * elem_bytes * half + elem_bytes * numel
 
 
 def bnb_weight_bytes(kind: BnbKind, out_features: int, in_features: int, double_quant: bool = False) -> int:
@@ -95,17 +118,31 @@ class FrozenBase(NamedTuple):
         return self.quantized_bytes + SIXTEEN_BIT * (params_local - self.quantized_elements)
 
 
+# torchtune's QLoRA builders (quantize_base=True): lora_llama3 / lora_llama2 / lora_mistral make a linear without an
+# adapter a FrozenNF4Linear, lora_qwen2 leaves it a plain nn.Linear (models/qwen2/_component_builders.py, 0.6.1)
+TORCHTUNE_ADAPTED_NF4_ONLY = frozenset({"qwen2"})
+
+
+def torchtune_nf4(family: str, linear: str, adapted: frozenset[str]) -> bool:
+    """Whether torchtune's QLoRA model stores decoder linear `linear` as an NF4Tensor, given the linears that
+    have an adapter."""
+    return linear in adapted or family not in TORCHTUNE_ADAPTED_NF4_ONLY
+
+
 def frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int, first: bool,
-                not_converted: tuple[str, ...] = ()) -> FrozenBase:
+                not_converted: tuple[str, ...] = (), torchao: frozenset[str] | None = None) -> FrozenBase:
     """The decoder layers' linears on this GPU (this tensor-parallel slice; a MoE model's dense layers on the
     first stage; the first `layers` layers, or the last ones) as `kind` stores them, less those a pasted config's
-    modules_to_not_convert names, memoized per spec."""
-    key = ("frozen base", kind, double_quant, layers, tp, first, not_converted)
-    return per_spec(spec, key, lambda: _count_frozen_base(spec, kind, double_quant, layers, tp, first, not_converted))
+    modules_to_not_convert names, memoized per spec. `torchao` (torchtune's QLoRA: the linears with an adapter):
+    NF4Tensors (torchao_nf4_bytes) where torchtune_nf4 says so, instead of bitsandbytes' layout."""
+    key = ("frozen base", kind, double_quant, layers, tp, first, not_converted, torchao)
+    return per_spec(spec, key, lambda: _count_frozen_base(spec, kind, double_quant, layers, tp, first, not_converted,
+                                                          torchao))
 
 
 def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layers: int, tp: int,
-                       first: bool, not_converted: tuple[str, ...]) -> FrozenBase:
+                       first: bool, not_converted: tuple[str, ...],
+                       torchao: frozenset[str] | None = None) -> FrozenBase:
     if kind not in QUANTIZED_KINDS:
         return FrozenBase(0, 0)
     dense = min(layers, spec.dense_layers) if first else 0
@@ -114,9 +151,12 @@ def _count_frozen_base(spec: ModelSpec, kind: BnbKind, double_quant: bool, layer
     for is_dense, indices in ((True, range(start, start + dense)), (False, range(start + dense, start + layers))):
         for lin in spec.linear_layers(is_dense) if indices else []:
             n = converted_layers(spec, lin, indices, not_converted) if is_quantized_linear(lin) else 0
+            if torchao is not None and not torchtune_nf4(spec.family, lin.name, torchao):
+                n = 0
             if n:
                 fin, fout = lin.in_features // lin.tp_in(tp), lin.out_features // lin.tp_out(tp)
-                stored += lin.count * n * bnb_weight_bytes(kind, fout, fin, double_quant)
+                stored += lin.count * n * (torchao_nf4_bytes(fout * fin) if torchao is not None else
+                                           bnb_weight_bytes(kind, fout, fin, double_quant))
                 elements += lin.count * n * fin * fout
     return FrozenBase(stored, elements)
 

@@ -63,12 +63,14 @@ def torchtune_supported(t: Any) -> None:
     if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
         raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
                            "without tensor or pipeline parallelism"))
-    if t.lora is not None and t.lora.quantized:
-        raise UserError(T_("framework torchtune: its QLoRA recipes (base weights as torchao NF4 tensors) are not "
-                           "modelled yet; for bitsandbytes QLoRA choose framework transformers"))
-    if t.lora is not None and (t.lora.base_weights != "bf16" or t.precision != Precision.bf16):
-        raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16, base_weights "
-                           "bf16)"))
+    if t.lora is not None and t.lora.base_weights not in ("bf16", "nf4"):
+        raise UserError(T_("framework torchtune: its QLoRA builders store the base as torchao NF4 tensors; choose "
+                           "base_weights nf4 (QLoRA) or bf16 (LoRA)"))
+    if t.lora is not None and t.precision != Precision.bf16:
+        raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16)"))
+    if t.lora is not None and t.lora.quantized and isinstance(t.lora.targets, list) and "lm_head" in t.lora.targets:
+        raise UserError(T_("framework torchtune: QLoRA with an adapter on the output projection (an NF4 output) "
+                           "is not modelled yet; leave lm_head out of the targets"))
     if t.lora is not None and t.lora.modules_to_save:  # torchtune's recipes train adapters only
         raise UserError(T_("framework torchtune trains LoRA adapters only: its recipes have no modules_to_save"))
     if t.cross_entropy == "liger-fused":

@@ -108,8 +108,9 @@ def torchtune_lora_args(lora: Any) -> dict[str, Any]:
                                targets=", ".join(sorted(lora.targets))))
         attn = [tt for hf, tt in _ATTENTION_NAMES.items() if hf in names]
         mlp, output = names >= _MLP_NAMES, "lm_head" in names
+    quantize = {"quantize_base": True} if lora.quantized else {}  # QLoRA: the frozen linears as NF4 tensors
     return {"lora_attn_modules": attn, "apply_lora_to_mlp": mlp, "apply_lora_to_output": output,
-            "lora_rank": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout}
+            "lora_rank": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout, **quantize}
 
 
 def torchtune_model(sc: Scenario) -> dict[str, Any]:

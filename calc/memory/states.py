@@ -195,6 +195,13 @@ class TrainableWeights(NamedTuple):
     bf16_copy_params: int = 0
 
 
+def torchtune_adapted(sc: Scenario) -> frozenset[str] | None:
+    """torchtune's QLoRA: the linears with an adapter (which of the rest are NF4 is quantized.torchtune_nf4's);
+    None for the other frameworks (bitsandbytes' layout)."""
+    t = sc.training
+    return sc.spec.lora_target_names(t.lora.targets) if t.framework == "torchtune" and t.lora is not None else None
+
+
 def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool, last: bool,
                       shard: parallel.Sharding) -> TrainableWeights:
     """Full fine-tuning trains every local parameter in the weights' dtype; LoRA trains its adapters (peft's
@@ -221,7 +228,7 @@ def trainable_weights(sc: Scenario, params_local: int, layers: int, first: bool,
     litgpt_qlora = t.framework == "litgpt" and lora.quantized
     base_bytes = litgpt_qlora_base_bytes(spec, lora.base_weights, lora.double_quant, params_local) if litgpt_qlora \
         else quantized.frozen_base(spec, lora.base_weights, lora.double_quant, layers, tp, first,
-                                   sc.not_converted).total_bytes(params_local)
+                                   sc.not_converted, torchtune_adapted(sc)).total_bytes(params_local)
     formula = words("formula", N_("{base} frozen base params = {base_bytes} B ({quant}) + {lora} LoRA params "
                                   "x {lora_bytes} B"), base=f"{params_local:,}", base_bytes=f"{base_bytes:,}",
                     quant=lora.base_weights, lora=f"{trainable:,}", lora_bytes=per_adapter)

@@ -46,7 +46,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     if gemma:
         att, _ = rms_norm(g, att, c.act_elem_bytes, c, gemma=True, tokens=ts)
     att = dropout(g, att, ts * h, c.act_elem_bytes * ts * h, drop, c)
-    mid = g.op(c.residual_elem_bytes * ts * h, ins=(0, att), name="residual add")
+    mid = g.op(c.residual_elem_bytes * ts * h, ins=(0, att), name="residual add", passes="add")
     y2, yb2 = rms_norm(g, mid, c.residual_elem_bytes, c, gemma=fp32_product_norm(c), tokens=ts)
     y2 = _sp_gather(g, y2, yb2, c)
     if c.dense_mlp:
@@ -59,7 +59,7 @@ def decoder_layer(c: Ctx, eager: bool) -> Graph:
     if gemma:
         m, _ = rms_norm(g, m, c.act_elem_bytes, c, gemma=True, tokens=ts)
     m = dropout(g, m, ts * h, c.act_elem_bytes * ts * h, drop, c)
-    g.op(c.residual_elem_bytes * ts * h, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add")
+    g.op(c.residual_elem_bytes * ts * h, ins=(mid, m, *g.held), grad_ins=(mid, m), name="residual add", passes="add")
     g.keep(0, *g.cached)  # the layer loop still references the input; the cache keeps k, v
     return g
 
@@ -98,11 +98,11 @@ def _gpt2_layer(c: Ctx, eager: bool) -> Graph:
     g = Graph(input_bytes=c.residual_elem_bytes * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     y, _ = layer_norm(g, 0, c.residual_elem_bytes, c)
     o = gpt2_attention(g, y, c, eager)
-    mid = g.op(c.residual_elem_bytes * t * h, ins=(0, o), name="residual add")
+    mid = g.op(c.residual_elem_bytes * t * h, ins=(0, o), name="residual add", passes="add")
     y2, _ = layer_norm(g, mid, c.residual_elem_bytes, c)
     m = plain_mlp(g, y2, c)
     m = dropout(g, m, t * h, c.act_elem_bytes * t * h, s.hidden_dropout, c)
-    g.op(c.residual_elem_bytes * t * h, ins=(mid, m), name="residual add")
+    g.op(c.residual_elem_bytes * t * h, ins=(mid, m), name="residual add", passes="add")
     # the block's `attn_output, _ = self.attn(...)` locals, the loop's input and the cache's k, v
     g.keep(0, o, *g.held, *g.cached)
     return g
@@ -120,14 +120,14 @@ def _neox_layer(c: Ctx, eager: bool) -> Graph:
         y2, _ = layer_norm(g, 0, c.residual_elem_bytes, c)
         m = plain_mlp(g, y2, c)
         m = dropout(g, m, t * h, c.act_elem_bytes * t * h, s.hidden_dropout, c)
-        s1 = g.op(c.residual_elem_bytes * t * h, ins=(m, o), name="mlp + attn")
-        g.op(c.residual_elem_bytes * t * h, ins=(s1, 0), name="residual add")
+        s1 = g.op(c.residual_elem_bytes * t * h, ins=(m, o), name="mlp + attn", passes="add")
+        g.op(c.residual_elem_bytes * t * h, ins=(s1, 0), name="residual add", passes="add")
         g.keep(0, *g.cached)
         return g
-    mid = g.op(c.residual_elem_bytes * t * h, ins=(0, o), name="residual add")
+    mid = g.op(c.residual_elem_bytes * t * h, ins=(0, o), name="residual add", passes="add")
     y2, _ = layer_norm(g, mid, c.residual_elem_bytes, c)
     m = plain_mlp(g, y2, c)
-    g.op(c.residual_elem_bytes * t * h, ins=(mid, m), name="residual add")
+    g.op(c.residual_elem_bytes * t * h, ins=(mid, m), name="residual add", passes="add")
     g.keep(0, *g.cached)
     return g
 

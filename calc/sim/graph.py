@@ -44,6 +44,13 @@ class Op:
     ws_fwd: int = 0  # scratch bytes alive only while the forward op runs
     ws_bwd: int = 0  # scratch bytes alive only while the backward node runs
     name: str = ""
+    # the node saves a tensor that is not one of the block's (a weight) for backward: a custom autograd.Function
+    # (torchao's LinearNF4) whose save_for_backward is packed when its forward returns, after its output and
+    # scratch existed, so a checkpoint's recompute runs the whole op before it can stop there
+    packs: bool = False
+    # what the backward hands its inputs without a new tensor: "add" (AddBackward0: the output's gradient itself,
+    # to each input of its dtype), "expand" (SumBackward: a broadcast view of it)
+    passes: str = ""
 
 
 class BlockProfile(NamedTuple):
@@ -99,7 +106,7 @@ class Graph:
 
     def op(self, out_bytes: int, ins: tuple[int, ...] = (), saves: tuple[int, ...] = (),
            grad: bool = True, pgrad: int = 0, ws_fwd: int = 0, ws_bwd: int = 0, name: str = "",
-           grad_ins: tuple[int, ...] | None = None) -> int:
+           grad_ins: tuple[int, ...] | None = None, packs: bool = False, passes: str = "") -> int:
         """Add an op creating a new tensor of `out_bytes`; returns its id."""
         tid = len(self.sizes)
         self.sizes.append(out_bytes)  # rounded to the allocator's block size when the plan is evaluated
@@ -107,13 +114,13 @@ class Graph:
         if ins and pgrad == 0 and not any(map(ng.__getitem__, ins)):
             # no input and no parameter requires grad: autograd records no node, so nothing is
             # saved and the output needs no gradient (a frozen base on a frozen embedding's output)
-            saves, grad, grad_ins = (), False, ()
+            saves, grad, grad_ins, packs = (), False, (), False
         ng.append(grad)
         if OUT in saves:
             saves = tuple([tid if s == OUT else s for s in saves])
         if grad_ins is None:
             grad_ins = tuple([i for i in ins if ng[i]])
-        self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name))
+        self.ops.append(Op(tid, ins, saves, grad_ins, pgrad, ws_fwd, ws_bwd, name, packs, passes))
         self.output = tid
         return tid
 
@@ -168,8 +175,10 @@ class Graph:
                       cached_total=alg.total(sizes[t] for t in cached), experts_done_saved=ex_saved,
                       experts_done_grads=ex_grads)
         moments = self._forward(alg, sizes, savers, frees)
+        before = self._grads_before_recompute(alg, sizes)
+        recompute = [(alg.add(m, before), x) for m, x in moments[:self._recompute_moments()]]
         return (alg.largest(moments), alg.largest(self._forward(alg, sizes, {}, frees)),
-                alg.largest(moments[:self._recompute_moments()]), bwd, fields, pgrads, 0 in saved_ids)
+                alg.largest(recompute), bwd, fields, pgrads, 0 in saved_ids)
 
     def _forward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int],
                  frees: list[list[int]]) -> list:
@@ -192,12 +201,32 @@ class Graph:
         non-reentrant checkpointing (torch.utils.checkpoint, early_stop=True) raises _StopRecomputationError
         once the forward's last tensor is packed for backward. Autograd packs a node's saved inputs before the
         kernel runs and a saved output after it, so the recompute ends before the last saving op's output is
-        allocated unless that op saves its own output. Until then it is the forward itself (moment k + 1 is
-        op k's)."""
-        last = max((k for k, op in enumerate(self.ops) if op.saves), default=-1)
+        allocated unless that op saves its own output or is a custom Function (packs: its saved tensors are
+        packed once its forward has returned). Until then it is the forward itself (moment k + 1 is op k's)."""
+        last = max((k for k, op in enumerate(self.ops) if op.saves or op.packs), default=-1)
         if last < 0:
             return len(self.ops) + 1
-        return last + (2 if self.ops[last].out in self.ops[last].saves else 1)
+        op = self.ops[last]
+        return last + (2 if op.out in op.saves or op.packs else 1)
+
+    def _grads_before_recompute(self, alg: type[_Bytes] | type[_Forms], sizes: list) -> object:
+        """Gradients besides the block output's alive while a checkpoint's recompute runs. Autograd runs the
+        block's last nodes (latest created first) until one unpacks a saved tensor, which starts the recompute:
+        what the nodes before it made stays alive through it (a LoRA branch's scaling: MulBackward0's grad *
+        scale), while an add or a sum hands its gradient on (Op.passes). Measured with torchtune's checkpointed QLoRA on the
+        CPU, where the recompute's dequantized weights make it the layer's peak."""
+        owner: dict[int, int] = {self.output: -1}  # gradient (tensor id) -> the tensor holding it (-1: output's)
+        for op in reversed(self.ops):
+            if op.out >= 0 and op.out not in owner and op.pgrad == 0:
+                continue
+            if op.saves or op.packs:
+                break
+            held = owner.pop(op.out, -1) if op.out >= 0 else -1
+            for i in op.grad_ins:
+                if i not in owner:
+                    view = op.passes == "expand" or op.passes == "add" and sizes[i] == sizes[op.out]
+                    owner[i] = held if view else i
+        return alg.total(sizes[t] for t in set(owner.values()) if t >= 0)
 
     def _backward(self, alg: type[_Bytes] | type[_Forms], sizes: list, savers: dict[int, int], saved: object) \
             -> tuple[list, object, int, tuple]:

@@ -53,7 +53,7 @@ def moe_mlp(g: Graph, y: int, c: Ctx) -> int:
         out = _grouped_experts(g, y, weights, wb, idx, c, tokens=t, top_k=k, experts=e, out_elem=c.residual_elem_bytes)
     if s.shared_experts:  # DeepSeek-V3 / GLM-4.5 MoE: experts(x) + shared_experts(x)
         shared = gated_mlp(g, y, c, width=s.shared_experts * s.intermediate_size, prefix="shared_")
-        out = g.op(c.residual_elem_bytes * t * h, ins=(out, shared), name="+ shared experts")
+        out = g.op(c.residual_elem_bytes * t * h, ins=(out, shared), name="+ shared experts", passes="add")
     # the block's argument, and the router's outputs it unpacks (gpt-oss's indices are `ti` above)
     g.keep(y, *(() if s.expert_bias else (idx,) if logits is None else (logits, idx)))
     return out
@@ -110,7 +110,7 @@ def _grouped_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ctx, 
                   name="un-permute")
     # locals of the experts forward live until it returns (`proj_out` is the down projection's last rebinding)
     g.keep(y, gathered, wsorted, idx, perm, counts, down)
-    summed = g.op(pb * tokens * h, ins=(unperm,), name="sum over top-k")
+    summed = g.op(pb * tokens * h, ins=(unperm,), name="sum over top-k", passes="expand")
     # `.to(hidden_states.dtype)` copies only when the dtype differs
     return summed if pb == out_elem else g.op(out_elem * tokens * h, ins=(summed,), name="to the hidden dtype")
 
@@ -143,7 +143,7 @@ def _all_to_all_experts(g: Graph, y: int, weights: int, wb: int, idx: int, c: Ct
     placed = g.op(xa * rows * h, ins=(back, order), saves=(order,), grad_ins=(back,), name="restore (token, slot) order")
     wbytes = max(xa, wb)  # tensor-tensor type promotion
     weighted = g.op(wbytes * rows * h, ins=(placed, weights), saves=(placed, weights), name="* routing weights")
-    out = g.op(wbytes * t * h, ins=(weighted,), name="sum over top-k")
+    out = g.op(wbytes * t * h, ins=(weighted,), name="sum over top-k", passes="expand")
     g.keep(back)  # recv_out: a local of _combine_tokens until it returns
     g.keep(recv, local_ids, ones, expert_out, idx)  # locals and arguments of AllToAllEP.__call__ until it returns
     return out if wbytes == c.residual_elem_bytes else g.op(c.residual_elem_bytes * t * h, ins=(out,), name="to the hidden dtype")
@@ -194,7 +194,7 @@ def llama4_moe(g: Graph, y: int, c: Ctx) -> int:
     g.keep(y, rep, routed, scores)  # the forward's locals live until it returns
     # out.add_(summed) writes into the shared expert's output; written as a new tensor that replaces it
     # (one T x H more for the moment both exist)
-    return g.op(mb * t * h, ins=(shared, summed), name="shared + routed (add_)")
+    return g.op(mb * t * h, ins=(shared, summed), name="shared + routed (add_)", passes="add")
 
 
 def _autocast_bmm(g: Graph, x16: int, out_bytes: int, n_w: int, c: Ctx, name: str) -> int:

@@ -8,6 +8,7 @@ the docstring) and states which tensors each autograd node saves.
 from __future__ import annotations
 
 from calc.contract.model_spec import GEMMA_FAMILIES
+from calc.contract.quantized import torchao_nf4_dequant_bytes, torchtune_nf4
 from calc.sim.context import Ctx
 from calc.sim.graph import OUT, Graph
 
@@ -44,7 +45,12 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     (x_bytes=2: an SDPA output, an MLP product) is used as it is."""
     t = c.tokens if tokens is None else tokens
     n_w = in_f * out_f + (out_f if bias else 0)
-    if not c.trains(name):
+    if not c.trains(name) and c.quantized_base and c.framework == "torchtune" and name not in UNQUANTIZED_LINEARS \
+            and torchtune_nf4(c.spec.family, name, c.lora_targets):
+        y = _torchao_nf4_linear(g, x, in_f, out_f, t, c, name, bias)
+    elif not c.trains(name) and c.framework == "torchtune":  # lora_qwen2's plain nn.Linear beside NF4 ones
+        y = g.op(c.act_elem_bytes * t * out_f, ins=(x,), name=name)
+    elif not c.trains(name):
         y = _frozen_linear(g, x, in_f, out_f, t, c, name)
     elif c.amp:
         xin = g.op(2 * t * in_f, ins=(x,), name=f"{name} autocast input") if x_bytes == 4 else x
@@ -66,6 +72,19 @@ def _frozen_linear(g: Graph, x: int, in_f: int, out_f: int, t: int, c: Ctx, name
     dequantized = dequantized_weight_bytes(c, in_f, out_f) if quant else 0
     return g.op(c.act_elem_bytes * t * out_f, ins=(x,), saves=(x,) if quant == "int8" else (),
                 ws_fwd=dequantized if quant in ("nf4", "fp4") else 0, ws_bwd=dequantized, name=name)
+
+
+def _torchao_nf4_linear(g: Graph, x: int, in_f: int, out_f: int, t: int, c: Ctx, name: str, bias: bool) -> int:
+    """torchtune's QLoRA linear (LoRALinear with quantize_base, FrozenNF4Linear): torchao's linear_nf4, whose
+    LinearNF4 saves only the NF4 weight. Forward F.linear(input, weight.to(input.dtype)) and backward
+    grad_output @ weight.to(grad_output.dtype) each dequantize the whole weight: get_original_weight's peak before
+    the matmul's result exists, then the 16-bit weight beside it. A bias is added after (`out + self.bias`)."""
+    n = in_f * out_f
+    peak, weight16 = torchao_nf4_dequant_bytes(n, c.act_elem_bytes), c.act_elem_bytes * n
+    out_b, in_b = c.act_elem_bytes * t * out_f, c.act_elem_bytes * t * in_f
+    y = g.op(out_b, ins=(x,), ws_fwd=max(peak - out_b, weight16), ws_bwd=max(peak - in_b, weight16), name=name,
+             packs=True)  # LinearNF4 saves the weight: packed when its forward returns
+    return g.op(out_b, ins=(y,), name=f"{name} + bias", passes="add") if bias else y
 
 
 def dequantized_weight_bytes(c: Ctx, in_f: int, out_f: int) -> int:
@@ -94,7 +113,7 @@ def lora_adapter(g: Graph, x: int, y: int, in_f: int, out_f: int, t: int, c: Ctx
         lb = g.op(ad * t * out_f, ins=(la,), saves=(la,), pgrad=ad * r * out_f, name=f"{name} lora B")
         mm = ad
     ls = g.op(mm * t * out_f, ins=(lb,), name=f"{name} lora scale")
-    summed = g.op(max(mm, c.act_elem_bytes) * t * out_f, ins=(y, ls), name=f"{name} + lora")
+    summed = g.op(max(mm, c.act_elem_bytes) * t * out_f, ins=(y, ls), name=f"{name} + lora", passes="add")
     if max(mm, c.act_elem_bytes) != c.act_elem_bytes:
         summed = g.op(c.act_elem_bytes * t * out_f, ins=(summed,), name=f"{name} lora cast back")
     return summed

@@ -121,8 +121,8 @@ def check_torchtune(sc: Scenario) -> None:
         raise UnsupportedError("framework torchtune: only training is measured")
     if t.precision not in (Precision.bf16, Precision.fp32):
         raise UnsupportedError("framework torchtune: the recipes' dtype is bf16 or fp32")
-    if t.lora is not None and (t.lora.base_weights != "bf16" or t.lora.targets not in ("attention", "all-linear")):
-        raise UnsupportedError("framework torchtune: LoRA on bf16 base weights, attention or all-linear targets")
+    if t.lora is not None and t.lora.base_weights not in ("bf16", "nf4"):
+        raise UnsupportedError("framework torchtune: LoRA on bf16 or NF4 base weights")
     if sc.resolved_hardware().num_gpus > 1:
         raise UnsupportedError("framework torchtune: the single-device recipe only")
     if t.activation_offload and t.activation_checkpointing != Checkpointing.full:
@@ -276,6 +276,17 @@ _MISTRAL = {"model_type": "mistral", "vocab_size": 2200, "hidden_size": 128, "in
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "max_position_embeddings": 256,
             "sliding_window": None}
 _BASE = {"framework": "torchtune", "micro_batch_size": 2, "seq_len": 128}
+# QLoRA: torchao's to_nf4 quantizes in whole scaler blocks (64 x 256 elements), so every linear needs a multiple of
+# 16,384 weights: hidden 256, intermediate 512
+_QLORA_LLAMA31 = {**_LLAMA31, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2}
+_QLORA_LLAMA32 = {**_QLORA_LLAMA31, "tie_word_embeddings": True, "vocab_size": 2000}
+_QLORA_MISTRAL = {**_MISTRAL, "hidden_size": 256, "intermediate_size": 512}
+_QLORA_QWEN2 = {**_QWEN2, "hidden_size": 256, "intermediate_size": 1024}
+
+
+def _qlora(targets: str | list[str], rank: int = 8, **more: Any) -> dict[str, Any]:
+    return {"rank": rank, "alpha": 2 * rank, "targets": targets, "base_weights": "nf4", **more}
+
 
 # name -> (model, training fields beyond _BASE); the framework's defaults fill the rest
 TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -301,6 +312,24 @@ TORCHTUNE_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                                   "activation_checkpointing": "full"}),
     "tt-qwen2-lora-all-linear-b1": (_QWEN2, {"lora": {"rank": 8, "alpha": 16, "targets": "all-linear"},
                                              "micro_batch_size": 1, "seq_len": 160}),
+    # QLoRA (quantize_base): the first five were the development cases, the last three were measured after
+    "tt-qlora-llama3.1-attention": (_QLORA_LLAMA31, {"lora": _qlora("attention")}),
+    "tt-qlora-llama3.1-all-linear-ckpt": (_QLORA_LLAMA31, {"lora": _qlora("all-linear"),
+                                                           "activation_checkpointing": "full"}),
+    "tt-qlora-llama3.2-tied-all-linear-dropout": (_QLORA_LLAMA32, {"lora": _qlora("all-linear", 16, dropout=0.05),
+                                                                   "micro_batch_size": 1, "seq_len": 200}),
+    "tt-qlora-mistral-attention-ckpt-accum2": (_QLORA_MISTRAL, {"lora": _qlora("attention"),
+                                                                "activation_checkpointing": "full",
+                                                                "gradient_accumulation_steps": 2}),
+    "tt-qlora-qwen2-tied-attention-b3": (_QLORA_QWEN2, {"lora": _qlora("attention"), "micro_batch_size": 3,
+                                                        "seq_len": 96}),
+    "tt-qlora-qwen2-all-linear-ckpt-dropout": (_QLORA_QWEN2, {"lora": _qlora("all-linear", dropout=0.1),
+                                                              "activation_checkpointing": "full",
+                                                              "micro_batch_size": 1, "seq_len": 160}),
+    "tt-qlora-llama3.1-qv-ckpt-s256": (_QLORA_LLAMA31, {"lora": _qlora(["q_proj", "v_proj"], 4),
+                                                        "activation_checkpointing": "full", "micro_batch_size": 1,
+                                                        "seq_len": 256}),
+    "tt-qlora-mistral-all-linear-s96": (_QLORA_MISTRAL, {"lora": _qlora("all-linear", 16), "seq_len": 96}),
 }
 
 

@@ -98,7 +98,7 @@ def litgpt_qkv(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
         index = g.op(8 * lora_w, grad=False, name="lora_ind.clone()")
         lora = g.op(a * t * out, ins=(lora, index), saves=(lora, index), grad_ins=(lora,), name="zero_pad index_copy_")
     scaled = g.op(a * t * out, ins=(lora,), name="qkv lora * scaling")
-    return g.op(a * t * out, ins=(base, scaled), name="qkv + lora")
+    return g.op(a * t * out, ins=(base, scaled), name="qkv + lora", passes="add")
 
 
 def litgpt_attention(g: Graph, y: int, y_bytes: int, c: Ctx) -> int:
@@ -143,11 +143,11 @@ def litgpt_layer(c: Ctx) -> Graph:
     g = Graph(input_bytes=r * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     y, yb = litgpt_rms_norm(g, 0, r, c)
     att = litgpt_attention(g, y, yb, c)
-    mid = g.op(max(r, c.act_elem_bytes) * t * h, ins=(att, 0), name="residual add")
+    mid = g.op(max(r, c.act_elem_bytes) * t * h, ins=(att, 0), name="residual add", passes="add")
     y2, yb2 = litgpt_rms_norm(g, mid, r, c)
     g.keep(y)  # x_normed is rebound only by norm_2's result
     m = litgpt_mlp(g, y2, yb2, c)
-    g.op(r * t * h, ins=(m, mid), name="residual add")
+    g.op(r * t * h, ins=(m, mid), name="residual add", passes="add")
     g.keep(0, att, y2)
     return g
 

@@ -47,10 +47,10 @@ def torchtune_layer(c: Ctx) -> Graph:
     g = Graph(input_bytes=rb * t * h, input_requires_grad=c.input_grad, round_to=512 if c.cuda else 1)
     y = torchtune_rms_norm(g, 0, c)
     attn = torchtune_attention(g, y, c)
-    mid = g.op(rb * t * h, ins=(attn, 0), name="residual add")
+    mid = g.op(rb * t * h, ins=(attn, 0), name="residual add", passes="add")
     y2 = torchtune_rms_norm(g, mid, c)
     m = gated_mlp(g, y2, c)  # FeedForward: w2(silu(w1(x)) * w3(x)), LlamaMLP's ops in LlamaMLP's order
-    g.op(rb * t * h, ins=(mid, m, attn), grad_ins=(mid, m), name="residual add")
+    g.op(rb * t * h, ins=(mid, m, attn), grad_ins=(mid, m), name="residual add", passes="add")
     g.keep(0)  # the decoder loop's `h` is rebound only when the layer returns
     return g
 
