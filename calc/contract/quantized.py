@@ -71,12 +71,20 @@ TORCHAO_NF4_SCALER_BLOCK = 256  # to_nf4: scaler_block_size (the scalers' own qu
 TORCHAO_NF4_TABLE = 16  # NF4Tensor.nf4: the 16 NF4 values, in the weight's dtype, one table per weight
 
 
+def torchao_nf4_block_elements() -> int:
+    """to_nf4 asserts a weight divides into whole scaler blocks: 64 x 256 weights."""
+    return TORCHAO_NF4_BLOCK * TORCHAO_NF4_SCALER_BLOCK
+
+
 def torchao_nf4_bytes(numel: int, elem_bytes: int = SIXTEEN_BIT) -> int:
     """One NF4Tensor as torchtune's QLoRA builders store a frozen weight (to_nf4 of a 16-bit weight): packed
     uint8 data, the int8 scalers (always double-quantized), a factor per 256 scalers and the scalers' mean in the
-    weight's dtype, and its NF4 table. to_nf4 asserts numel divides into whole scaler blocks."""
+    weight's dtype, and its NF4 table. to_nf4 asserts numel divides into whole scaler blocks. With a single scaler
+    block the factor is a view of a 256-wide tensor, whose storage it keeps whole (measured: 16,384 weights)."""
     blocks = numel // TORCHAO_NF4_BLOCK
-    return numel // 2 + blocks + elem_bytes * (blocks // TORCHAO_NF4_SCALER_BLOCK + 1 + TORCHAO_NF4_TABLE)
+    factors = blocks // TORCHAO_NF4_SCALER_BLOCK
+    factor_storage = TORCHAO_NF4_SCALER_BLOCK if factors == 1 else factors
+    return numel // 2 + blocks + elem_bytes * (factor_storage + 1 + TORCHAO_NF4_TABLE)
 
 
 def torchao_nf4_dequant_bytes(numel: int, elem_bytes: int = SIXTEEN_BIT) -> int:

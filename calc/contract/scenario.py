@@ -35,8 +35,10 @@ from calc.contract.hardware import HardwareConfig
 from calc.contract.hf_rules import check_positions, check_tensor_parallel, longest_sequence
 from calc.contract.i18n import T_, Text
 from calc.contract.lora import MAX_MODULE_NAMES, LoraConfig  # noqa: F401 - the scenario re-exports it
+from calc.contract.module_paths import linear_path
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
+from calc.contract.quantized import torchao_nf4_block_elements, torchtune_nf4
 from calc.contract.serving import ServingConfig, check_serving_fits
 from calc.contract.training_rules import (  # noqa: F401 - TORCHTUNE_FAMILIES: the scenario re-exports it
     TORCHTUNE_FAMILIES,
@@ -337,6 +339,17 @@ def _fill(data: dict[str, Any], key: str, q: ConfigQuantization, field: str = "w
     return {**data, key: filled}
 
 
+def _torchao_nf4_fits(spec: ModelSpec, targets: str | tuple[str, ...]) -> None:
+    """torchtune's QLoRA: torchao's to_nf4 quantizes whole scaler blocks and refuses a weight that is not one."""
+    adapted, block = spec.lora_target_names(targets), torchao_nf4_block_elements()
+    for lin in spec.linear_layers():
+        if torchtune_nf4(spec.family, lin.name, adapted) and (lin.in_features * lin.out_features) % block:
+            raise UserError(T_("framework torchtune, QLoRA: torchao stores {name} ({rows} x {cols}) as NF4 only in "
+                               "whole blocks of {block} weights; this model's is not a multiple",
+                               name=linear_path(spec, lin, 0).rsplit(".", 1)[-1], rows=lin.out_features,
+                               cols=lin.in_features, block=f"{block:,}"))
+
+
 class Scenario(BaseModel):
     """Model + hardware + training setup. `model` is a preset id or a Hugging Face config dict."""
 
@@ -467,6 +480,8 @@ class Scenario(BaseModel):
         if t.lora is not None:
             _lora_names_fit(t.lora, spec)
             _lora_fits_training(t, spec)
+        if t.framework == "torchtune" and t.lora is not None and t.lora.quantized:
+            _torchao_nf4_fits(spec, t.lora.targets)
         if t.framework == "litgpt":
             self._litgpt_fits(spec, gpus)
         if t.framework == "torchtune":

@@ -68,7 +68,7 @@ def torchtune_supported(t: Any) -> None:
                            "base_weights nf4 (QLoRA) or bf16 (LoRA)"))
     if t.lora is not None and t.precision != Precision.bf16:
         raise UserError(T_("framework torchtune: LoRA is modelled on a bf16 model (precision bf16)"))
-    if t.lora is not None and t.lora.quantized and isinstance(t.lora.targets, list) and "lm_head" in t.lora.targets:
+    if t.lora is not None and t.lora.quantized and not isinstance(t.lora.targets, str) and "lm_head" in t.lora.targets:
         raise UserError(T_("framework torchtune: QLoRA with an adapter on the output projection (an NF4 output) "
                            "is not modelled yet; leave lm_head out of the targets"))
     if t.lora is not None and t.lora.modules_to_save:  # torchtune's recipes train adapters only

@@ -34,6 +34,8 @@ TINY_LLAMA = {"model_type": "llama", "vocab_size": 2000, "hidden_size": 128, "in
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 256, "tie_word_embeddings": False}
 TINY_QWEN = {**TINY_LLAMA, "model_type": "qwen2", "tie_word_embeddings": True}
+NF4_LLAMA = {**TINY_LLAMA, "hidden_size": 256, "intermediate_size": 512}  # whole torchao NF4 blocks
+NF4_QWEN = {**NF4_LLAMA, "model_type": "qwen2", "tie_word_embeddings": True}
 
 
 def tt(model=TINY_LLAMA, **training) -> Scenario:
@@ -198,7 +200,9 @@ TORCHTUNE_CHECKED = [tt(TINY_LLAMA), tt(TINY_QWEN, cross_entropy="standard", act
                      tt("llama-3.2-1b", optimizer_impl="fused"), tt("qwen2.5-0.5b", lora={"rank": 8}),
                      tt(TINY_LLAMA, optimizer="paged-adamw-8bit"), tt(TINY_QWEN, optimizer="sgd-momentum",
                                                                     optimizer_impl="for-loop"),
-                     tt(TINY_LLAMA, optimizer_in_backward=True)]
+                     tt(TINY_LLAMA, optimizer_in_backward=True),
+                     tt(NF4_LLAMA, lora={"rank": 8, "targets": "all-linear", "base_weights": "nf4"},
+                        activation_checkpointing="full")]
 
 
 @pytest.mark.slow
@@ -283,8 +287,9 @@ def test_litgpt_parses_the_command_line():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sc", [tt(TINY_LLAMA), tt(TINY_QWEN, lora={"rank": 4, "targets": "all-linear"})],
-                         ids=["llama-full", "qwen2-tied-lora"])
+@pytest.mark.parametrize("sc", [tt(TINY_LLAMA), tt(TINY_QWEN, lora={"rank": 4, "targets": "all-linear"}),
+                                tt(NF4_QWEN, lora={"rank": 4, "targets": ("q_proj", "v_proj"), "base_weights": "nf4"})],
+                         ids=["llama-full", "qwen2-tied-lora", "qwen2-tied-qlora"])
 def test_torchtune_loads_a_hugging_face_checkpoint_through_the_exported_blocks(sc, tmp_path):
     """The exported checkpointer (FullModelHFCheckpointer with the family's model_type) reads a tiny random
     Hugging Face checkpoint written here, and the exported model block takes every weight: all the model's

@@ -40,7 +40,11 @@ def test_records_cover_the_torchtune_step():
     assert all(r.scenario.training.framework == "torchtune" for r in RECORDS)
     assert {("none", "chunked", "bf16"), ("full", "chunked", "bf16"), ("none", "standard", "bf16"),
             ("none", "chunked", "fp32")} <= kinds
-    assert {r.scenario.training.lora.targets for r in RECORDS if r.scenario.training.lora} == {"attention", "all-linear"}
+    assert {r.scenario.training.lora.targets for r in RECORDS if r.scenario.training.lora} == \
+        {"attention", "all-linear", ("q_proj", "v_proj")}
+    qlora = {(r.scenario.spec.family, r.scenario.training.activation_checkpointing.value) for r in RECORDS
+             if r.scenario.training.lora and r.scenario.training.lora.quantized}
+    assert {("llama", "none"), ("llama", "full"), ("mistral", "full"), ("qwen2", "none"), ("qwen2", "full")} <= qlora
     assert {r.device for r in RECORDS} == {"cpu", "fake"}
 
 
@@ -117,18 +121,55 @@ def test_chunked_needs_a_framework_that_chunks():
 
 @pytest.mark.parametrize("training", [{"precision": "amp-bf16"}, {"attention": "eager"},
                                       {"activation_checkpointing": "selective"}, {"sharding": "deepspeed"},
-                                      {"lora": {"rank": 8, "base_weights": "nf4"}}, {"cross_entropy": "liger-fused"},
+                                      {"lora": {"rank": 8, "base_weights": "fp4"}}, {"cross_entropy": "liger-fused"},
                                       {"precision": "fp32", "lora": {"rank": 8}}])
 def test_what_torchtune_does_not_run_is_refused(training):
     with pytest.raises(ValueError, match="torchtune"):
         _tt(**training)
 
 
-def test_torchtune_qlora_is_refused_as_qlora():
-    """torchtune's QLoRA keeps its base as torchao NF4 tensors, which the torchtune path does not model: the refusal
-    says so, and points to the bitsandbytes QLoRA the transformers path does model."""
-    with pytest.raises(ValueError, match="QLoRA recipes .* not modelled yet; for bitsandbytes QLoRA choose framework"):
-        _tt(lora={"rank": 8, "base_weights": "nf4"})
+def test_torchtune_qlora_stores_the_base_as_torchao_nf4():
+    """torchtune's QLoRA (quantize_base): every decoder linear of a Llama an NF4Tensor (torchao's layout, not
+    bitsandbytes'), so the weights differ from the transformers QLoRA of the same model; lm_head stays bf16."""
+    from calc.contract.quantized import torchao_nf4_bytes
+
+    model = {**SMALL, "intermediate_size": 512}  # whole NF4 scaler blocks in every linear
+    tt = estimate(_tt(model, lora={"rank": 8, "base_weights": "nf4"}))
+    hf = estimate(Scenario.model_validate({"model": model, "training": {"seq_len": 1024, "precision": "bf16",
+                                                                        "lora": {"rank": 8, "base_weights": "nf4"}}}))
+    assert tt.breakdown.parameters != hf.breakdown.parameters
+    assert torchao_nf4_bytes(4096 * 4096) == 4096 * 4096 // 2 + 4096 * 4096 // 64 + 2 * (1024 + 1 + 16)
+
+
+def test_torchao_nf4_bytes_is_what_to_nf4_stores():
+    """The layout against torchao itself: every tensor an NF4Tensor holds, for a few shapes."""
+    torch = pytest.importorskip("torch")
+    nf4 = pytest.importorskip("torchao.dtypes.nf4tensor")
+    from calc.contract.quantized import torchao_nf4_bytes
+
+    for rows, cols in ((256, 64), (512, 256), (128, 384), (1024, 256)):
+        t = nf4.to_nf4(torch.randn(rows, cols, dtype=torch.bfloat16))
+        stored = sum(x.untyped_storage().nbytes() for x in (t.quantized_data, t.quantized_scalers,
+                                                              t.quantization_factor, t.scaler_mean, t.nf4))
+        assert stored == torchao_nf4_bytes(rows * cols), (rows, cols)
+
+
+def test_torchtune_qlora_refuses_what_torchao_and_the_builders_cannot_do():
+    with pytest.raises(ValueError, match="whole blocks of 16,384 weights"):
+        _tt({**SMALL, "hidden_size": 192}, lora={"rank": 8, "base_weights": "nf4"})
+    with pytest.raises(ValueError, match="leave lm_head out"):
+        _tt(lora={"rank": 8, "base_weights": "nf4", "targets": ["q_proj", "lm_head"]})
+    with pytest.raises(ValueError, match="choose base_weights nf4"):
+        _tt(lora={"rank": 8, "base_weights": "int8"})
+
+
+def test_lora_qwen2_quantizes_only_the_adapted_linears():
+    """lora_qwen2 leaves a linear without an adapter an nn.Linear; lora_llama3 makes it a FrozenNF4Linear."""
+    from calc.contract.quantized import torchtune_nf4
+
+    adapted = frozenset({"q", "v"})
+    assert torchtune_nf4("qwen2", "q", adapted) and not torchtune_nf4("qwen2", "down", adapted)
+    assert torchtune_nf4("llama", "down", adapted) and torchtune_nf4("mistral", "o", adapted)
 
 
 def test_torchtune_is_one_device():
