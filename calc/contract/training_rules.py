@@ -60,6 +60,8 @@ def torchtune_supported(t: Any) -> None:
         raise UserError(T_("framework torchtune runs attention through SDPA: choose attention sdpa"))
     if t.activation_checkpointing == Checkpointing.selective:
         raise UserError(T_("framework torchtune: choose activation_checkpointing none or full (whole layers)"))
+    if t.activation_checkpointing == Checkpointing.full and t.checkpoint_every != 1:
+        raise UserError(T_("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"))
     if t.sharding != "torch" or t.tensor_parallel > 1 or t.pipeline_parallel > 1:
         raise UserError(T_("framework torchtune is modelled for its single-device recipes: choose sharding torch "
                            "without tensor or pipeline parallelism"))

@@ -159,8 +159,6 @@ def _check(sc: Scenario) -> None:
     t = sc.training
     if t.framework != "torchtune":
         raise ValueError("the torchtune export is for framework torchtune")
-    if t.checkpoint_every != 1:
-        raise UserError(T_("torchtune's single-device recipes checkpoint every layer: use checkpoint_every 1"))
     if t.lora is not None and t.optimizer_in_backward:
         raise UserError(T_("torchtune's LoRA recipe (lora_finetune_single_device) has no optimizer_in_bwd: turn "
                            "optimizer_in_backward off"))

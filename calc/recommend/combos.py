@@ -83,16 +83,17 @@ class LightConfig:
     micro_batch_size: int
     gradient_accumulation_steps: int
     seq_len: int
+    framework: str = "transformers"
 
 
 def _lora_key(lora: LoraConfig | None) -> tuple | None:
     return None if lora is None else (lora.rank, lora.alpha, lora.targets, lora.base_weights)
 
 
-def light_config(c: Combo, mb: int, ga: int, seq: int) -> LightConfig:
-    """c at this micro-batch, accumulation and sequence length, for calc.speed.step_time."""
+def light_config(c: Combo, mb: int, ga: int, seq: int, framework: str = "transformers") -> LightConfig:
+    """c at this micro-batch, accumulation and sequence length, under `framework`, for calc.speed.step_time."""
     return LightConfig(c.precision, c.ckpt, c.every, c.attention, c.zero, c.off_opt, c.off_par, c.tp, c.pp, c.optimizer,
-                  c.lora, mb, ga, seq)
+                       c.lora, mb, ga, seq, framework)
 
 
 def combo_of(t: TrainingConfig, dp: int = 1) -> Combo:

@@ -64,11 +64,14 @@ class Joined(Phrase):
 
 
 class _LowerFirst(Phrase):
-    """The English with its first letter lowered (to follow a semicolon); other languages as they are."""
+    """The English with its first letter lowered (to follow a semicolon), unless its first word is a name written
+    with capitals inside (LoRA, QLoRA, ZeRO); other languages as they are."""
 
     def __new__(cls, inner: object) -> _LowerFirst:
         english = str(inner)
-        self = str.__new__(cls, english[:1].lower() + english[1:])
+        first_word = english.split(" ", 1)[0]
+        lowered = english if first_word[1:] != first_word[1:].lower() else english[:1].lower() + english[1:]
+        self = str.__new__(cls, lowered)
         self.msgid, self.fields = "{text}", {"text": inner}
         return self
 

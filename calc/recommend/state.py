@@ -162,13 +162,14 @@ class SearchState:
         if raw is None:
             self.stats["speed_evaluations"] += 1
             ga = per // mb if self.base.mode == Mode.train else 1
-            raw = self.speeds[key] = step_time(self.base.spec, light_config(c, mb, ga, self.base.training.seq_len),
+            raw = self.speeds[key] = step_time(self.base.spec, light_config(c, mb, ga, self.base.training.seq_len, self.base.training.framework),
                                                self.hw, self.base.mode, self.assumptions, explain=False)
         return raw
 
     def explained(self, f: Found) -> StepTime:
         """The same step time with every term's formula, for a candidate that is shown."""
-        return step_time(self.base.spec, light_config(f.combo, f.mb, f.ga, self.base.training.seq_len), self.hw,
+        return step_time(self.base.spec, light_config(f.combo, f.mb, f.ga, self.base.training.seq_len,
+                                                         self.base.training.framework), self.hw,
                          self.base.mode, self.assumptions)
 
     def fit(self, c: Combo, mb: int, ga: int) -> Fit:

@@ -107,7 +107,11 @@ DEQUANTIZATION_SOURCE = "QLoRA dequantises each frozen weight to bf16 before eve
 
 
 def dequantization_formula(x: StepShape, d: Dequantization, hw: SpeedHardware) -> str:
-    return (f"{d.weights:,} weights x ({d.quantized_bytes_per_weight:g} B read + 2 B bf16 write) x {d.passes} "
+    if d.traffic_bytes_per_weight != d.quantized_bytes_per_weight + 2:  # torchao's eager get_original_weight
+        return (f"{d.weights:,} weights x {d.traffic_bytes_per_weight:g} B (torchao's NF4 dequantisation, eager: "
+                f"int64 indices, table lookups, scaling, stack) x {d.passes:.3g} passes x {x.accumulation_steps} "
+                f"micro-batches / {hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM")
+    return (f"{d.weights:,} weights x ({d.quantized_bytes_per_weight:g} B read + 2 B bf16 write) x {d.passes:.3g} "
             f"passes x {x.accumulation_steps} micro-batches / {hw.gpu.memory_bandwidth_bytes_per_s / 1e9:g} GB/s HBM")
 
 

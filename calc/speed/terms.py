@@ -41,6 +41,7 @@ class StepConfig(Protocol):
     micro_batch_size: int
     gradient_accumulation_steps: int
     seq_len: int
+    framework: str
 
 
 class ShapeNumbers(NamedTuple):
@@ -200,17 +201,28 @@ class Dequantization(NamedTuple):
     """QLoRA's frozen int8/nf4 weights read and written as bf16 before every matmul that uses them."""
 
     quantized_bytes_per_weight: float
+    traffic_bytes_per_weight: float  # HBM bytes read and written per weight per dequantisation
     weights: int  # the first stage's frozen weights on one GPU
-    passes: int
+    passes: float  # forward and backward, plus the share of checkpointed layers whose forward reruns
     seconds: float
+
+
+# torchao's NF4Tensor.get_original_weight in eager PyTorch, op by op, in bytes per weight read + written: the two
+# nibble shifts/masks of the packed bytes (1 + 1), each half's indices widened to int64 (0.5 + 4, twice), the two
+# lookups of the NF4 table by those indices (4 + 1, twice), the scalers expanded to each half (1, twice), each half
+# scaled (2 + 1, twice) and torch.stack of the halves (2 + 2). Counted from torchao 0.17's source and the ops its
+# CPU run dispatches, not timed on a GPU.
+TORCHAO_NF4_DEQUANT_TRAFFIC = 2 * 1 + 2 * 4.5 + 2 * 5 + 2 * 1 + 2 * 3 + 4
 
 
 def dequantization(x: StepShape, hw: SpeedHardware, lora: LoraConfig) -> Dequantization:
     q_bytes = data_bytes_per_weight(lora.base_weights)
+    traffic = TORCHAO_NF4_DEQUANT_TRAFFIC if x.config.framework == "torchtune" else q_bytes + 2
     weights = x.stage_layers * x.shape.layer_matmul_params // x.tp
-    passes = (2 if x.training else 1) + (1 if x.checkpointing == Checkpointing.full else 0)
-    seconds = weights * (q_bytes + 2) * passes * x.accumulation_steps / hw.gpu.memory_bandwidth_bytes_per_s
-    return Dequantization(q_bytes, weights, passes, seconds)
+    checkpointed = -(-x.layers // x.config.checkpoint_every) if x.checkpointing == Checkpointing.full else 0
+    passes = (2 if x.training else 1) + checkpointed / x.layers
+    seconds = weights * traffic * passes * x.accumulation_steps / hw.gpu.memory_bandwidth_bytes_per_s
+    return Dequantization(q_bytes, traffic, weights, passes, seconds)
 
 
 # ---- communication ------------------------------------------------------------------------------------

@@ -122,7 +122,8 @@ def test_chunked_needs_a_framework_that_chunks():
 @pytest.mark.parametrize("training", [{"precision": "amp-bf16"}, {"attention": "eager"},
                                       {"activation_checkpointing": "selective"}, {"sharding": "deepspeed"},
                                       {"lora": {"rank": 8, "base_weights": "fp4"}}, {"cross_entropy": "liger-fused"},
-                                      {"precision": "fp32", "lora": {"rank": 8}}])
+                                      {"precision": "fp32", "lora": {"rank": 8}},
+                                      {"activation_checkpointing": "full", "checkpoint_every": 2}])
 def test_what_torchtune_does_not_run_is_refused(training):
     with pytest.raises(ValueError, match="torchtune"):
         _tt(**training)

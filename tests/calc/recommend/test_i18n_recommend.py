@@ -33,6 +33,8 @@ def test_phrase_is_its_english_and_renders_nested_fields_in_chinese():
     assert joined("; ", [T_("recomputation"), T_("the same")]).render("zh") == "重计算；相同"
     low = lower_first(T_("Full fine-tuning does not fit this hardware; {explanation}", explanation="E"))
     assert low.startswith("full fine-tuning") and low.render("zh").startswith("全参微调")
+    assert lower_first("QLoRA r16 + no ZeRO") == "QLoRA r16 + no ZeRO"  # a name keeps its capitals
+    assert lower_first("LoRA r16") == "LoRA r16" and lower_first("The fastest") == "the fastest"
 
 
 def test_phrase_survives_pickle_and_pydantic_and_dumps_as_english():

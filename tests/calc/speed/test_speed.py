@@ -97,6 +97,28 @@ def test_eager_attention_costs_hbm_traffic():
     assert eager.step_s > sdpa.step_s
 
 
+def test_dequantisation_by_hand_bitsandbytes_and_torchao():
+    """nf4 reads 0.5 B and writes 2 B per weight per pass under bitsandbytes; torchao's eager NF4 dequantisation
+    (torchtune's QLoRA) moves 33 B per weight; the checkpointed layers' share adds a pass."""
+    from calc.speed.terms import TORCHAO_NF4_DEQUANT_TRAFFIC
+
+    assert TORCHAO_NF4_DEQUANT_TRAFFIC == 33
+    hbm = gpu_presets()["a100-80gb"].memory_bandwidth_bytes_per_s
+    nf4 = {"rank": 8, "base_weights": "nf4"}
+    model = {**TINY, "hidden_size": 128, "intermediate_size": 256}  # whole torchao NF4 blocks
+    weights = 2 * (4 * 128 * 128 + 3 * 128 * 256)
+    bnb = Scenario(model=model, hardware={"gpu": "a100-80gb"},
+                   training={"micro_batch_size": 2, "seq_len": 16, "precision": "bf16", "lora": nf4})
+    assert term(estimate_speed(bnb), "dequantize").seconds == pytest.approx(weights * 2.5 * 2 / hbm)
+    tt = Scenario(model=model, hardware={"gpu": "a100-80gb"},
+                  training={"framework": "torchtune", "micro_batch_size": 2, "seq_len": 16, "lora": nf4,
+                            "activation_checkpointing": "full"})
+    assert term(estimate_speed(tt), "dequantize").seconds == pytest.approx(weights * 33 * 3 / hbm)
+    every_other = bnb.model_copy(update={"training": bnb.training.model_copy(
+        update={"activation_checkpointing": "full", "checkpoint_every": 2})})
+    assert term(estimate_speed(every_other), "dequantize").seconds == pytest.approx(weights * 2.5 * 2.5 / hbm)
+
+
 # ---- communication volumes ----------------------------------------------------------------------
 
 def llama7b_8gpu(stage: int, **training) -> Scenario:
