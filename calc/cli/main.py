@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from calc.cli import calibrate, ds_import, estimate, export, fit, presets, recommend, serve, table, validate
 from calc.contract.boundary import error_message, short
+from calc.contract.i18n import DEFAULT_LANG
 from calc.contract.output import for_terminal
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "run_as_program"]
@@ -110,7 +111,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except (ValueError, ValidationError) as exc:  # UserError included: one short line, exit 2
-        print(f"error: {error_message(exc)}", file=sys.stderr)
+        print(f"error: {error_message(exc, getattr(args, 'lang', None) or DEFAULT_LANG)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `python -m calc presets | head`: the reader left; stop quietly
         _silence_stdout()

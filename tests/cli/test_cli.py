@@ -33,6 +33,14 @@ def test_estimate_json_contract(tmp_path, capsys):
     assert out["peak_phase"] in ("forward", "loss", "backward", "optimizer")
 
 
+def test_a_refusal_speaks_the_language_asked_for(tmp_path, capsys):
+    path = write(tmp_path, {"model": "llama-3.2-1b", "training": {"framework": "torchtune", "attention": "eager"}})
+    assert main(["estimate", path, "--lang", "zh"]) == 2
+    assert "通过 SDPA 计算注意力" in capsys.readouterr().err
+    assert main(["estimate", path]) == 2
+    assert "runs attention through SDPA" in capsys.readouterr().err
+
+
 def test_estimate_table_shows_gib(tmp_path, capsys):
     path = write(tmp_path, {"model": "gpt2", "hardware": {"cluster": "1x-rtx-4090"}})
     assert main(["estimate", path, "--format", "table"]) == 0
