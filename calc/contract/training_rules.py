@@ -52,7 +52,7 @@ TORCHTUNE_FAMILIES = ("llama", "qwen2", "mistral")
 def torchtune_supported(t: Any) -> None:
     """What torchtune's single-device recipes run, as modelled: a bf16 or fp32 model (its `dtype`; no autocast,
     no master copies), SDPA, whole-layer checkpointing, one GPU without DeepSpeed; full fine-tuning, or LoRA on
-    a bf16 model (lora_finetune_single_device)."""
+    a bf16 model (lora_finetune_single_device), its base bf16 or torchao NF4 (QLoRA: quantize_base)."""
     if t.precision not in (Precision.bf16, Precision.fp32):
         raise UserError(T_("framework torchtune builds the model in its dtype (bf16 or fp32): choose precision "
                            "bf16 or fp32"))
