@@ -29,6 +29,10 @@ def peak_components(sc: Scenario, st: States, row: TimelineRow, workspace_bytes:
     t = sc.training
     p = t.precision
     out = list(st.components)  # weights
+    held = stable_embedding_component(sc)
+    if held is not None:  # gradients every moment of the step keeps, beside the .grad the step frees
+        out.append(held)
+        grads -= held.bytes
     gathered = row.parameters - sum(c.bytes for c in out if c.category == "parameters")
     if gathered > 0:  # FSDP2: the root module's and the running layers' all-gathered full 16-bit weights
         out.append(Component(key="gathered_weights", category="parameters", label=N_("Gathered full weights (FSDP2)"),
@@ -154,9 +158,24 @@ def activations_source(framework: str) -> str:
     return N_("replay of the transformers ops in the autograd simulator (calc.sim.graph)")
 
 
+def stable_embedding_component(sc: Scenario) -> Component | None:
+    """LitGPT QLoRA: the StableEmbedding's gradients, which no optimizer frees (the timeline's held gradients)."""
+    if sc.training.framework != "litgpt":
+        return None
+    stable = litgpt_stable_embedding_grad_bytes(block_context(sc, "cuda"))
+    h = sc.spec.hidden_size
+    return Component(key="stable_embedding_grads", category="gradients",
+                     label=N_("StableEmbedding gradients (in no optimizer)"), bytes=stable,
+                     formula=f"2 x ({sc.spec.vocab_size} x {h} + 2 x {h}) B",
+                     source=N_("litgpt finetune/lora.py with --quantize: the StableEmbedding put in place of wte "
+                               "after the optimizer was made trains, but no optimizer.zero_grad reaches its "
+                               "gradients, which stay from the first backward on")) if stable else None
+
+
 def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
     """LitGPT's loop keeps, beside the model states: its batch, GPT's RoPE cache buffers, the fp32 logits, with
-    LoRA on some of q, k and v LoRAQKVLinear's index buffers, and with QLoRA its StableEmbedding's gradients."""
+    LoRA on some of q, k and v LoRAQKVLinear's index buffers (QLoRA's StableEmbedding gradients, also kept
+    throughout, are gradients: stable_embedding_component)."""
     t = sc.training
     ctx = block_context(sc, "cuda")
     b, s = t.micro_batch_size, t.seq_len
@@ -165,13 +184,6 @@ def litgpt_named_terms(sc: Scenario) -> list[tuple[str, str, int, str, str]]:
                    f"{sc.spec.num_layers} layers x {index // 8 // sc.spec.num_layers} x 8 B",
                    N_("litgpt.lora.LoRAQKVLinear.lora_ind: int64 per adapted column, kept from the first forward"))
                   ] if index else []
-    stable = litgpt_stable_embedding_grad_bytes(ctx)
-    h = sc.spec.hidden_size
-    index_term += [("stable_embedding_grads", N_("StableEmbedding gradients (in no optimizer)"), stable,
-                    f"2 x ({sc.spec.vocab_size} x {h} + 2 x {h}) B",
-                    N_("litgpt finetune/lora.py with --quantize: the StableEmbedding put in place of wte after the "
-                       "optimizer was made trains, but no optimizer.zero_grad reaches its gradients, which stay "
-                       "from the first backward on"))] if stable else []
     return index_term + [("inputs", N_("input_ids and labels (int64)"), litgpt_batch_bytes(b, s), f"2 x {b} x {s} x 8 B",
              N_("the batch LitGPT's fine-tuning scripts feed the step")),
             ("rope_cache", N_("RoPE cos / sin buffers"), litgpt_rope_cache_bytes(ctx),

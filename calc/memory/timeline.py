@@ -81,6 +81,14 @@ class StepTimeline:
 
     def __init__(self) -> None:
         self.parts: list[TimelineRow | LayerRun] = []
+        # bytes every row counts in `other` (kept beside the model states throughout) that are parameters'
+        # gradients no step frees (LitGPT QLoRA's StableEmbedding): each row shows them as gradients
+        self.held_gradients = 0
+
+    def shown(self, row: TimelineRow) -> TimelineRow:
+        """`row` with the held gradients moved from other to gradients (the total unchanged)."""
+        moved = min(self.held_gradients, row.other)
+        return row._replace(gradients=row.gradients + moved, other=row.other - moved) if moved > 0 else row
 
     def add(self, event: str, phase: str, params: int, grads: int, opt: int, acts: int, other: int) -> None:
         """One moment; `other` below 0 (a term that frees more than the block's own transients) counts as 0."""
@@ -111,13 +119,13 @@ class StepTimeline:
                         best, best_at, best_row = total, base + j, row
             at += len(order) * part.width
         assert best_row is not None
-        return best_at, best_row
+        return best_at, self.shown(best_row)
 
     def all_rows(self) -> list[TimelineRow]:
         out: list[TimelineRow] = []
         for part in self.parts:
             if isinstance(part, TimelineRow):
-                out.append(part)
+                out.append(self.shown(part))
                 continue
             for i in part.order:
                 listed = None
@@ -125,7 +133,7 @@ class StepTimeline:
                     # a layer without one of the run's moments repeats a row object to keep the run's width
                     # (a dense layer under expert parallelism): the chart lists that moment once
                     if row is not listed:
-                        out.append(row)
+                        out.append(self.shown(row))
                     listed = row
         return out
 

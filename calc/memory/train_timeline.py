@@ -63,7 +63,7 @@ from calc.memory.result import (
 )
 from calc.memory.states import States, param_count, partition_bytes, step_gradient_bytes
 from calc.memory.timeline import StepTimeline, TimelineRow, layer_names
-from calc.sim.frameworks.litgpt import litgpt_resident_bytes
+from calc.sim.frameworks.litgpt import litgpt_resident_bytes, litgpt_stable_embedding_grad_bytes
 from calc.sim.graph import BlockProfile
 from calc.sim.layers import Ctx, final_norm_block
 from calc.sim.profiles import block_profile
@@ -79,6 +79,8 @@ def train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool,
     blocks again (the reference path)."""
     stage = TrainStage(sc, st, ctx, layers, first, last, workspace_bytes, replay)
     tl = StepTimeline()
+    if stage.litgpt and first:  # counted among the resident bytes, drawn as the gradients they are
+        tl.held_gradients = litgpt_stable_embedding_grad_bytes(ctx)
     stage.add_forward(tl)
     stage.add_loss(tl)
     stage.add_backward(tl)

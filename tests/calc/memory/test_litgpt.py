@@ -253,6 +253,10 @@ def test_litgpt_qlora_counts_its_4bit_head_and_stable_embedding():
     grads = next(c for c in est.components if c.key == "stable_embedding_grads")
     assert grads.bytes == 2 * (vh + 2 * spec.hidden_size)
     assert "zero_grad" in grads.source
+    # gradients, drawn as such at every moment of the step (the forward's too: they stay from step 1 on)
+    assert grads.category == "gradients" and est.breakdown.gradients >= grads.bytes
+    assert min(est.timeline.gradients) >= grads.bytes
+    assert sum(c.bytes for c in est.components) == est.peak_allocated_bytes
 
 
 def test_the_records_cover_litgpt_qlora():
