@@ -35,7 +35,6 @@ from calc.contract.hardware import HardwareConfig
 from calc.contract.hf_rules import check_positions, check_tensor_parallel, longest_sequence
 from calc.contract.i18n import T_, Text
 from calc.contract.lora import MAX_MODULE_NAMES, LoraConfig  # noqa: F401 - the scenario re-exports it
-from calc.contract.module_paths import linear_path
 from calc.contract.parallel import REDUCE_BUCKET_ELEMENTS
 from calc.contract.quantization_config import ConfigQuantization, config_quantization
 from calc.contract.quantized import torchao_nf4_block_elements, torchtune_nf4
@@ -346,7 +345,7 @@ def _torchao_nf4_fits(spec: ModelSpec, targets: str | tuple[str, ...]) -> None:
         if torchtune_nf4(spec.family, lin.name, adapted) and (lin.in_features * lin.out_features) % block:
             raise UserError(T_("framework torchtune, QLoRA: torchao stores {name} ({rows} x {cols}) as NF4 only in "
                                "whole blocks of {block} weights; this model's is not a multiple",
-                               name=linear_path(spec, lin, 0).rsplit(".", 1)[-1], rows=lin.out_features,
+                               name=spec.module_name(lin.name), rows=lin.out_features,
                                cols=lin.in_features, block=f"{block:,}"))
 
 

@@ -48,8 +48,6 @@ def linear(g: Graph, x: int, in_f: int, out_f: int, c: Ctx, bias: bool = False, 
     if not c.trains(name) and c.quantized_base and c.framework == "torchtune" and name not in UNQUANTIZED_LINEARS \
             and torchtune_nf4(c.spec.family, name, c.lora_targets):
         y = _torchao_nf4_linear(g, x, in_f, out_f, t, c, name, bias)
-    elif not c.trains(name) and c.framework == "torchtune":  # lora_qwen2's plain nn.Linear beside NF4 ones
-        y = g.op(c.act_elem_bytes * t * out_f, ins=(x,), name=name)
     elif not c.trains(name):
         y = _frozen_linear(g, x, in_f, out_f, t, c, name)
     elif c.amp:
@@ -68,7 +66,8 @@ def _frozen_linear(g: Graph, x: int, in_f: int, out_f: int, t: int, c: Ctx, name
     it: 4-bit in forward and backward (bitsandbytes/autograd/_functions.py MatMul4Bit: dequantize_4bit), int8 in
     backward (MatMul8bitLt.backward: CB.to(dtype_A, copy=True)); MatMul8bitLt also keeps its input for
     backward (ctx.tensors = (CAt, subA, A)), which a frozen nn.Linear does not."""
-    quant = c.quantized_base if name not in UNQUANTIZED_LINEARS else ""
+    # torchtune's QLoRA linears are torchao's (_torchao_nf4_linear); its others stay 16-bit nn.Linear (lora_qwen2)
+    quant = c.quantized_base if name not in UNQUANTIZED_LINEARS and c.framework != "torchtune" else ""
     dequantized = dequantized_weight_bytes(c, in_f, out_f) if quant else 0
     return g.op(c.act_elem_bytes * t * out_f, ins=(x,), saves=(x,) if quant == "int8" else (),
                 ws_fwd=dequantized if quant in ("nf4", "fp4") else 0, ws_bwd=dequantized, name=name)

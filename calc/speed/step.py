@@ -101,7 +101,7 @@ def compute_terms(x: StepShape, f: Flops, hw: SpeedHardware, a: SpeedAssumptions
                             words.eager_formula(x, e, hw) if explain else "", words.EAGER_SOURCE))
     lora: LoraConfig | None = x.config.lora
     if lora is not None and lora.quantized:
-        d = dequantization(x, hw, lora)
+        d = dequantization(x, f, hw, lora)
         out.append(StepTerm("dequantize", "compute", words.dequantization_label(lora.base_weights), d.seconds,
                             d.seconds, words.dequantization_formula(x, d, hw) if explain else "",
                             words.DEQUANTIZATION_SOURCE))
@@ -124,7 +124,7 @@ def communication_terms(x: StepShape, f: Flops, compute_s: float, hw: SpeedHardw
             out.append(StepTerm("zero3_fetch_latency", "communication", words.FETCH_LABEL, lat.seconds, lat.seconds,
                                 words.fetch_formula(x, lat) if explain else "", words.FETCH_SOURCE))
     if x.tp > 1:
-        tp = tensor_parallel_comm(x, hw, a)
+        tp = tensor_parallel_comm(x, f, hw, a)
         out.append(StepTerm("tp_comm", "communication", words.TP_LABEL, tp.seconds, tp.seconds,
                             words.tp_formula(x, tp) if explain else "", words.TP_SOURCE))
     if x.pp > 1:

@@ -215,12 +215,11 @@ class Dequantization(NamedTuple):
 TORCHAO_NF4_DEQUANT_TRAFFIC = 2 * 1 + 2 * 4.5 + 2 * 5 + 2 * 1 + 2 * 3 + 4
 
 
-def dequantization(x: StepShape, hw: SpeedHardware, lora: LoraConfig) -> Dequantization:
+def dequantization(x: StepShape, f: Flops, hw: SpeedHardware, lora: LoraConfig) -> Dequantization:
     q_bytes = data_bytes_per_weight(lora.base_weights)
     traffic = TORCHAO_NF4_DEQUANT_TRAFFIC if x.config.framework == "torchtune" else q_bytes + 2
     weights = x.stage_layers * x.shape.layer_matmul_params // x.tp
-    checkpointed = -(-x.layers // x.config.checkpoint_every) if x.checkpointing == Checkpointing.full else 0
-    passes = (2 if x.training else 1) + checkpointed / x.layers
+    passes = (2 if x.training else 1) + f.checkpointed_layers / x.layers
     seconds = weights * traffic * passes * x.accumulation_steps / hw.gpu.memory_bandwidth_bytes_per_s
     return Dequantization(q_bytes, traffic, weights, passes, seconds)
 
@@ -307,12 +306,11 @@ class TensorParallelComm(NamedTuple):
     seconds: float
 
 
-def tensor_parallel_comm(x: StepShape, hw: SpeedHardware, a: SpeedAssumptions) -> TensorParallelComm:
+def tensor_parallel_comm(x: StepShape, f: Flops, hw: SpeedHardware, a: SpeedAssumptions) -> TensorParallelComm:
     t, tp, layers = x.config, x.tp, x.layers
     msg = x.micro_batch * x.seq_len * x.spec.hidden_size * prec.activation_bytes(t.precision)
     lk = link(hw, tp, 1, a)
-    recomputed = (-(-layers // t.checkpoint_every) if x.checkpointing == Checkpointing.full else 0) \
-        * x.stage_layers / layers
+    recomputed = f.checkpointed_layers * x.stage_layers / layers
     per_layer = 4 if x.training else 2
     n_ar = x.accumulation_steps * (per_layer * x.stage_layers + 2 * recomputed)
     return TensorParallelComm(per_layer, recomputed, msg, lk, n_ar * 2 * (tp - 1) / tp * msg / lk.bytes_per_s)
