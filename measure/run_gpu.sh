@@ -9,6 +9,7 @@
 # bitsandbytes is installed). One GPU is used (CUDA_VISIBLE_DEVICES picks it). Entries the device
 # cannot run (out of memory, no bitsandbytes) are reported and skipped; the rest go on.
 # --install: pip install -r measure/requirements.txt first (torch 2.13.0 from PyPI is a CUDA build).
+# OUT names the records file (default data/measured_cuda.jsonl); packages on PYTHONPATH stay visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -36,7 +37,7 @@ mkdir -p "$(dirname "$OUT")"
 before=$( [[ -f "$OUT" ]] && wc -l < "$OUT" || echo 0 )
 start=$(date +%s)
 status=0
-PYTHONPATH=. "$PYTHON" -m measure.suite --device cuda -o "$OUT" "$@" || status=$?
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m measure.suite --device cuda -o "$OUT" "$@" || status=$?
 after=$(wc -l < "$OUT" 2>/dev/null || echo 0)
 echo "appended $((after - before)) records to $OUT in $(( $(date +%s) - start )) s (suite exit code $status)" >&2
 exit "$status"

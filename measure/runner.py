@@ -181,6 +181,7 @@ def _measure_once(scenario: Scenario, device: str, steps: int, num_layers: int |
         out["num_params"] = sum(p.numel() for p in w.model.parameters())
         out["trainable_params"] = sum(p.numel() for p in w.model.parameters() if p.requires_grad)
         out["notes"] = workload_notes(w, device)
+        w.release()
         del w
     gc.collect()
     return out
@@ -225,6 +226,7 @@ def measurement_record(scenario: Scenario, device: str, steps: int, raw: dict[st
         weights_bytes=raw["weights_bytes"],
         initial_allocated_bytes=raw["initial_allocated_bytes"],
         optimizer_state_bytes=raw["optimizer_state_bytes"],
+        baseline_allocated_bytes=raw.get("baseline_allocated_bytes"),
         num_params=raw["num_params"],
         trainable_params=raw["trainable_params"],
         steps=steps,

@@ -336,9 +336,13 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
         # LoRA base weights: 16-bit, frozen (bf16, or fp16 for a plain fp16 base; bitsandbytes quantizes bf16)
         weights = plan.weights if lora is None else torch.float16 if lora.base_weights == "fp16" else torch.bfloat16
     torch.manual_seed(0)
+    # On a GPU the weights are made where they run: random init of a 7B model on the host takes minutes and
+    # leaves nothing behind on the device. bitsandbytes quantizes host tensors when they move, so QLoRA bases
+    # are still built on the host.
+    on_device = device.type == "cuda" and not fake and not (lora is not None and lora.quantized)
     try:
         config = build_config(cfg, t.attention.value)
-        with default_dtype(weights):
+        with default_dtype(weights), (device if on_device else contextlib.nullcontext()):
             model = AutoModelForCausalLM.from_config(config, attn_implementation=t.attention.value, dtype=weights)
     except (AssertionError, ValueError, TypeError, KeyError) as exc:
         msg = str(exc).split(". ")[0] if str(exc) else type(exc).__name__
@@ -351,6 +355,8 @@ def build_model(scenario: Scenario, device: torch.device, num_layers: int | None
                                    "installed") from None
     if not fake and device.type != "cpu":
         model = model.to(device)
+        if on_device:
+            torch.cuda.empty_cache()  # the init's temporaries: the run's reserve starts from the weights alone
     if t.cross_entropy == "liger-fused" and scenario.mode == Mode.train:
         _liger_fused_loss(model, device, fake)
     if scenario.mode == Mode.inference:
@@ -429,8 +435,17 @@ class OptimizersInBackward:
     parameter, stepped, and its gradient freed (zero_grad: set_to_none), by a post-accumulate-grad hook as soon as
     autograd has accumulated that parameter's gradient; `state` is every optimizer's, as the runner reads it."""
 
-    def __init__(self, by_param: dict[nn.Parameter, torch.optim.Optimizer]) -> None:
+    def __init__(self, by_param: dict[nn.Parameter, torch.optim.Optimizer], hooks: list[Any]) -> None:
         self.by_param = by_param
+        self.hooks = hooks
+
+    def remove_hooks(self) -> None:
+        """Unhook the parameters. A hook lives in the parameter's C++ side, so the cycle parameter -> hook ->
+        optimizer -> parameter is invisible to the garbage collector: without this every model measured with
+        optimizer_in_backward stays allocated after its run (on a GPU, inflating every later record)."""
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
 
     @property
     def state(self) -> dict[Any, Any]:
@@ -446,9 +461,8 @@ def optimizers_in_backward(params: list[nn.Parameter], scenario: Scenario, devic
         opt.step()
         opt.zero_grad()
 
-    for p in params:
-        p.register_post_accumulate_grad_hook(step)
-    return OptimizersInBackward(by_param)
+    hooks = [p.register_post_accumulate_grad_hook(step) for p in params]
+    return OptimizersInBackward(by_param, hooks)
 
 
 class NullTracker:
@@ -484,6 +498,11 @@ class Workload:
     @property
     def training(self) -> bool:
         return self.scenario.mode == Mode.train
+
+    def release(self) -> None:
+        """Break what keeps the model alive after the run (optimizer-in-backward hooks), so its memory is freed."""
+        if isinstance(self.optimizer, OptimizersInBackward):
+            self.optimizer.remove_hooks()
 
 
 def run_precision(scenario: Scenario) -> Precision:

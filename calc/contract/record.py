@@ -133,6 +133,11 @@ class MeasurementRecord(BaseModel):
         ge=0, le=MAX_RECORD_BYTES, description="everything live before step 1: weights, input_ids, fp32 master copies"
     )
     optimizer_state_bytes: int | None = Field(None, ge=0, le=MAX_RECORD_BYTES, description="optimizer.state tensors after the last step")
+    baseline_allocated_bytes: int | None = Field(
+        None, ge=0, le=MAX_RECORD_BYTES,
+        description="cuda: allocated before the model was built (the warm-up GEMMs' cuBLAS workspaces); inside every "
+                    "other figure of the record",
+    )
     num_params: int = Field(ge=0, le=MAX_RECORD_PARAMS, description="sum(p.numel()) of the model (the full model for sharded runs)")
     trainable_params: int = Field(ge=0, le=MAX_RECORD_PARAMS)
     steps: int = Field(ge=1, le=MAX_RECORD_STEPS, description="optimizer steps (or inference forwards) measured")

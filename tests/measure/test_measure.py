@@ -288,3 +288,31 @@ def test_committed_records_load_and_match_calc_parameter_counts(path: Path) -> N
             assert r.num_params == r.scenario.spec.total_params(), r.name
         if r.categories_at_peak_bytes is not None:
             assert r.categories_at_peak_bytes.total() == r.peak_allocated_bytes, r.name
+
+
+def test_optimizer_in_backward_model_is_freed_after_its_run() -> None:
+    """Each parameter's post-accumulate-grad hook lives on the C++ side, where the garbage collector cannot see the
+    cycle parameter -> hook -> optimizer -> parameter: a run that does not unhook leaves its whole model allocated
+    (on a GPU, inside every later record of the suite)."""
+    import gc
+    import weakref
+
+    import torch
+
+    from measure.runner import measure_single
+    from measure.workload import NullTracker, build_workload, prepare_optimizer, run_steps
+
+    sc = _scenario(optimizer_in_backward=True)
+    w = build_workload(sc, torch.device("cpu"))
+    prepare_optimizer(w, NullTracker())
+    run_steps(w, NullTracker(), 1)
+    param = weakref.ref(next(w.model.parameters()))
+    w.release()
+    del w
+    gc.collect()
+    assert param() is None
+
+    before = len([o for o in gc.get_objects() if isinstance(o, torch.nn.Parameter)])
+    measure_single(sc, "cpu", steps=1)
+    gc.collect()
+    assert len([o for o in gc.get_objects() if isinstance(o, torch.nn.Parameter)]) == before
