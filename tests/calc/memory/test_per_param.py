@@ -95,7 +95,8 @@ def test_components_quote_the_same_bytes_per_param(training):
             assert b.step_gradients_why == precision.MIXED_STEP_GRADIENTS_WHY
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# most draws are refused combinations or peak before the step: filtered, not failed
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(precision=hs.sampled_from(["fp32", "amp-bf16", "bf16-mixed", "fp16-mixed", "bf16"]),
        optimizer=hs.sampled_from(["adamw", "adam", "sgd-momentum", "adafactor", "adamw-8bit"]),
        impl=hs.sampled_from(["foreach", "fused", "for-loop"]), stage=hs.integers(0, 3), gpus=hs.sampled_from([1, 2, 8]),
