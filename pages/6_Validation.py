@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from calc.contract.i18n import N_
-from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE, run_counts
+from calc.evidence.validate import DEEPSPEED_BEHAVIOURS, FAMILY_EVIDENCE, GPU_GAPS, gpu_summary, run_counts
 from calc.serve.published import compare, published_logs
 from ui import compute, fmt, state
 from ui import plots as charts
@@ -69,6 +69,13 @@ else:
                 "uses (CUDA context, NCCL buffers, the allocator's reserve), which is modelled from PyTorch's "
                 "documented behaviour.", median=f"{rep.median_abs_error_pct:.2f}",
                 worst=f"{rep.worst_abs_error_pct:.2f}")
+    on_gpu = gpu_summary(cases)
+    if on_gpu is not None:
+        checked += " " + _("On a GPU ({runs} runs on {gpus}): median {median} %, worst {worst} %; the full-size "
+                           "presets (1 GiB and more) within {presets} %. The gaps are listed below.",
+                           runs=f"{on_gpu[0]:,}", gpus=", ".join(w.device_name for w in rep.workspaces),
+                           median=f"{on_gpu[1]:.2f}", worst=f"{on_gpu[2]:.2f}",
+                           presets=f"{on_gpu[3]:.2f}")
     add = _("Own a GPU? `bash measure/run_gpu.sh` measures the suite on it and appends the records to "
             "`data/measured_cuda.jsonl`; upload one record below to compare it here.")
     (st.info if n.gpu else st.warning)(f"{evidence} {checked}\n\n{add}", icon=":material/science:")
@@ -81,10 +88,14 @@ deepspeed = st.expander(_("DeepSpeed: what is measured with DeepSpeed itself, wh
                         key="val_deepspeed", on_change="rerun")
 if deepspeed.open:
     deepspeed.markdown(fmt.table([{_("behaviour"): tr(b), _("status"): tr(s)} for b, s in DEEPSPEED_BEHAVIOURS]))
+gaps = st.expander(_("What the GPU runs show that the estimate does not model yet"), key="val_gpu_gaps",
+                   on_change="rerun")
+if gaps.open:
+    gaps.markdown(fmt.table([{_("seen on the GPU"): tr(g), _("what is known"): tr(w)} for g, w in GPU_GAPS]))
 families = st.expander(_("Model families: what is measured, what is modelled from source"), key="val_families",
                        on_change="rerun")
 if families.open:
-    families.markdown(fmt.table([{_("family"): f, _("measured"): tr(m), _("modelled from source or refused"): tr(s)}
+    families.markdown(fmt.table([{_("family"): tr(f), _("measured"): tr(m), _("modelled from source or refused"): tr(s)}
                                  for f, m, s in FAMILY_EVIDENCE]))
 st.session_state.setdefault("val_log", True)
 log_axes = st.toggle(_("Logarithmic axes (runs span from MiB to TiB)"), key="val_log")

@@ -80,8 +80,12 @@ SET_METHODS: dict[str, str] = {
         "written (other widths and depths, world size 3, pure bf16 and amp, small reduce buckets, "
         "offload at ZeRO-1; `python -m measure.deepspeed_run --heldout-suite FILE`)."),
     "measured_cuda.jsonl": (
-        "A real GPU: `torch.cuda.max_memory_allocated()` per phase, with the allocator's reserve and the "
-        "driver's used bytes (`bash measure/run_gpu.sh`)."),
+        "A real GPU: the small-model suite and 0.5B-8B presets, the same step as on the CPU, "
+        "`torch.cuda.max_memory_allocated()` per phase with the allocator's reserve and the driver's used bytes "
+        "(`bash measure/run_gpu.sh`). A warm-up GEMM forward and backward allocates both threads' cuBLAS workspaces "
+        "before the model is built; each record keeps that baseline, and the error compares the peak above it with "
+        "the estimate less its workspaces (`python -m calc validate` checks the workspaces against the baselines). "
+        "None of these runs was seen before it was measured; the engine was not changed after."),
 }
 
 # The README's verdict example: the GPU has room, the host RAM that the optimizer offload needs does not.
@@ -188,6 +192,8 @@ def readme_accuracy(all_runs: list[Run]) -> str:
         (f"models up to {_params(max((r.record.num_params for r in fake), default=0))} parameters under "
          "FakeTensorMode (nothing allocated)", fake),
         ("a real CUDA GPU", where(lambda r: r.record.device == "cuda")),
+        ("a real CUDA GPU, full-size presets (1 GiB and more)",
+         where(lambda r: r.record.device == "cuda" and r.record.peak_allocated_bytes >= GIB)),
         ("plain PyTorch, one process", where(lambda r: r.record.engine == "torch-single")),
         (f"PyTorch FSDP2, rank 0 of {_span(r.ranks for r in fsdp)}", fsdp),
         (f"DeepSpeed {_deepspeed_version()} itself, ZeRO {_span(stages)}, rank 0 of {_span(r.ranks for r in ds)}",
@@ -288,7 +294,9 @@ def accuracy_evidence() -> str:
                       [list(row) for row in validate.FAMILY_EVIDENCE])
     source = "\n".join(f"- **{what}**: {why}" for what, why in validate.MODELLED_FROM_SOURCE)
     deepspeed = _table(["DeepSpeed behaviour", "evidence"], [list(row) for row in validate.DEEPSPEED_BEHAVIOURS])
+    gaps = "\n".join(f"- **{what}**: {known}" for what, known in validate.GPU_GAPS)
     return (f"Per model family:\n\n{families}\n\nModelled from source, not measured:\n\n{source}\n\n"
+            f"What the GPU runs show that the estimate does not model yet:\n\n{gaps}\n\n"
             f"DeepSpeed:\n\n{deepspeed}")
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from calc.cli.options import percent
 from calc.contract.errors import UserError
-from calc.contract.units import GiB
+from calc.contract.units import GiB, MiB
 
 if TYPE_CHECKING:
     from calc.evidence.published import PublishedReport
@@ -90,6 +90,11 @@ def format_report(rep: Report) -> str:
     for g in rep.groups:
         lines.append(f"{g.group:14s} {g.value[:26]:26s} {g.count:4d} {g.median_abs_error_pct:15.2f} "
                      f"{g.worst_abs_error_pct:14.2f}")
+    for w in rep.workspaces:
+        lines.append("")
+        lines.append(f"cuBLAS workspaces on {w.device_name} ({w.records} records): modelled "
+                     f"{w.modelled_bytes / MiB:.2f} MiB, measured before each model {w.min_baseline_bytes / MiB:.2f}"
+                     f"-{w.max_baseline_bytes / MiB:.2f} MiB (GPU errors above compare the rest of the peak)")
     lines.append("")
     lines.append(f"all: {len(rep.cases)} cases, median |error| {rep.median_abs_error_pct:.2f} %, "
                  f"worst {rep.worst_abs_error_pct:.2f} % (GiB = 2^30 bytes)")

@@ -58,6 +58,19 @@ class GroupStats(BaseModel):
     worst_abs_error_pct: float
 
 
+class WorkspaceCheck(BaseModel):
+    """The cuBLAS workspaces the engine adds on a GPU, against the GPU records' baselines (the warm-up runs GEMMs on
+    the main thread and in backward, so two workspaces exist before every record's model is built)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device_name: str
+    records: int
+    modelled_bytes: int  # two handles of the GPU's architecture
+    min_baseline_bytes: int
+    max_baseline_bytes: int
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,6 +78,7 @@ class Report(BaseModel):
     median_abs_error_pct: float
     worst_abs_error_pct: float
     groups: list[GroupStats]
+    workspaces: list[WorkspaceCheck] = []  # GPU records only
 
 
 # Behaviour the engine models from a library's source, with no committed measurement behind it yet
@@ -73,14 +87,9 @@ MODELLED_FROM_SOURCE: tuple[tuple[str, str], ...] = (
     (N_("Liger fused linear cross-entropy (training.cross_entropy = liger-fused)"),
      N_("linkedin/Liger-Kernel ops/fused_linear_cross_entropy.py: chunked logits, gradients in forward; needs "
      "Triton on a GPU, so no CPU or fake run exists")),
-    (N_("CUDA SDPA with a sliding-window mask"),
-     N_("PyTorch aten/src/ATen/native/transformers/attention.cpp: the additive mask from convert_boolean_attn_mask "
-     "(memory-efficient) or _cudnn (cuDNN) saved per layer, as measured on the CPU kernel")),
-    (N_("CUDA SDPA for MLA (DeepSeek-V3: value heads narrower than q/k)"),
-     N_("memory-efficient / cuDNN attention keep q, k, v, the output and the logsumexp; the CPU runs take the "
-     "math fallback, which is what the committed records measure")),
-    (N_("CUDA-only terms: cuBLAS workspaces, 1-byte dropout masks, 512-byte block rounding"),
-     N_("PyTorch's documented allocator and kernel behaviour; no GPU record is committed")),
+    (N_("CUDA-only terms beyond the cuBLAS workspaces: flash-attention workspaces, 1-byte dropout masks"),
+     N_("PyTorch's kernels' source; the GPU runs (one H200) bear out the cuBLAS workspaces (two of 32 MiB) and the "
+        "512-byte block rounding; what they show beyond the estimate is listed with the GPU runs' gaps")),
     (N_("DeepSpeed: pinned host buffers on CUDA, host RAM to load the model, fp16, NVMe offload"),
      N_("DeepSpeed's source; ZeRO 0-3 and CPU offload are measured with DeepSpeed itself on its CPU accelerator "
      "(data/measured_deepspeed*.jsonl; DEEPSPEED_BEHAVIOURS below)")),
@@ -122,13 +131,46 @@ FAMILY_EVIDENCE: tuple[tuple[str, str, str], ...] = (
     ("deepseek_v3, deepseek_v2",
      N_("CPU (MLA with and without the q bottleneck, LoRA on q_a / q_b / kv_a / kv_b / o; DeepSeek-V3 under FSDP2 "
      "with and without expert parallelism, full checkpointing) and fake (671B, V2-Lite)"),
-     N_("CUDA SDPA for MLA; LoRA all-linear refused (as for mixtral)")),
+     N_("LoRA all-linear refused (as for mixtral)")),
     ("gpt_oss", N_("CPU and fake (20B, 120B; eager attention with sinks)"), N_("CUDA-only terms")),
     ("llama4_text",
      N_("CPU (chunked attention past the chunk, NoPE layers, amp, eager, checkpointing, LoRA on attention, "
      "inference) and fake (Llama 4 Scout, 8k tokens, LoRA on attention)"),
      N_("LoRA all-linear refused: peft wraps the router (an nn.Linear returning a tuple) and the forward fails")),
+    (N_("every family above"),
+     N_("GPU: one H200, the small configs of every family and 0.5B-8B presets (Llama, Qwen2, Mistral, Gemma 2, "
+        "Phi-3, GPT-NeoX, GPT-2)"),
+     N_("what the GPU runs show beyond the estimate is listed with the GPU runs' gaps")),
 )
+
+# What the GPU records (data/measured_cuda.jsonl, one H200) show that the engine does not model yet: each gap
+# with the records it is seen in and what is known of its cause. The Validation page and docs/accuracy.md list them.
+GPU_GAPS: tuple[tuple[str, str], ...] = (
+    (N_("Generation with a static KV cache on a GPU: 60-120 MiB above the estimate on small models"),
+     N_("transformers' generate compiles the decoding forward when the cache is static and the device is CUDA "
+        "(generation/utils.py _valid_auto_compile_criteria; CompileConfig mode reduce-overhead), so CUDA graphs and "
+        "their memory pool join the step; the estimate does not model torch.compile yet")),
+    (N_("fp32 eager attention, and fp32 SDPA under activation checkpointing, on a GPU: one more fp32 batch x heads "
+        "x seq x seq tensor at the backward peak (8-16 MiB on the small models measured, 4-15 %)"),
+     N_("not seen on the CPU, where the same runs are exact; cause not established (a CUDA kernel's output or "
+        "the autograd engine's gradient buffers in the softmax backward)")),
+    (N_("GPT-2 and GPT-NeoX with dropout or LoRA at 16 bits, and small models' generation, on a GPU: 1-3 MiB above "
+        "the estimate (2-27 % of models of a few MiB)"),
+     N_("CUDA kernels' own allocations that only tiny models make visible; not seen at full size")),
+    (N_("amp-fp16 at full size (Pythia 1.4B, 8 x 2048): 2.8 % above the estimate in forward"),
+     N_("cause not established; amp-bf16 presets of the same size are within 1 %")),
+)
+
+
+def gpu_summary(cases: list[Case]) -> tuple[int, float, float, float] | None:
+    """(records, median |error| %, worst |error| %, worst |error| % of the full-size presets, >= 1 GiB) of the GPU
+    cases; None without any."""
+    errs = [abs(c.error_pct) for c in cases if c.device == "cuda"]
+    if not errs:
+        return None
+    presets = [abs(c.error_pct) for c in cases if c.device == "cuda" and c.measured_bytes >= 2**30]
+    return len(errs), statistics.median(errs), max(errs), max(presets, default=0.0)
+
 
 # What of DeepSpeed's memory is checked against DeepSpeed itself (data/measured_deepspeed.jsonl, engine
 # "deepspeed": real DeepSpeed 0.19 on its CPU accelerator, 1-4 ranks over gloo, rank 0 under MemTracker;
@@ -215,8 +257,7 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     sc = rec.scenario
     target = "cuda" if rec.device == "cuda" else "cpu"
     est = estimate(rec.run_scenario(), target=target, sharding="fsdp2" if rec.engine == "fsdp2" else None)
-    meas = rec.peak_allocated_bytes
-    pred = est.peak_allocated_bytes
+    meas, pred = _compared_peaks(rec, est)
     comp: dict[str, float] = {}
     cats = rec.categories_at_peak_bytes
     if cats is not None and sc.mode == Mode.train and est.peak_phase == "optimizer" == rec.peak_phase:
@@ -242,6 +283,40 @@ def compare(rec: MeasurementRecord, index: int = 0) -> Case:
     )
 
 
+def _compared_peaks(rec: MeasurementRecord, est) -> tuple[int, int]:
+    """The measured and predicted peaks compared. A GPU record's figures include what its warm-up allocated before
+    the model (both autograd threads' cuBLAS workspaces, and whatever earlier runs of the same process left), so
+    there the step above that baseline is compared with the estimate less its cuBLAS workspaces; the workspaces
+    themselves are checked against the baselines by `workspace_check`."""
+    if rec.device != "cuda" or rec.baseline_allocated_bytes is None:
+        return rec.peak_allocated_bytes, est.peak_allocated_bytes
+    return rec.peak_allocated_bytes - rec.baseline_allocated_bytes, est.peak_allocated_bytes - _workspace_bytes(est)
+
+
+def _workspace_bytes(est) -> int:
+    return sum(c.bytes for c in est.components if c.key == "cublas_workspace")
+
+
+def workspace_check(records: list[MeasurementRecord]) -> list[WorkspaceCheck]:
+    """One row per GPU the records ran on: the modelled workspaces (two handles, for the architecture of the GPU
+    preset named like the device) beside the smallest and largest measured baseline."""
+    from calc.contract.presets import gpu_presets
+    from calc.memory.overhead import cublas_workspace_bytes
+
+    rows = []
+    by_device: dict[str, list[int]] = {}
+    for r in records:
+        if r.device == "cuda" and r.baseline_allocated_bytes is not None and r.env.device_name:
+            by_device.setdefault(r.env.device_name, []).append(r.baseline_allocated_bytes)
+    for name, baselines in sorted(by_device.items()):
+        archs = {g.architecture for g in gpu_presets().values() if g.name.startswith(name)}
+        arch = archs.pop() if len(archs) == 1 else None
+        rows.append(WorkspaceCheck(device_name=name, records=len(baselines),
+                                   modelled_bytes=cublas_workspace_bytes(arch, training=True),
+                                   min_baseline_bytes=min(baselines), max_baseline_bytes=max(baselines)))
+    return rows
+
+
 def _ckpt_label(t) -> str:
     c = t.activation_checkpointing.value
     return f"full/{t.checkpoint_every}" if c == "full" and t.checkpoint_every > 1 else c
@@ -260,7 +335,7 @@ def report(records: list[MeasurementRecord]) -> Report:
             groups.append(GroupStats(group=key, value=v, count=len(e), median_abs_error_pct=statistics.median(e),
                                      worst_abs_error_pct=max(e)))
     return Report(cases=cases, median_abs_error_pct=statistics.median(errs) if errs else 0.0,
-                  worst_abs_error_pct=max(errs, default=0.0), groups=groups)
+                  worst_abs_error_pct=max(errs, default=0.0), groups=groups, workspaces=workspace_check(records))
 
 
 class RunCounts(BaseModel):

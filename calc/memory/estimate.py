@@ -26,6 +26,7 @@ from calc.memo import Memo
 from calc.memory.activations import Target, block_context
 from calc.memory.breakdown import peak_components
 from calc.memory.fsdp2 import fsdp2_states
+from calc.memory.generate import static_cache_compile_note
 from calc.memory.host import host_memory
 from calc.memory.inference_weights import inference_scenario, quantized, quantized_states
 from calc.memory.offload import activation_offload_parts
@@ -227,5 +228,6 @@ def _estimate_fields(sc: Scenario, hw: HardwareConfig, gpu: GpuFacts | None, row
         "device_total_bytes": device, "gpu_memory_bytes": mem, "fits": verdict["fits"],
         "headroom_bytes": gpu_headroom(verdict), "cpu_ram_bytes": cpu_ram, "nvme_bytes": nvme, "host_memory": host_mem,
         "verdict": verdict,
-        "notes": [str(note) for note in (sc.quantization_note(), model_note(spec)) if note is not None],
+        "notes": [str(note) for note in (sc.quantization_note(), model_note(spec), static_cache_compile_note(sc, target))
+                  if note is not None],
     }

@@ -29,7 +29,8 @@ Modelled from the transformers source and measured with real tensors on CPU (dat
 
 from __future__ import annotations
 
-from calc.contract.scenario import Attention, Scenario
+from calc.contract.i18n import T_, Text
+from calc.contract.scenario import Attention, Mode, Scenario
 from calc.memory.result import DECODE_CACHE_UPDATE, DECODE_LOGITS
 from calc.sim.blocks import final_norm
 from calc.sim.graph import Graph
@@ -42,6 +43,17 @@ FP32_BYTES = 4
 
 def generating(sc: Scenario) -> bool:
     return sc.inference.new_tokens > 0
+
+
+def static_cache_compile_note(sc: Scenario, target: str) -> Text | None:
+    """On a GPU, transformers' generate compiles the decoding forward when the cache is static
+    (generation/utils.py _valid_auto_compile_criteria, CompileConfig mode "reduce-overhead"): CUDA graphs and
+    their private memory pool join the run, which this estimate does not model (60-120 MiB above it on the small
+    models measured on an H200)."""
+    if target != "cuda" or sc.mode != Mode.inference or not generating(sc) or sc.inference.kv_cache != "static":
+        return None
+    return T_("with a static KV cache on a GPU, transformers compiles the decoding step with CUDA graphs; their "
+              "memory pool is not in this estimate (60-120 MiB above it on the small models measured)")
 
 
 def cache_position_bytes(ctx: Ctx) -> tuple[int, int]:

@@ -87,7 +87,9 @@ def train_timeline(sc: Scenario, st: States, ctx: Ctx, layers: int, first: bool,
     stage.add_embedding_backward(tl)
     stage.add_gradient_epilogue(tl)
     if st.in_backward is None:  # optimizer_in_backward: every parameter was stepped in backward
-        optimizer_rows(tl, sc, st, stage.input_bytes + stage.held.previous + st.zero_buffers)
+        # the cuBLAS workspaces stay allocated for the process's life (PyTorch's handle pool keeps them): the
+        # GPU records show them in the optimizer phase as in the others
+        optimizer_rows(tl, sc, st, stage.input_bytes + stage.held.previous + st.zero_buffers + workspace_bytes)
     return tl
 
 

@@ -35,7 +35,8 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     """Scaled dot-product attention over q (B, nh, S, hd) and k, v (B, nkv, S, hd).
 
     sdpa: torch SDPA (flash / memory-efficient); the node saves q, k, v, the output and the
-    per-row logsumexp (fp32, B x nh x S). HF passes enable_gqa=True when there is no mask
+    per-row logsumexp (fp32, B x nh x S). On CUDA in fp32 with grouped heads and no mask no fused
+    kernel applies and the math path runs (measured on an H200). HF passes enable_gqa=True when there is no mask
     (transformers/integrations/sdpa_attention.py, use_gqa_in_sdpa), else repeat_kv copies k, v.
     On CUDA the output is laid out (B, S, nh, hd), so the reshape before o_proj is free; the CPU
     kernel follows the query's layout, which is (B, nh, S, hd) after a fused-qkv slice or a
@@ -51,6 +52,11 @@ def attention_core(g: Graph, q: int, k: int, v: int, c: Ctx, qk_bytes: int, eage
     vw = v_width or qw  # MLA: value heads narrower than q / k heads
     if not eager and not c.cuda and (s.attention_dropout > 0 and c.train or vw != qw):
         # CPU SDPA's fused kernel needs no dropout and one head width for q, k and v
+        return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq, vw)
+    if not eager and c.cuda and groups > 1 and not mask and a == 4 and not c.amp:
+        # enable_gqa in fp32: flash and cuDNN take 16-bit inputs only and memory-efficient attention refuses
+        # grouped heads (sdp_utils.cpp: check_batch_size_and_num_heads_dense without GQA support), so CUDA
+        # dispatches to the math path, whose expanded K/V and fp32 probabilities are saved per layer
         return _math_sdpa(g, q, k, v, c, qw, bsz * nh * seq * seq, vw)
     if c.amp and qk_bytes == 4:  # autocast casts the fp32 (RoPE-promoted) q and k for the matmul/SDPA
         q = g.op(2 * t * qw, ins=(q,), name="autocast q")
@@ -139,9 +145,9 @@ def _sdpa_float_mask(g: Graph, c: Ctx) -> int:
     materialises B x 1 x S x S (a bool temporary, then the float mask), and the fused kernel's node
     saves it for backward, in every layer. Same on CPU (flash_attention_for_cpu) and CUDA (memory-
     efficient and cuDNN backends; flash takes no mask): aten/src/ATen/native/transformers/
-    attention.cpp, convert_boolean_attn_mask / _cudnn. Measured on CPU; CUDA modelled from source
-    (the memory-efficient path's pad of the last dim to a multiple of 8 when S is not one is not
-    modelled)."""
+    attention.cpp, convert_boolean_attn_mask / _cudnn. Measured on CPU and on an H200 (Mistral's and
+    Qwen2's windows; the memory-efficient path's pad of the last dim to a multiple of 8 when S is not
+    one is not modelled)."""
     ss = c.batch * c.seq * c.seq
     inverted = g.op(ss, grad=False, name="mask logical_not")
     return g.op(c.act_elem_bytes * ss, ins=(inverted,), grad=False, name="additive float mask")
