@@ -157,13 +157,24 @@ def pretrained(script: str, folder: Path) -> str:
     out, n = re.subn(r"^MODEL_CONFIG = .*?\nTRAINING_ARGUMENTS", "MODEL_CONFIG = None\nTRAINING_ARGUMENTS", script,
                      flags=re.S | re.M)
     out, m = re.subn(r"^MODEL_ID = .*$", f"MODEL_ID = {str(folder)!r}", out, flags=re.M)
-    out, k = re.subn(r"^    main\(\)$", f"    main()\n    print(f\"{RETURNED}\", flush=True)", out, flags=re.M)
+    out, k = re.subn(r"^    main\(\)$", f"    main()\n    print(f\"{RETURNED}\", flush=True)\n{WAIT_FOR_EVERY_RANK}", out,
+                     flags=re.M)
     assert n == m == k == 1
     return out
 
 
 # Each rank prints this once main() has returned: every step trained, the process group destroyed.
 RETURNED = "[rank {os.environ.get('RANK', '0')}] main returned"
+# ... and then waits (60 s at most) until every rank has printed it, through files beside train.py: a rank that
+# aborts in the interpreter's exit (see below) makes the launcher kill the others, which must have printed by then
+# for the test to tell that abort from a failed run.
+WAIT_FOR_EVERY_RANK = """\
+    import pathlib, time
+    pathlib.Path(f"returned.{os.environ.get('RANK', '0')}").touch()
+    _deadline = time.monotonic() + 60
+    while len(list(pathlib.Path(".").glob("returned.*"))) < int(os.environ.get("WORLD_SIZE", "1")) \\
+            and time.monotonic() < _deadline:
+        time.sleep(0.05)"""
 
 
 def env() -> dict[str, str]:
