@@ -103,8 +103,9 @@ FRAMEWORK_TITLES = {"torchtune": N_("torchtune recipe config (torchtune.yaml)"),
                     "litgpt": N_("LitGPT fine-tuning command (launch.sh)"),
                     "fsdp2": N_("PyTorch FSDP2 training script (train.py) and torchrun (launch.sh)")}
 FRAMEWORK_CAPTIONS = {
-    "torchtune": N_("Fill in the checkpoint and tokenizer paths at the top of the file, then run launch.sh. The "
-                    "file was checked with torchtune's own config parser and model builders, not run end to end."),
+    "torchtune": N_("Fill in the checkpoint and tokenizer paths at the top of the file, then run launch.sh. "
+                    "torchtune's recipe runs configs like this one end to end: two steps of a small model on the "
+                    "CPU with the versions in requirements.txt."),
     "litgpt": N_("Put the model's LitGPT checkpoint where the command says; extra arguments to launch.sh (e.g. "
                  "`--data ...`) are passed on. The command line was checked with LitGPT's own parser, not run end "
                  "to end."),

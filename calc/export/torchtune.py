@@ -227,7 +227,8 @@ def torchtune_yaml(sc: Scenario, options: ExportOptions | None = None, lang: Lan
         "# Replace {placeholder} (checkpoint and tokenizer files, e.g. from `tune download`) and\n"
         "# output_dir before running; choose your dataset. The tokenizer's max_seq_len is the estimate's\n"
         "# sequence length: shorter batches use less memory.\n"
-        "# This file was checked with torchtune's own config parser and builders, not run end to end.\n"
+        "# Checked: torchtune's recipe ran configs like this one for two steps (a small model on the CPU,\n"
+        "# the bundle's torchtune and torchao) and loaded a Hugging Face checkpoint through its checkpointer.\n"
         "# Run: tune run {recipe} --config {file}\n"), lang, recipe=recipe_name(sc), placeholder=CHECKPOINT_DIR,
         file=TORCHTUNE_FILE)
     return head + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
