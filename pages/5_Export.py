@@ -107,8 +107,9 @@ FRAMEWORK_CAPTIONS = {
                     "torchtune's recipe runs configs like this one end to end: two steps of a small model on the "
                     "CPU with the versions in requirements.txt."),
     "litgpt": N_("Put the model's LitGPT checkpoint where the command says; extra arguments to launch.sh (e.g. "
-                 "`--data ...`) are passed on. The command line was checked with LitGPT's own parser, not run end "
-                 "to end."),
+                 "`--data ...`) are passed on. LitGPT runs command lines like this one end to end (two steps of a "
+                 "small model on the CPU); QLoRA's --quantize needs a CUDA GPU and is checked with LitGPT's parser "
+                 "only."),
     "fsdp2": N_("train.py shards the model with FSDP2 as the estimate assumes (fully_shard on every decoder layer, "
                 "then the root) and trains it under torchrun; extra arguments to launch.sh (e.g. `--steps "
                 "100 --dataset tokens.jsonl`) are passed on. It was run as written on two CPU ranks.")}
