@@ -210,8 +210,8 @@ class Dequantization(NamedTuple):
 # torchao's NF4Tensor.get_original_weight in eager PyTorch, op by op, in bytes per weight read + written: the two
 # nibble shifts/masks of the packed bytes (1 + 1), each half's indices widened to int64 (0.5 + 4, twice), the two
 # lookups of the NF4 table by those indices (4 + 1, twice), the scalers expanded to each half (1, twice), each half
-# scaled (2 + 1, twice) and torch.stack of the halves (2 + 2). Counted from torchao's source (0.14.1 as pinned; the
-# same through 0.17) and the ops its CPU run dispatches, not timed on a GPU.
+# scaled (2 + 1, twice) and torch.stack of the halves (2 + 2). Counted from torchao 0.17's source and the ops its
+# CPU run dispatches, not timed on a GPU.
 TORCHAO_NF4_DEQUANT_TRAFFIC = 2 * 1 + 2 * 4.5 + 2 * 5 + 2 * 1 + 2 * 3 + 4
 
 

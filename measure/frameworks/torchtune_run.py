@@ -86,18 +86,24 @@ def build_torchtune_model(sc: Scenario, num_layers: int | None) -> nn.Module:
     return model
 
 
-def set_activation_checkpointing(model: nn.Module, module_types: set[type]) -> None:
-    """The recipe's torchtune.training.set_activation_checkpointing(model, auto_wrap_policy=<module types>)."""
-    from torchtune.training import set_activation_checkpointing as wrap
+# torchtune.training cannot be imported beside torchao 0.17 (its quantization module imports names torchao no
+# longer has), so its two helpers the recipe calls are written out here as they are in torchtune 0.6.1.
 
-    wrap(model, auto_wrap_policy=module_types)
+def set_activation_checkpointing(model: nn.Module, module_types: set[type]) -> None:
+    """torchtune.training.set_activation_checkpointing(model, auto_wrap_policy=<a set of module types>):
+    apply_activation_checkpointing with a ModuleWrapPolicy and its default (non-reentrant) checkpoint_wrapper."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    apply_activation_checkpointing(model, auto_wrap_policy=ModuleWrapPolicy(module_types))
 
 
 def scale_grads(model: nn.Module, scaler: torch.Tensor) -> None:
-    """The recipe's torchtune.training.scale_grads: every gradient multiplied in place."""
-    from torchtune.training import scale_grads as scale
-
-    scale(model, scaler)
+    """torchtune.training.scale_grads: every gradient multiplied in place (training/_grad_scaler.py)."""
+    scaler = scaler.to(next(model.parameters()).device)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad *= scaler
 
 
 def loss_function(sc: Scenario) -> nn.Module:

@@ -74,3 +74,19 @@ def test_the_pins_are_what_the_exports_were_run_with(package: str) -> None:
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{package} is not installed here")
     assert installed.split("+")[0] == pins()[package]
+
+
+def test_the_torchtune_bundle_pins_the_torchao_its_recipes_run_with() -> None:
+    """torchtune 0.6.1's recipes import a name later torchao releases dropped: its bundle pins the torchao of
+    measure/requirements-torchtune-bundle.txt, which scripts/test.sh installs apart for the `tune run` test."""
+    from calc.export.requirements import STACK_PIN_FILES
+
+    tt = Scenario.model_validate(SCENARIOS["torchtune"])
+    text = bundle_files(tt)[0]["requirements.txt"].decode()
+    version = pins("torchtune")["torchao"]
+    assert f"torchao=={version}" in text.splitlines()
+    assert pins("torchtune")["torchtune"] == pins()["torchtune"]  # the rest as the shared environment's
+    site = ROOT / "build" / "torchtune-bundle"
+    if site.is_dir():
+        assert [p.name for p in site.glob("torchao-*.dist-info")] == [f"torchao-{version}.dist-info"]
+    assert (ROOT / STACK_PIN_FILES["torchtune"]).is_file()

@@ -4,16 +4,37 @@ importable and its keys bound to its signature), the checkpointer block instanti
 checkpoint the config names (FullModelHFCheckpointer.load_checkpoint: model_type's weight conversion), the model
 block instantiated and the converted weights loaded into it. Prints one JSON line: the keys the load left missing.
 
-Run in its own process, as the recipe would be.
+Run in its own process: torchtune.training's __init__ imports torchtune.training.quantization, which asks
+torchao for names torchao 0.17 no longer has, so the package is stood in for by a bare one holding the
+submodules the config names (checkpointing, lr_schedulers, metric_logging, the profiler), each imported whole.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
+import types
+
+
+def _bare_training_package() -> None:
+    spec = importlib.util.find_spec("torchtune")
+    assert spec is not None and spec.submodule_search_locations
+    pkg = types.ModuleType("torchtune.training")
+    pkg.__path__ = [f"{next(iter(spec.submodule_search_locations))}/training"]
+    sys.modules["torchtune.training"] = pkg
+    import torchtune.training.checkpointing as checkpointing
+    from torchtune.training import lr_schedulers, metric_logging  # noqa: F401  (the config's components)
+    from torchtune.training._profiler import setup_torch_profiler
+
+    for name in dir(checkpointing):  # FullModelHFCheckpointer and the MODEL_KEY constants it reads
+        if not name.startswith("__"):
+            setattr(pkg, name, getattr(checkpointing, name))
+    pkg.setup_torch_profiler = setup_torch_profiler
 
 
 def main(path: str) -> int:
+    _bare_training_package()
     from omegaconf import OmegaConf
     from torchtune import config
 
