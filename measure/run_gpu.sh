@@ -9,11 +9,13 @@
 # bitsandbytes is installed). One GPU is used (CUDA_VISIBLE_DEVICES picks it). Entries the device
 # cannot run (out of memory, no bitsandbytes) are reported and skipped; the rest go on.
 # --install: pip install -r measure/requirements.txt first (torch 2.13.0 from PyPI is a CUDA build).
-# OUT names the records file (default data/measured_cuda.jsonl); packages on PYTHONPATH stay visible.
+# RECORDS names the records file (default data/measured_cuda.jsonl; not OUT, which names a folder on some GPU
+# hosts); packages on PYTHONPATH stay visible. Building the presets takes seconds each on the GPU: the whole
+# suite is some minutes on an H200, the small entries under a second each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-OUT="${OUT:-data/measured_cuda.jsonl}"
+RECORDS="${RECORDS:-data/measured_cuda.jsonl}"
 
 if [[ "${1:-}" == "--install" ]]; then
   shift
@@ -33,11 +35,11 @@ print(f"measuring on {p.name}, {p.total_memory / 2**30:.1f} GiB, torch {torch.__
       file=sys.stderr)
 EOF
 
-mkdir -p "$(dirname "$OUT")"
-before=$( [[ -f "$OUT" ]] && wc -l < "$OUT" || echo 0 )
+mkdir -p "$(dirname "$RECORDS")"
+before=$( [[ -f "$RECORDS" ]] && wc -l < "$RECORDS" || echo 0 )
 start=$(date +%s)
 status=0
-PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m measure.suite --device cuda -o "$OUT" "$@" || status=$?
-after=$(wc -l < "$OUT" 2>/dev/null || echo 0)
-echo "appended $((after - before)) records to $OUT in $(( $(date +%s) - start )) s (suite exit code $status)" >&2
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m measure.suite --device cuda -o "$RECORDS" "$@" || status=$?
+after=$(wc -l < "$RECORDS" 2>/dev/null || echo 0)
+echo "appended $((after - before)) records to $RECORDS in $(( $(date +%s) - start )) s (suite exit code $status)" >&2
 exit "$status"
