@@ -193,8 +193,7 @@ def readme_accuracy(all_runs: list[Run]) -> str:
         (f"models up to {_params(max((r.record.num_params for r in fake), default=0))} parameters under "
          "FakeTensorMode (nothing allocated)", fake),
         ("a real CUDA GPU", where(lambda r: r.record.device == "cuda")),
-        ("a real CUDA GPU, full-size presets (1 GiB and more)",
-         where(lambda r: r.record.device == "cuda" and r.record.peak_allocated_bytes >= GIB)),
+        ("a real CUDA GPU, full-size presets (1 GiB and more)", where(lambda r: validate.is_full_size_gpu(r.case))),
         ("plain PyTorch, one process", where(lambda r: r.record.engine == "torch-single")),
         (f"PyTorch FSDP2, rank 0 of {_span(r.ranks for r in fsdp)}", fsdp),
         (f"DeepSpeed {_deepspeed_version()} itself, ZeRO {_span(stages)}, rank 0 of {_span(r.ranks for r in ds)}",
@@ -292,12 +291,13 @@ def accuracy_groups(all_runs: list[Run]) -> str:
 def gpu_device_terms(all_runs: list[Run]) -> str:
     """docs/accuracy.md: what the GPU records read beyond peak allocated (the device total's terms), beside the
     figures calc.memory.overhead assumes; empty without GPU records."""
-    gpu = [r.record for r in all_runs if r.record.device == "cuda" and r.record.device_used_bytes
-           and r.record.peak_reserved_bytes]
-    if not gpu:
+    runs = [r for r in all_runs if r.record.device == "cuda" and r.record.device_used_bytes
+            and r.record.peak_reserved_bytes]
+    if not runs:
         return ""
+    gpu = [r.record for r in runs]
     context = sorted(r.device_used_bytes - r.peak_reserved_bytes for r in gpu)
-    big = [r for r in gpu if r.peak_allocated_bytes >= GIB]
+    big = [r.record for r in runs if validate.is_full_size_gpu(r.case)]
     reserve = sorted(100 * (r.peak_reserved_bytes - r.peak_allocated_bytes) / r.peak_allocated_bytes for r in big)
     names = ", ".join(sorted({f"{r.env.device_name} (torch {r.env.torch})" for r in gpu}))
     mib = 2**20

@@ -14,13 +14,12 @@ import statistics
 
 import pytest
 
-from calc.evidence.validate import default_data_files, load_all, report
+from calc.evidence.validate import default_data_files, is_full_size_gpu, load_all, report
 
 MEDIAN_PCT, WORST_PCT = 3.0, 8.0
 
 
 GPU_MEDIAN_PCT, GPU_PRESET_WORST_PCT = 0.5, 3.0
-PRESET_BYTES = 2**30  # a GPU record of at least 1 GiB: a full-size preset, the scale users run
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,7 @@ def test_gpu_records_median_within_contract(gpu):
 
 
 def test_gpu_presets_within_contract(gpu):
-    presets = [c for c in gpu.cases if c.measured_bytes >= PRESET_BYTES]
+    presets = [c for c in gpu.cases if is_full_size_gpu(c)]
     assert len(presets) >= 10
     worst = max(presets, key=lambda c: abs(c.error_pct))
     assert abs(worst.error_pct) <= GPU_PRESET_WORST_PCT, f"{worst.name}: {worst.error_pct:+.2f} %"
